@@ -1,0 +1,42 @@
+"""Kernel categories from kernel names, as a Polars expression shared by every ingestor.
+
+The patterns are checked in order and the first match wins, so the more specific families
+(communication, attention, optimizer) come before the generic ones (gemm, elementwise).
+Communication follows HTA's convention (``^nccl``, ``ncclKernel``, ``ncclDevKernel``, ``^hccl``,
+``^rccl``) so that communication time agrees with HTA on the same trace.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# (category, case-insensitive regex). Order matters: first match wins.
+KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("communication", r"^nccl|ncclkernel|nccldevkernel|^hccl|^rccl|^void nccl|cross_device_reduce|all_?reduce_kernel|allgather|reduce_?scatter"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|softmax_warp|xformers|cutlass.*mem_eff"),
+    ("optimizer", r"adam|sgd_|lamb|_foreach_|multi_tensor_apply|fused_optimizer|optimizer"),
+    ("norm", r"norm|rms|welford"),
+    ("gemm", r"gemm|matmul|xmma|cutlass|cublas|sm\d+_.*_tn|sm\d+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|\bmm\b|triton_tem"),
+    ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy_kernel|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu"),
+)
+
+
+def kernel_category(name: pl.Expr) -> pl.Expr:
+    """Category of a kernel from its name, as a String expression ('other' when nothing matches)."""
+    lowered = name.str.to_lowercase()
+    expr: pl.Expr = pl.lit("other")
+    for category, pattern in reversed(KERNEL_PATTERNS):
+        expr = pl.when(lowered.str.contains(pattern)).then(pl.lit(category)).otherwise(expr)
+    return expr
+
+
+def activity_category(kind: pl.Expr, name: pl.Expr) -> pl.Expr:
+    """Category of any GPU activity: memcpy and memset by kind, kernels by name."""
+    return (
+        pl.when(kind == "memcpy")
+        .then(pl.lit("memcpy"))
+        .when(kind == "memset")
+        .then(pl.lit("memset"))
+        .otherwise(kernel_category(name))
+    )

@@ -1,0 +1,49 @@
+"""Findings: what a rule reports, measured, with its evidence and its fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Severities from least to most severe; ``--fail-on`` compares by this order.
+SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
+
+
+def severity_rank(severity: str) -> int:
+    return SEVERITIES.index(severity)
+
+
+@dataclass
+class Finding:
+    """One problem found in one trace (or one rank of a job)."""
+
+    slug: str  # stable rule slug, e.g. "gpu-idle-gaps"
+    rule_id: str  # stable short id, e.g. "TA001"
+    severity: str
+    title: str
+    message: str  # one line, with measured numbers
+    fix: str
+    impact_ns: int  # estimated time lost over the analyzed window
+    impact_pct: float  # impact_ns as % of the analyzed window
+    impact_per_step_ns: int | None = None  # when the trace has steps
+    rank: int | None = None
+    #: Top occurrences, most costly first. Each row is a flat dict of JSON-able values; rows that
+    #: have a place on the timeline carry ``start_ns`` and ``end_ns`` (and ``stream`` if any).
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    references: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RuleOutcome:
+    """What one rule did on one trace: fired, stayed quiet, or could not run."""
+
+    slug: str
+    rule_id: str
+    status: str  # "fired", "quiet" or "not_applicable"
+    reason: str = ""  # for not_applicable: what the input lacks; for quiet: the rule's quiet text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
