@@ -1,0 +1,90 @@
+"""The result of analyzing one trace: what reports and the CLI read.
+
+Everything here is derived from the canonical frames by ``traceanalyzer.analysis.analyze_trace``.
+Reports never go back to the raw trace, so a report can be rebuilt from this object alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.findings import Finding, RuleOutcome
+from traceanalyzer.model import TraceMeta
+
+
+@dataclass
+class Metrics:
+    """Headline numbers for one rank over the analyzed window (all times in ns).
+
+    Definitions follow HTA where HTA defines the quantity (see docs/metrics.md):
+    span = last GPU end - first GPU start; busy = |union of GPU intervals|; idle = span - busy;
+    idle is split by cause per stream (host wait, kernel wait, other) and summed over streams.
+    """
+
+    rank: int = 0
+    window_start_ns: int | None = None
+    window_end_ns: int | None = None
+    span_ns: int = 0
+    busy_ns: int = 0
+    idle_ns: int = 0
+    # Idle by cause, summed over streams (so they can exceed idle_ns when streams overlap).
+    idle_host_wait_ns: int = 0
+    idle_kernel_wait_ns: int = 0
+    idle_other_ns: int = 0
+    compute_ns: int = 0  # |union of compute kernels|
+    communication_ns: int = 0  # |union of communication kernels|
+    memory_ns: int = 0  # |union of memcpy and memset|
+    exposed_communication_ns: int = 0  # communication not covered by compute
+    comm_overlap_pct: float | None = None  # HTA: |compute ∩ comm| / |comm|
+    kernel_count: int = 0
+    memcpy_count: int = 0
+    memset_count: int = 0
+    step_count: int = 0
+    kernels_per_step: float | None = None
+    step_time_mean_ns: float | None = None
+    step_time_p50_ns: float | None = None
+    step_time_p95_ns: float | None = None
+    launch_delay_mean_ns: float | None = None
+    launch_delay_p50_ns: float | None = None
+    launch_delay_p95_ns: float | None = None
+    #: Share of the window the CPU spent in kernel-launch API calls.
+    launch_overhead_pct: float | None = None
+
+    @property
+    def busy_pct(self) -> float:
+        return 100.0 * self.busy_ns / self.span_ns if self.span_ns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(vars(self))
+        out["busy_pct"] = self.busy_pct
+        return out
+
+
+@dataclass
+class AnalysisResult:
+    """Everything known about one trace after analysis."""
+
+    meta: TraceMeta
+    metrics: Metrics
+    #: One row per step: step, name, start_ns, end_ns, duration_ns, busy_ns, idle_ns,
+    #: idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, kernel_count.
+    steps: pl.DataFrame
+    #: One row per kernel name: name, category, instances, total_ns, mean_ns, median_ns,
+    #: min_ns, max_ns, stddev_ns, pct_gpu_time.
+    kernels: pl.DataFrame
+    #: One row per category: category, total_ns, pct_gpu_time, count.
+    categories: pl.DataFrame
+    #: Top CPU operators by the GPU time of the kernels they launched:
+    #: name, gpu_ns, kernel_count, calls.
+    operators: pl.DataFrame
+    #: GPU utilization over time: bucket_start_ns, bucket_end_ns, busy_pct.
+    utilization: pl.DataFrame
+    #: One row per stream: device, stream, kernel_count, busy_ns, idle_*_ns.
+    streams: pl.DataFrame
+    findings: list[Finding] = field(default_factory=list)
+    rule_outcomes: list[RuleOutcome] = field(default_factory=list)
+    #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
+    ranks: pl.DataFrame | None = None
