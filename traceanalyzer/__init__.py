@@ -5,16 +5,26 @@ Library API (the CLI is a thin layer over it)::
     import traceanalyzer
     trace = traceanalyzer.load("trace.json.gz")       # canonical Polars frames
     result = traceanalyzer.analyze("trace.json.gz")   # metrics, kernel summary, findings
+
+Importing the package imports nothing heavy: the reference workloads run on machines without
+Polars, and the CLI starts faster.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-from traceanalyzer.ingest import load  # noqa: E402
+
+def load(path: Any, **kwargs: Any) -> Any:
+    """Read a trace of any supported format into a canonical :class:`~traceanalyzer.model.Trace`."""
+    from traceanalyzer.ingest import load as _load
+
+    return _load(path, **kwargs)
 
 
-def analyze(path, **kwargs):  # type: ignore[no-untyped-def]
+def analyze(path: Any, **kwargs: Any) -> Any:
     """Load ``path`` and analyze it; see :func:`traceanalyzer.analysis.analyze_trace`."""
     from traceanalyzer.analysis import analyze_trace
 
