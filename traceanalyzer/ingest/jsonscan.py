@@ -1,0 +1,173 @@
+"""Split a Chrome/Kineto trace's ``traceEvents`` array into NDJSON chunks, without parsing it.
+
+Polars' NDJSON reader is the fastest JSON decoder we have (multi-threaded, typed, columnar), but a
+Chrome trace is one big JSON object whose events sit in an array, each spread over several lines.
+This module finds the event boundaries with a vectorised structural scan in NumPy, so no Python
+object is built per event:
+
+1. quotes that are not escaped (an odd run of backslashes escapes the next byte) delimit strings;
+2. brackets outside strings give the nesting depth (a cumulative sum);
+3. an event is an object that opens at the array's depth and closes back to it.
+
+Raw newlines cannot occur inside JSON strings, so every newline is whitespace and can be turned
+into a space; the commas between events then become newlines, which yields NDJSON.
+
+The file is read in chunks. A chunk ends at the last complete event; the bytes of the event still
+open are carried into the next chunk, where the scan restarts outside any string at array depth.
+What is left when the input ends (an event cut short by a killed profiler) is reported as
+truncation, and every complete event before it is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+QUOTE, BACKSLASH = ord('"'), ord("\\")
+LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
+NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
+TRACE_EVENTS_KEY = b'"traceEvents"'
+DEFAULT_CHUNK_BYTES = 32 << 20
+
+
+@dataclass
+class ScanResult:
+    """What the scan found besides the events themselves."""
+
+    #: The top-level JSON with the event array emptied: ``{"schemaVersion": 1, ..., "traceEvents": []}``.
+    metadata_json: bytes = b""
+    truncated: bool = False
+    #: Bytes of the incomplete event or header at the point the input ended.
+    truncated_tail_bytes: int = 0
+    found_events_array: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+class NotATrace(ValueError):
+    """The input is JSON-like but has no event array."""
+
+
+def _structure(buf: np.ndarray, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Brackets outside strings in ``buf``: positions, the byte, and the depth after each.
+
+    The scan assumes ``buf`` starts outside a string at nesting depth ``depth0``.
+    """
+    quotes = np.flatnonzero(buf == QUOTE)
+    backslashes = np.flatnonzero(buf == BACKSLASH)
+    if backslashes.size:
+        # A run of backslashes of odd length escapes the byte after it.
+        run_starts = np.flatnonzero(np.diff(backslashes, prepend=-2) != 1)
+        run_ends = np.append(run_starts[1:], backslashes.size) - 1
+        lengths = run_ends - run_starts + 1
+        escaped = backslashes[run_ends[lengths % 2 == 1]] + 1
+        if escaped.size:
+            quotes = quotes[~np.isin(quotes, escaped, assume_unique=True)]
+    brackets = np.flatnonzero(
+        (buf == LBRACE) | (buf == RBRACE) | (buf == LBRACKET) | (buf == RBRACKET)
+    )
+    # A bracket is inside a string when an odd number of quotes precede it.
+    outside = np.searchsorted(quotes, brackets) % 2 == 0
+    brackets = brackets[outside]
+    chars = buf[brackets]
+    step = np.where((chars == LBRACE) | (chars == LBRACKET), 1, -1)
+    depth = depth0 + np.cumsum(step)
+    return brackets, chars, depth
+
+
+def _find_events_array(buf: np.ndarray) -> tuple[int, int] | None:
+    """Position of the ``[`` that opens the event array, and the array's depth, or None."""
+    brackets, chars, depth = _structure(buf, 0)
+    if brackets.size == 0:
+        return None
+    if chars[0] == LBRACKET:  # the JSON Array Format: the file is the event array itself
+        return int(brackets[0]), 1
+    candidates = brackets[(chars == LBRACKET) & (depth == 2)]
+    raw = buf.tobytes() if candidates.size else b""
+    for pos in candidates:
+        before = raw[: int(pos)].rstrip()
+        if before.endswith(b":") and before[:-1].rstrip().endswith(TRACE_EVENTS_KEY):
+            # Only a key at depth 1 counts; the ':' directly before the '[' makes it a key.
+            return int(pos), 2
+    return None
+
+
+def _to_ndjson(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """NDJSON bytes for the complete events ``seg[starts[i] : ends[i] + 1]``."""
+    first, last = int(starts[0]), int(ends[-1])
+    out = seg[first : last + 1].copy()
+    out[(out == NEWLINE) | (out == CR)] = SPACE
+    # Blank the separators between events (whitespace and one comma), then end each event line.
+    gap_starts = ends[:-1] + 1 - first
+    gap_lengths = starts[1:] - ends[:-1] - 1
+    if gap_lengths.size:
+        total = int(gap_lengths.sum())
+        offsets = np.arange(total) - np.repeat(np.cumsum(gap_lengths) - gap_lengths, gap_lengths)
+        out[np.repeat(gap_starts, gap_lengths) + offsets] = SPACE
+        out[gap_starts[gap_lengths > 0]] = NEWLINE
+    return out.tobytes() + b"\n"
+
+
+def iter_ndjson_chunks(
+    stream: BinaryIO, result: ScanResult, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[bytes]:
+    """Yield NDJSON chunks of the trace's events; fill ``result`` with metadata and truncation."""
+    header = b""  # bytes before the event array, while it has not been found
+    carry = b""  # bytes of the event still open at the end of the last chunk
+    depth = 0  # the event array's depth
+    trailer: list[bytes] = []
+    in_events = False
+    done_events = False
+    while True:
+        data = stream.read(chunk_bytes)
+        eof = not data
+        if done_events:
+            if eof:
+                break
+            trailer.append(data)
+            continue
+        if not in_events:
+            header += data
+            found = _find_events_array(np.frombuffer(header, dtype=np.uint8))
+            if found is None:
+                if eof:
+                    if not header.strip():
+                        raise NotATrace("is empty")
+                    raise NotATrace("has no traceEvents array")
+                continue
+            pos, depth = found
+            result.found_events_array = True
+            in_events = True
+            carry = header[pos + 1 :]
+            header = header[: pos + 1]
+            data = b""
+        buf = np.frombuffer(carry + data, dtype=np.uint8)
+        brackets, chars, after = _structure(buf, depth)
+        opens = brackets[(chars == LBRACE) & (after == depth + 1)]
+        closes = brackets[(chars == RBRACE) & (after == depth)]
+        array_end = brackets[(chars == RBRACKET) & (after == depth - 1)]
+        if array_end.size:
+            end = int(array_end[0])
+            opens, closes = opens[opens < end], closes[closes < end]
+            trailer.append(buf[end:].tobytes())
+            done_events = True
+        n = min(opens.size, closes.size)
+        if n:
+            yield _to_ndjson(buf, opens[:n], closes[:n])
+        if done_events:
+            carry = b""
+            continue
+        carry = buf[int(opens[n]) :].tobytes() if opens.size > n else b""
+        if eof:
+            break
+    if not result.found_events_array:
+        raise NotATrace("has no traceEvents array")
+    if not done_events:
+        result.truncated = True
+        result.truncated_tail_bytes = len(carry)
+        closing = b"]" if depth == 1 else b"]}"
+        result.metadata_json = header + closing
+    else:
+        result.metadata_json = header + b"".join(trailer)

@@ -1,0 +1,373 @@
+"""Kineto / Chrome JSON traces (PyTorch profiler, NVIDIA CUPTI and AMD ROCm) into canonical frames.
+
+The event array is split into NDJSON chunks by :mod:`traceanalyzer.ingest.jsonscan` and decoded
+by Polars with an explicit schema, so only the fields analyses use are ever materialised and
+``args`` stays unparsed apart from them. Everything after that is Polars expressions.
+
+Times: Chrome trace ``ts``/``dur`` are microseconds (floats in traces with ns resolution). They
+become int64 ns by rounding the fractional part separately from the integer part, which keeps ns
+exact for timestamps up to 2**53 µs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import polars as pl
+
+from traceanalyzer.categories import activity_category
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
+from traceanalyzer.model import Device, Trace, TraceMeta, conform, empty_frame
+
+ARG_FIELDS: dict[str, pl.DataType] = {
+    "External id": pl.Int64,
+    "correlation": pl.Int64,
+    "device": pl.Int64,
+    "stream": pl.Int64,
+    "grid": pl.List(pl.Int64),
+    "block": pl.List(pl.Int64),
+    "registers per thread": pl.Int64,
+    "shared memory": pl.Int64,
+    "bytes": pl.Int64,
+    "Input Dims": pl.String,
+    "Input type": pl.String,
+    "Call stack": pl.String,
+    "kind": pl.String,
+    # Memory events ("[memory]" instants).
+    "Total Allocated": pl.Int64,
+    "Total Reserved": pl.Int64,
+    "Device Id": pl.Int64,
+}
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.String,  # an int in most events, a string ("Spans", "") in some
+    "tid": pl.String,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+    "args": pl.Struct(ARG_FIELDS),
+}
+
+GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+CPU_CATEGORIES = {
+    "cpu_op": "op",
+    "operator": "op",
+    "cuda_runtime": "runtime",
+    "cuda_driver": "driver",
+    "python_function": "python",
+}
+STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+
+
+def read_kineto(path: str | os.PathLike[str]) -> Trace:
+    """Read a Kineto/Chrome JSON trace (``.json`` or ``.json.gz``) into canonical frames."""
+    path = Path(path)
+    scan = ScanResult()
+    try:
+        with _open(path) as stream:
+            events = _decode_events(stream, scan, path)
+    except NotATrace as exc:
+        raise InputError(path, str(exc)) from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(path, f"cannot be decompressed or read ({exc})") from None
+    meta = _read_metadata(path, scan)
+    return _build_trace(events, meta)
+
+
+def _open(path: Path) -> BinaryIO:
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> pl.DataFrame:
+    frames = []
+    for chunk in _chunks_until_damage(stream, scan):
+        frames.append(_decode_chunk(chunk, scan))
+    if not frames:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    return pl.concat(frames, how="vertical_relaxed", rechunk=False)
+
+
+def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
+    """Yield NDJSON chunks; a gzip stream cut short counts as truncation, not as an error."""
+    try:
+        yield from iter_ndjson_chunks(stream, scan)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        if not scan.found_events_array:
+            raise
+        scan.truncated = True
+        scan.warnings.append(f"compressed stream ends early ({exc}); kept the events read so far")
+
+
+def _decode_chunk(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
+    try:
+        return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
+    except pl.exceptions.PolarsError:
+        return _decode_chunk_slowly(chunk, scan)
+
+
+def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
+    """Decode a chunk the fast reader rejects (NaN/Infinity literals, huge numbers, bad UTF-8).
+
+    Rare, so a per-line pass is acceptable here: each line is parsed with the standard library,
+    non-finite numbers and integers beyond int64 become null, and lines that are not JSON at all
+    are dropped with a warning.
+    """
+    clean: list[bytes] = []
+    dropped = 0
+    for line in chunk.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line.decode("utf-8", errors="replace"),
+                               parse_constant=lambda _c: None, parse_int=_bounded_int)
+        except ValueError:
+            dropped += 1
+            continue
+        if isinstance(event, dict):
+            clean.append(json.dumps(event, allow_nan=False, default=str).encode())
+        else:
+            dropped += 1
+    if dropped:
+        scan.warnings.append(f"skipped {dropped} malformed events")
+    if not clean:
+        return pl.DataFrame(schema=EVENT_SCHEMA)
+    return pl.read_ndjson(io.BytesIO(b"\n".join(clean)), schema=EVENT_SCHEMA, ignore_errors=True)
+
+
+def _bounded_int(text: str) -> int | None:
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def _read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
+    warnings = list(scan.warnings)
+    if scan.truncated:
+        warnings.append(
+            f"trace is truncated ({scan.truncated_tail_bytes} bytes of an incomplete event at "
+            "the end); analyzed the complete events before it"
+        )
+    top: Any
+    try:
+        top = json.loads(scan.metadata_json.decode("utf-8", errors="replace"))
+    except ValueError:
+        top = {}
+        if not scan.truncated:
+            warnings.append("the trace's top-level metadata is not valid JSON; ignored it")
+    if not isinstance(top, dict):
+        top = {}
+    devices = [_device(d, top) for d in top.get("deviceProperties") or [] if isinstance(d, dict)]
+    dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
+    base = top.get("baseTimeNanoseconds")
+    extra = {k: top[k] for k in ("schemaVersion", "displayTimeUnit", "traceName", "cupti_version",
+                                  "cuda_runtime_version", "roctracer_version",
+                                  "hip_runtime_version", "record_shapes", "with_stack")
+             if k in top and isinstance(top[k], (int, float, str, bool))}
+    if dist:
+        extra["distributed"] = {k: v for k, v in dist.items()
+                                if k in ("backend", "rank", "world_size", "nccl_version")}
+    return TraceMeta(
+        path=str(path),
+        source_format="kineto",
+        profiler="PyTorch Profiler (Kineto)",
+        devices=devices,
+        rank=_int(dist.get("rank"), 0),
+        world_size=_int(dist.get("world_size"), 1),
+        time_base_ns=_int(base, None),
+        warnings=warnings,
+        extra=extra,
+    )
+
+
+def _device(d: dict[str, Any], top: dict[str, Any]) -> Device:
+    name = str(d.get("name")) if d.get("name") is not None else None
+    amd = any(k in top for k in ("roctracer_version", "hip_runtime_version")) or (
+        name is not None and any(s in name for s in ("AMD", "Radeon", "Instinct"))
+    )
+    major, minor = d.get("computeMajor"), d.get("computeMinor")
+    return Device(
+        id=_int(d.get("id"), 0),
+        name=name,
+        sm_count=_int(d.get("numSms"), None),
+        memory_bytes=_int(d.get("totalGlobalMem"), None),
+        compute_capability=f"{major}.{minor}" if major is not None else None,
+        vendor="amd" if amd else "nvidia",
+    )
+
+
+def _int(value: Any, default: Any) -> Any:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ns(col: str) -> pl.Expr:
+    """µs floats to int64 ns, rounding the fraction on its own to keep ns exact."""
+    us = pl.col(col)
+    whole = us.floor()
+    return (whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64))
+
+
+def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
+    rank = meta.rank
+    ev = (
+        events.lazy()
+        .filter(pl.col("ph").is_in(["X", "i", "I"]))
+        .with_columns(
+            cat=pl.col("cat").str.to_lowercase(),
+            start_ns=_ns("ts"),
+            dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False).fill_null(0),
+            pid_int=pl.col("pid").cast(pl.Int64, strict=False),
+            tid_int=pl.col("tid").cast(pl.Int64, strict=False),
+            rank=pl.lit(rank, pl.Int32),
+        )
+        .filter(pl.col("start_ns").is_not_null())
+        .unnest("args")
+        .collect()
+    )
+    negative = ev.filter(pl.col("dur_ns") < 0).height
+    if negative:
+        meta.warnings.append(f"{negative} events have a negative duration; treated as zero-length")
+    ev = ev.with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0))
+
+    cpu = _cpu_frame(ev)
+    gpu = _gpu_frame(ev, cpu, meta)
+    return Trace(
+        meta=meta,
+        gpu=gpu,
+        cpu=cpu,
+        annotations=_annotation_frame(ev),
+        syncs=_sync_frame(ev),
+        counters=_counter_frame(ev),
+    )
+
+
+def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
+    cpu = ev.filter(
+        (pl.col("ph") == "X")
+        & pl.col("cat").is_in(list(CPU_CATEGORIES))
+        & ~pl.col("name").str.contains(STEP_PATTERN)
+    ).with_columns(
+        kind=pl.col("cat").replace_strict(CPU_CATEGORIES, default="other"),
+        pid=pl.col("pid_int"),
+        tid=pl.col("tid_int"),
+        correlation=pl.col("correlation"),
+        external_id=pl.col("External id"),
+        input_dims=pl.col("Input Dims"),
+        input_types=pl.col("Input type"),
+        call_stack=pl.col("Call stack").replace("", None),
+    )
+    # The operator that issued a runtime call shares its Kineto "External id".
+    ops = (
+        cpu.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
+        .group_by("external_id")
+        .agg(parent_op=pl.col("name").sort_by("start_ns").last())
+    )
+    cpu = cpu.join(ops, on="external_id", how="left").with_columns(
+        parent_op=pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(pl.col("parent_op"))
+    )
+    return conform(cpu.sort("start_ns"), "cpu")
+
+
+def _gpu_frame(ev: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    gpu = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(GPU_CATEGORIES)))
+    if gpu.is_empty():
+        return empty_frame("gpu")
+    copy = pl.col("name").str.extract_groups(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+    gpu = gpu.with_columns(
+        kind=pl.col("cat").replace_strict(GPU_CATEGORIES),
+        device=pl.coalesce("device", "pid_int"),
+        stream=pl.coalesce("stream", "tid_int"),
+        external_id=pl.col("External id"),
+        grid_x=pl.col("grid").list.get(0, null_on_oob=True),
+        grid_y=pl.col("grid").list.get(1, null_on_oob=True),
+        grid_z=pl.col("grid").list.get(2, null_on_oob=True),
+        block_x=pl.col("block").list.get(0, null_on_oob=True),
+        block_y=pl.col("block").list.get(1, null_on_oob=True),
+        block_z=pl.col("block").list.get(2, null_on_oob=True),
+        registers=pl.col("registers per thread"),
+        shared_mem=pl.col("shared memory"),
+        copy_kind=copy.struct.field("1"),
+        src_kind=copy.struct.field("2").str.to_lowercase(),
+        dst_kind=copy.struct.field("3").str.to_lowercase(),
+    ).with_columns(category=activity_category(pl.col("kind"), pl.col("name")))
+    # AMD traces name copies differently ("CopyHostToDevice"): fill what the name did not give.
+    gpu = gpu.with_columns(
+        copy_kind=pl.when(pl.col("kind") == "memcpy").then(
+            pl.coalesce(
+                pl.col("copy_kind"),
+                pl.col("name").str.to_lowercase().str.extract(r"(hosttodevice|devicetohost|devicetodevice)")
+                .replace({"hosttodevice": "HtoD", "devicetohost": "DtoH", "devicetodevice": "DtoD"}),
+            )
+        ),
+        src_kind=pl.col("src_kind").replace({"device": "device"}),
+    )
+    launch_names = cpu.filter(pl.col("kind").is_in(["runtime", "driver"])).select(
+        "correlation", launch_name="name"
+    ).unique("correlation", keep="first")
+    gpu = gpu.join(launch_names, on="correlation", how="left").with_columns(
+        graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch")
+    )
+    canonical = conform(gpu, "gpu")
+    deduped = canonical.unique(maintain_order=True)
+    if deduped.height < canonical.height:
+        meta.warnings.append(f"dropped {canonical.height - deduped.height} duplicate GPU events")
+    # Activities launched before profiling began have no launch call; count them, don't warn.
+    meta.extra["gpu_without_launch"] = gpu.filter(
+        pl.col("launch_name").is_null() & (pl.col("kind") == "kernel")
+    ).height
+    return deduped.sort("start_ns")
+
+
+def _annotation_frame(ev: pl.DataFrame) -> pl.DataFrame:
+    step = pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int64, strict=False)
+    ann = ev.filter(pl.col("ph") == "X").with_columns(step=step).filter(
+        pl.col("step").is_not_null() | pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
+    ).with_columns(
+        kind=pl.when(pl.col("step").is_not_null() & (pl.col("cat") != "gpu_user_annotation"))
+        .then(pl.lit("step"))
+        .when(pl.col("cat") == "gpu_user_annotation")
+        .then(pl.lit("gpu_user"))
+        .otherwise(pl.lit("user")),
+        pid=pl.col("pid_int"),
+        tid=pl.col("tid_int"),
+    )
+    return conform(ann.sort("start_ns"), "annotations")
+
+
+def _sync_frame(ev: pl.DataFrame) -> pl.DataFrame:
+    syncs = ev.filter((pl.col("ph") == "X") & (pl.col("cat") == "cuda_sync")).with_columns(
+        pid=pl.col("pid_int"),
+        tid=pl.col("tid_int"),
+        device=pl.coalesce("device", "pid_int"),
+        sync_type=pl.col("name").str.to_lowercase().str.extract(r"^(\w+)")
+        .replace({"event": "event", "stream": "stream", "context": "context"}),
+    )
+    return conform(syncs.sort("start_ns"), "syncs")
+
+
+def _counter_frame(ev: pl.DataFrame) -> pl.DataFrame:
+    mem = ev.filter(pl.col("name") == "[memory]")
+    if mem.is_empty():
+        return empty_frame("counters")
+    long = pl.concat(
+        [
+            mem.select("rank", pid="pid_int", device="Device Id", ts_ns="start_ns",
+                       value=pl.col(src).cast(pl.Float64), name=pl.lit(name))
+            for src, name in (("Total Allocated", "allocated_bytes"), ("Total Reserved", "reserved_bytes"))
+        ]
+    )
+    return conform(long.sort("ts_ns"), "counters")
