@@ -1,0 +1,67 @@
+import json
+
+import pytest
+from report_fixtures import HOSTILE, hostile_trace_and_result, make_result
+
+from traceanalyzer.report import jsonout
+
+
+def test_json_validates_against_schema():
+    doc = jsonout.to_json_dict(make_result())
+    assert jsonout.validate(doc) == []
+    assert doc["schema_version"] == jsonout.SCHEMA_VERSION
+    f = doc["findings"][0]
+    assert {"slug", "id", "severity", "message", "impact", "evidence"} <= set(f)
+    assert f["slug"] == "gpu-idle-gaps" and f["impact"]["pct"] == 30.0
+    assert [o["status"] for o in doc["rule_outcomes"]].count("not_applicable") == 1
+    assert doc["metrics"]["idle_pct"] == pytest.approx(30.0, abs=0.01)
+    assert doc["kernels"][0]["total_ns"] >= doc["kernels"][-1]["total_ns"]
+
+
+def test_validator_reports_problems():
+    doc = jsonout.to_json_dict(make_result())
+    del doc["findings"][0]["slug"]
+    doc["metrics"]["busy_ns"] = "a lot"
+    doc["schema_version"] = 99
+    problems = jsonout.validate(doc)
+    assert any("missing 'slug'" in p for p in problems)
+    assert any("metrics.busy_ns" in p for p in problems)
+    assert any("schema_version" in p for p in problems)
+
+
+def test_json_is_deterministic(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    jsonout.write_json(make_result(), a)
+    jsonout.write_json(make_result(), b)
+    assert a.read_bytes() == b.read_bytes()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_json_floats_rounded_and_nan_is_null():
+    r = make_result()
+    r.metrics.launch_delay_mean_ns = float("nan")
+    r.metrics.comm_overlap_pct = 1 / 3
+    doc = jsonout.to_json_dict(r)
+    assert doc["metrics"]["launch_delay_mean_ns"] is None
+    assert doc["metrics"]["comm_overlap_pct"] == 0.333
+    json.loads(jsonout.dumps(doc))  # strict JSON: no NaN tokens
+
+
+def test_hostile_strings_survive_round_trip(tmp_path):
+    _, result = hostile_trace_and_result()
+    out = tmp_path / "r.json"
+    jsonout.write_json(result, out)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    names = {k["name"] for k in doc["kernels"]}
+    assert set(HOSTILE[:6]) <= names
+    assert jsonout.validate(doc) == []
+
+
+def test_schema_doc_mentions_every_top_level_and_metric_field():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "json-schema.md").read_text()
+    for key in jsonout.JSON_SCHEMA["properties"]:
+        assert f"`{key}`" in doc, key
+    for key in jsonout.JSON_SCHEMA["properties"]["metrics"]["properties"]:
+        assert f"`{key}`" in doc, key

@@ -1,0 +1,101 @@
+"""Helpers shared by the report writers: atomic writes, number formatting, finding order."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from traceanalyzer.findings import Finding, severity_rank
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> None:
+    """Call ``write`` on a temp file beside ``path``, then rename it over ``path``.
+
+    A crash or an exception leaves no partial report behind: either the old file or the new one.
+    """
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    data = text.encode("utf-8")
+    atomic_write(path, lambda fh: fh.write(data))
+
+
+def sorted_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Most costly first; ties by severity (worst first), then slug and rank, so order is stable."""
+    return sorted(
+        findings,
+        key=lambda f: (-int(f.impact_ns or 0), -_sev(f.severity), f.slug, f.rank or 0, f.rule_id),
+    )
+
+
+def _sev(severity: str) -> int:
+    try:
+        return severity_rank(severity)
+    except ValueError:
+        return -1
+
+
+def finite(x: Any) -> float | None:
+    if x is None:
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def fmt_ns(ns: Any) -> str:
+    """A duration for people: 850 ns, 12.3 µs, 4.56 ms, 1.23 s."""
+    v = finite(ns)
+    if v is None:
+        return "–"
+    a = abs(v)
+    if a < 1e3:
+        return f"{v:.0f} ns"
+    if a < 1e6:
+        return f"{v / 1e3:.3g} µs" if a < 1e5 else f"{v / 1e3:.0f} µs"
+    if a < 1e9:
+        return f"{v / 1e6:.3g} ms" if a < 1e8 else f"{v / 1e6:.0f} ms"
+    return f"{v / 1e9:.3g} s"
+
+
+def fmt_pct(p: Any, digits: int = 1) -> str:
+    v = finite(p)
+    return "–" if v is None else f"{v:.{digits}f}%"
+
+
+def pct_of(part: Any, whole: Any) -> float | None:
+    a, b = finite(part), finite(whole)
+    if a is None or not b:
+        return None
+    return 100.0 * a / b
+
+
+def safe_url(url: str) -> str | None:
+    """``url`` if it is a plain http(s) link; anything else (javascript:, data:) is refused."""
+    u = str(url).strip()
+    return u if u.lower().startswith(("https://", "http://")) and not any(
+        c in u for c in "\"'<> \n\r\t`") else None
+
+
+def terminal_safe(text: Any) -> str:
+    """Untrusted text for one terminal cell: no escape sequences, no newlines."""
+    return "".join(ch if ch.isprintable() else "?" for ch in str(text))

@@ -1,0 +1,273 @@
+"""``--json``: the analysis as a stable, versioned JSON document (see docs/json-schema.md).
+
+The output is deterministic: the same result gives byte-identical JSON. Keys come in a fixed
+order (dicts of unknown shape, such as evidence rows, are key-sorted), rows are sorted, floats are
+rounded to :data:`FLOAT_DIGITS` decimals, NaN and infinity become null, and nothing records "now".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.findings import Finding
+from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
+
+#: Bumped only for changes that break readers (a field removed, renamed or retyped).
+#: Adding a field is not a break and keeps the version.
+SCHEMA_VERSION = 1
+FLOAT_DIGITS = 3
+
+# Row order for each frame: first columns that exist are used, most significant first.
+_FRAME_ORDER: dict[str, list[tuple[str, bool]]] = {
+    "steps": [("start_ns", False), ("step", False)],
+    "kernels": [("total_ns", True), ("name", False), ("category", False)],
+    "categories": [("total_ns", True), ("category", False)],
+    "operators": [("gpu_ns", True), ("name", False)],
+    "streams": [("device", False), ("stream", False)],
+    "utilization": [("bucket_start_ns", False)],
+    "ranks": [("rank", False)],
+}
+
+
+def clean(value: Any) -> Any:
+    """A JSON-safe, deterministic copy of ``value``."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        r = round(value, FLOAT_DIGITS)
+        return 0.0 if r == 0 else r  # no "-0.0"
+    if isinstance(value, dict):
+        return {str(k): clean(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return clean(value.item())
+    return str(value)
+
+
+def frame_rows(frame: pl.DataFrame | None, name: str) -> list[dict[str, Any]]:
+    if frame is None or frame.is_empty():
+        return []
+    keys = [(c, d) for c, d in _FRAME_ORDER.get(name, []) if c in frame.columns]
+    if keys:
+        frame = frame.sort([c for c, _ in keys], descending=[d for _, d in keys],
+                           nulls_last=True, maintain_order=True)
+    casts = [pl.col(c).cast(pl.String) for c, t in frame.schema.items()
+             if isinstance(t, (pl.Enum, pl.Categorical))]
+    if casts:
+        frame = frame.with_columns(casts)
+    return [{k: clean(v) for k, v in row.items()} for row in frame.to_dicts()]
+
+
+def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
+    m = result.metrics
+    out = {k: clean(v) for k, v in m.to_dict().items()}
+    span = m.span_ns
+    # Shares of the window, so readers need not re-derive them (and all agree on how).
+    out["idle_pct"] = clean(pct_of(m.idle_ns, span))
+    out["idle_host_wait_pct"] = clean(pct_of(m.idle_host_wait_ns, span))
+    out["idle_kernel_wait_pct"] = clean(pct_of(m.idle_kernel_wait_ns, span))
+    out["idle_other_pct"] = clean(pct_of(m.idle_other_ns, span))
+    out["compute_pct"] = clean(pct_of(m.compute_ns, span))
+    out["communication_pct"] = clean(pct_of(m.communication_ns, span))
+    out["exposed_communication_pct"] = clean(pct_of(m.exposed_communication_ns, span))
+    out["memory_pct"] = clean(pct_of(m.memory_ns, span))
+    return out
+
+
+def finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "slug": f.slug,
+        "id": f.rule_id,
+        "severity": f.severity,
+        "title": f.title,
+        "message": f.message,
+        "impact": {
+            "ns": clean(int(f.impact_ns or 0)),
+            "pct": clean(f.impact_pct),
+            "per_step_ns": clean(f.impact_per_step_ns),
+        },
+        "rank": f.rank,
+        "fix": f.fix,
+        "evidence": [clean(dict(row)) for row in f.evidence],
+        "references": [str(r) for r in f.references],
+    }
+
+
+def trace_dict(result: AnalysisResult) -> dict[str, Any]:
+    meta = result.meta
+    return {
+        "path": meta.path,
+        "format": meta.source_format,
+        "profiler": meta.profiler,
+        "rank": meta.rank,
+        "world_size": meta.world_size,
+        "time_base_ns": meta.time_base_ns,
+        "devices": [clean(dict(vars(d))) for d in sorted(meta.devices, key=lambda d: d.id)],
+        "warnings": [str(w) for w in meta.warnings],
+        "extra": clean(dict(meta.extra)),
+    }
+
+
+def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
+    """The JSON document for ``result`` as plain Python objects (see :data:`JSON_SCHEMA`)."""
+    outcomes = sorted(result.rule_outcomes, key=lambda o: (o.rule_id, o.slug))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "traceanalyzer", "version": __version__},
+        "trace": trace_dict(result),
+        "metrics": metrics_dict(result),
+        "findings": [finding_dict(f) for f in sorted_findings(result.findings)],
+        "rule_outcomes": [
+            {"slug": o.slug, "id": o.rule_id, "status": o.status, "reason": o.reason}
+            for o in outcomes
+        ],
+        "steps": frame_rows(result.steps, "steps"),
+        "kernels": frame_rows(result.kernels, "kernels"),
+        "categories": frame_rows(result.categories, "categories"),
+        "operators": frame_rows(result.operators, "operators"),
+        "streams": frame_rows(result.streams, "streams"),
+        "utilization": frame_rows(result.utilization, "utilization"),
+        "ranks": frame_rows(result.ranks, "ranks") if result.ranks is not None else None,
+    }
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def render_json(result: AnalysisResult) -> str:
+    return dumps(to_json_dict(result))
+
+
+def write_json(result: AnalysisResult, path: str | os.PathLike[str]) -> None:
+    """Write ``result`` as JSON to ``path`` (atomically)."""
+    write_text_atomic(path, render_json(result))
+
+
+# -- schema -------------------------------------------------------------------------------------
+# A JSON Schema (draft 2020-12 subset) of the document. docs/json-schema.md describes each field;
+# tests validate real output against it with :func:`validate`, which needs no extra package.
+
+_NUM = {"type": ["number", "null"]}
+_INT = {"type": ["integer", "null"]}
+_STR = {"type": ["string", "null"]}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    return {"type": "object", "properties": props,
+            "required": list(props) if required is None else required}
+
+
+def _rows(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "array", "items": _obj(props, required)}
+
+
+_METRIC_INTS = ["rank", "span_ns", "busy_ns", "idle_ns", "idle_host_wait_ns",
+                "idle_kernel_wait_ns", "idle_other_ns", "compute_ns", "communication_ns",
+                "memory_ns", "exposed_communication_ns", "kernel_count", "memcpy_count",
+                "memset_count", "step_count"]
+_METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels_per_step",
+                "step_time_mean_ns", "step_time_p50_ns", "step_time_p95_ns",
+                "launch_delay_mean_ns", "launch_delay_p50_ns", "launch_delay_p95_ns",
+                "launch_overhead_pct", "busy_pct", "idle_pct", "idle_host_wait_pct",
+                "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
+                "exposed_communication_pct", "memory_pct"]
+
+JSON_SCHEMA: dict[str, Any] = _obj(
+    {
+        "schema_version": {"type": "integer", "const": SCHEMA_VERSION},
+        "tool": _obj({"name": {"type": "string"}, "version": {"type": "string"}}),
+        "trace": _obj({
+            "path": {"type": "string"},
+            "format": {"type": "string"},
+            "profiler": _STR,
+            "rank": {"type": "integer"},
+            "world_size": {"type": "integer"},
+            "time_base_ns": _INT,
+            "devices": _rows({"id": {"type": "integer"}, "name": _STR, "sm_count": _INT,
+                              "memory_bytes": _INT, "compute_capability": _STR,
+                              "vendor": _STR}, ["id"]),
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "extra": {"type": "object"},
+        }),
+        "metrics": _obj({**{k: {"type": "integer"} for k in _METRIC_INTS},
+                         **{k: _NUM for k in _METRIC_NUMS}}),
+        "findings": _rows({
+            "slug": {"type": "string"},
+            "id": {"type": "string"},
+            "severity": {"type": "string", "enum": ["info", "low", "medium", "high", "critical"]},
+            "title": {"type": "string"},
+            "message": {"type": "string"},
+            "impact": _obj({"ns": {"type": "integer"}, "pct": _NUM, "per_step_ns": _INT}),
+            "rank": _INT,
+            "fix": {"type": "string"},
+            "evidence": {"type": "array", "items": {"type": "object"}},
+            "references": {"type": "array", "items": {"type": "string"}},
+        }, ["slug", "id", "severity", "message", "impact", "evidence"]),
+        "rule_outcomes": _rows({
+            "slug": {"type": "string"}, "id": {"type": "string"},
+            "status": {"type": "string", "enum": ["fired", "quiet", "not_applicable"]},
+            "reason": {"type": "string"},
+        }, ["slug", "id", "status", "reason"]),
+        "steps": _rows({"step": _INT, "name": _STR, "start_ns": {"type": "integer"},
+                        "end_ns": {"type": "integer"}, "duration_ns": {"type": "integer"}},
+                       ["start_ns", "end_ns", "duration_ns"]),
+        "kernels": _rows({"name": {"type": "string"}, "category": {"type": "string"},
+                          "instances": {"type": "integer"}, "total_ns": {"type": "integer"},
+                          "mean_ns": _NUM, "pct_gpu_time": _NUM},
+                         ["name", "category", "instances", "total_ns"]),
+        "categories": _rows({"category": {"type": "string"}, "total_ns": {"type": "integer"},
+                             "pct_gpu_time": _NUM}, ["category", "total_ns"]),
+        "operators": _rows({"name": {"type": "string"}, "gpu_ns": {"type": "integer"}},
+                           ["name", "gpu_ns"]),
+        "streams": _rows({"device": _INT, "stream": _INT}, ["device", "stream"]),
+        "utilization": _rows({"bucket_start_ns": {"type": "integer"},
+                              "bucket_end_ns": {"type": "integer"}, "busy_pct": _NUM},
+                             ["bucket_start_ns", "bucket_end_ns", "busy_pct"]),
+        "ranks": {"type": ["array", "null"], "items": {"type": "object"}},
+    }
+)
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "integer": (int,),
+    "number": (int, float), "boolean": (bool,), "null": (type(None),),
+}
+
+
+def validate(doc: Any, schema: dict[str, Any] = JSON_SCHEMA, where: str = "$") -> list[str]:
+    """Problems of ``doc`` against ``schema`` (the subset :data:`JSON_SCHEMA` uses); [] if valid."""
+    problems: list[str] = []
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else types
+        ok = any(isinstance(doc, _PY_TYPES[t]) and not (isinstance(doc, bool) and t != "boolean")
+                 for t in names)
+        if not ok:
+            return [f"{where}: expected {'/'.join(names)}, got {type(doc).__name__}"]
+    if "const" in schema and doc != schema["const"]:
+        problems.append(f"{where}: expected {schema['const']!r}, got {doc!r}")
+    if "enum" in schema and doc not in schema["enum"]:
+        problems.append(f"{where}: {doc!r} not one of {schema['enum']}")
+    if isinstance(doc, dict):
+        for key in schema.get("required", []):
+            if key not in doc:
+                problems.append(f"{where}: missing {key!r}")
+        for key, sub in schema.get("properties", {}).items():
+            if key in doc:
+                problems += validate(doc[key], sub, f"{where}.{key}")
+    if isinstance(doc, list) and "items" in schema:
+        for i, item in enumerate(doc):
+            problems += validate(item, schema["items"], f"{where}[{i}]")
+    return problems

@@ -1,0 +1,103 @@
+"""``--markdown``: a short summary to paste into a pull request or a chat message."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import PurePath
+from typing import Any
+
+from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.report._common import (
+    fmt_ns,
+    fmt_pct,
+    pct_of,
+    sorted_findings,
+    write_text_atomic,
+)
+
+#: Findings listed in the summary; the HTML and JSON reports have them all.
+MAX_FINDINGS = 5
+_SEVERITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵", "info": "⚪"}
+# Characters with inline meaning. Block markers (#, -, +, 1.) only matter at the start of a line,
+# and every escaped string here sits after other text.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Untrusted text as inert Markdown inline text: no links, no HTML, no table breaks."""
+    s = " ".join(str(text).split())  # one line: newlines would end a table row or a list item
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def render_markdown(result: AnalysisResult) -> str:
+    """The summary as Markdown text."""
+    m = result.metrics
+    meta = result.meta
+    name = PurePath(meta.path).name or meta.path
+    lines = [f"### traceanalyzer: {md_escape(name)}", ""]
+    devices = ", ".join(sorted({md_escape(d.name) for d in meta.devices if d.name}))
+    facts = [md_escape(meta.profiler or meta.source_format)]
+    if devices:
+        facts.append(devices)
+    if meta.world_size > 1:
+        facts.append(f"rank {meta.rank} of {meta.world_size}")
+    facts.append(f"{m.step_count} steps" if m.step_count else "no steps found")
+    lines += [" · ".join(facts), ""]
+    rows = [
+        ("Step time (mean / p50 / p95)",
+         " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
+                                         m.step_time_p95_ns)) if m.step_count else "–"),
+        ("GPU busy", fmt_pct(m.busy_pct)),
+        ("Idle: host wait / kernel wait / other",
+         " / ".join(fmt_pct(pct_of(x, m.span_ns)) for x in
+                    (m.idle_host_wait_ns, m.idle_kernel_wait_ns, m.idle_other_ns))),
+        ("Compute / communication / exposed comm. / memcpy",
+         " / ".join(fmt_pct(pct_of(x, m.span_ns)) for x in
+                    (m.compute_ns, m.communication_ns, m.exposed_communication_ns,
+                     m.memory_ns))),
+        ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
+        ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
+    ]
+    lines += ["| Metric | Value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    lines.append("")
+    findings = sorted_findings(result.findings)
+    if findings:
+        lines.append(f"**Findings** ({len(findings)}, most costly first)")
+        lines.append("")
+        for f in findings[:MAX_FINDINGS]:
+            mark = _SEVERITY_MARK.get(f.severity, "")
+            lines.append(
+                f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}` "
+                f"{md_escape(f.message)} — costs {fmt_ns(f.impact_ns)} "
+                f"({fmt_pct(f.impact_pct)} of the window). *Fix:* {md_escape(f.fix)}"
+            )
+        if len(findings) > MAX_FINDINGS:
+            lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")
+    else:
+        lines.append("**No findings.**")
+    if result.kernels is not None and not result.kernels.is_empty():
+        top = result.kernels.sort("total_ns", descending=True).head(3)
+        lines += ["", "Top kernels: " + "; ".join(
+            f"{md_escape(_short(r['name']))} ({fmt_pct(r.get('pct_gpu_time'))})"
+            for r in top.to_dicts())]
+    if meta.warnings:
+        lines += ["", f"⚠️ {len(meta.warnings)} trace warning(s); see the full report."]
+    return "\n".join(lines) + "\n"
+
+
+def _code(text: Any) -> str:
+    # Code spans show text literally (no HTML, no links); only backticks and newlines break them.
+    return " ".join(str(text).replace("`", "'").split()) or " "
+
+
+def _short(name: Any, limit: int = 60) -> str:
+    s = str(name)
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def write_markdown(result: AnalysisResult, path: str | os.PathLike[str]) -> None:
+    """Write the Markdown summary of ``result`` to ``path`` (atomically)."""
+    write_text_atomic(path, render_markdown(result))
