@@ -30,7 +30,8 @@ class Metrics:
     span_ns: int = 0
     busy_ns: int = 0
     idle_ns: int = 0
-    # Idle by cause, summed over streams (so they can exceed idle_ns when streams overlap).
+    # Idle by cause over the gaps when no stream is busy; they add up to idle_ns. HTA's
+    # per-stream breakdown is in AnalysisResult.streams.
     idle_host_wait_ns: int = 0
     idle_kernel_wait_ns: int = 0
     idle_other_ns: int = 0

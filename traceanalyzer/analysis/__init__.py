@@ -1,0 +1,138 @@
+"""Analyses: from canonical frames to metrics, summaries and findings.
+
+:func:`analyze_trace` is the one entry point the CLI, batch mode and notebooks use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceanalyzer.analysis import intervals
+from traceanalyzer.analysis.kernels import category_summary
+from traceanalyzer.analysis.result import AnalysisResult, Metrics
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.model import Trace
+
+#: Buckets of the utilization-over-time chart.
+UTILIZATION_BUCKETS = 100
+
+
+def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) -> AnalysisResult:
+    """Compute metrics, summaries and (unless ``rules`` is False) rule findings for ``trace``."""
+    views = Views(trace)
+    metrics = views.metrics
+    result = AnalysisResult(
+        meta=trace.meta,
+        metrics=metrics,
+        steps=step_breakdown(views),
+        kernels=views.kernel_summary,
+        categories=category_summary(views.gpu.filter(pl.col("rank") == metrics.rank)),
+        operators=operator_summary(views.launches),
+        utilization=utilization(views.launches.filter(pl.col("rank") == metrics.rank), metrics),
+        streams=stream_summary(views),
+        ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
+    )
+    if rules:
+        from traceanalyzer.rules.engine import evaluate
+
+        result.findings, result.rule_outcomes = evaluate(views, rule_config)
+    return result
+
+
+def step_breakdown(views: Views) -> pl.DataFrame:
+    """Per step: duration, GPU busy and idle by cause inside the step, and kernels launched."""
+    steps = views.steps
+    schema = {"rank": pl.Int32, "step": pl.Int64, "name": pl.String, "start_ns": pl.Int64,
+              "end_ns": pl.Int64, "duration_ns": pl.Int64, "busy_ns": pl.Int64,
+              "idle_ns": pl.Int64, "idle_host_wait_ns": pl.Int64, "idle_kernel_wait_ns": pl.Int64,
+              "idle_other_ns": pl.Int64, "kernel_count": pl.Int64}
+    if steps.is_empty():
+        return pl.DataFrame(schema=schema)
+    rows = []
+    for rank, rank_steps in steps.group_by("rank", maintain_order=True):
+        acts = views.launches.filter(pl.col("rank") == rank[0])
+        merged = intervals.merge(acts)
+        busy = intervals.covered_between(merged, rank_steps["start_ns"].to_numpy(),
+                                         rank_steps["end_ns"].to_numpy())
+        rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64)))
+    frame = pl.concat(rows)
+    gaps = (
+        views.gpu_idle_gaps.filter(pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(
+            *(pl.col("duration_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns")
+              for c in ("host_wait", "kernel_wait", "other"))
+        )
+    )
+    kernels = (
+        views.launches.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(kernel_count=pl.len())
+    )
+    return (
+        frame.join(gaps, on=["rank", "step"], how="left")
+        .join(kernels, on=["rank", "step"], how="left")
+        .with_columns(
+            duration_ns=pl.col("end_ns") - pl.col("start_ns"),
+            idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),
+        )
+        .fill_null(0)
+        .select(list(schema))
+        .cast(schema)
+        .sort("rank", "step")
+    )
+
+
+def operator_summary(launches: pl.DataFrame, top: int = 50) -> pl.DataFrame:
+    """CPU operators ranked by the GPU time of the work they launched."""
+    return (
+        launches.filter(pl.col("op_name").is_not_null())
+        .group_by("op_name")
+        .agg(
+            gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+            kernel_count=(pl.col("kind") == "kernel").sum().cast(pl.Int64),
+            calls=pl.col("correlation").n_unique().cast(pl.Int64),
+        )
+        .rename({"op_name": "name"})
+        .sort(["gpu_ns", "name"], descending=[True, False])
+        .head(top)
+    )
+
+
+def utilization(launches: pl.DataFrame, metrics: Metrics,
+                buckets: int = UTILIZATION_BUCKETS) -> pl.DataFrame:
+    """GPU busy % in equal time buckets across the window (any stream busy counts as busy)."""
+    schema = {"bucket_start_ns": pl.Int64, "bucket_end_ns": pl.Int64, "busy_pct": pl.Float64}
+    if launches.is_empty() or metrics.span_ns <= 0 or metrics.window_start_ns is None:
+        return pl.DataFrame(schema=schema)
+    edges = np.linspace(metrics.window_start_ns, metrics.window_end_ns, buckets + 1).astype(np.int64)
+    merged = intervals.merge(launches)
+    busy = intervals.covered_between(merged, edges[:-1], edges[1:])
+    width = np.maximum(edges[1:] - edges[:-1], 1)
+    return pl.DataFrame({"bucket_start_ns": edges[:-1], "bucket_end_ns": edges[1:],
+                         "busy_pct": 100.0 * busy / width}, schema=schema)
+
+
+def stream_summary(views: Views) -> pl.DataFrame:
+    keys = ["rank", "device", "stream"]
+    acts = views.launches
+    if acts.is_empty():
+        return pl.DataFrame(schema={k: pl.Int64 for k in [*keys, "kernel_count", "busy_ns"]})
+    busy = (
+        acts.group_by(keys)
+        .agg(kernel_count=(pl.col("kind") == "kernel").sum().cast(pl.Int64),
+             activity_count=pl.len().cast(pl.Int64),
+             busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    )
+    idle = views.idle_gaps.group_by(keys).agg(
+        *(pl.col("duration_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns")
+          for c in ("host_wait", "kernel_wait", "other"))
+    )
+    return busy.join(idle, on=keys, how="left").fill_null(0).sort(keys)
+
+
+def rank_table(by_rank: dict[int, Metrics]) -> pl.DataFrame:
+    return pl.DataFrame([m.to_dict() for _, m in sorted(by_rank.items())])

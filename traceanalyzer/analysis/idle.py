@@ -1,0 +1,82 @@
+"""GPU idle gaps per stream, classified by cause as HTA does.
+
+For each stream, GPU activities (kernels, copies, memsets) are sorted by start. Every gap between
+the end of one activity and the start of the next is idle time on that stream, classified as::
+
+    stream  ██ prev ██|<------ gap ------>|██ next ██
+    CPU            launch of next: ──[call]──
+                                    ^ starts after prev ended  -> host wait
+    (otherwise)  gap shorter than KERNEL_WAIT_THRESHOLD_NS   -> kernel wait
+    (otherwise)                                                -> other
+
+Host wait means the GPU had nothing queued: it waited for the CPU to issue work. Kernel wait is
+the short, unavoidable gap between back-to-back launches. The threshold is HTA's (30 µs).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: HTA's threshold between "kernel wait" and "other" idle time.
+KERNEL_WAIT_THRESHOLD_NS = 30_000
+
+STREAM_KEYS = ["rank", "device", "stream"]
+RANK_KEYS = ["rank"]
+
+
+def idle_gaps(launches: pl.DataFrame, steps: pl.DataFrame | None = None,
+              kernel_wait_threshold_ns: int = KERNEL_WAIT_THRESHOLD_NS,
+              keys: list[str] | None = None) -> pl.DataFrame:
+    """One row per gap: rank, device, stream, start_ns, end_ns, duration_ns, cause, step,
+    prev_name, next_name, next_correlation, next_launch_start_ns, next_op_name.
+
+    ``keys`` groups the activities whose gaps are measured: per stream by default (HTA's idle
+    time breakdown); ``RANK_KEYS`` gives the gaps in the union of all of a rank's GPU activity,
+    whose durations add up to exactly span - busy.
+    """
+    keys = keys or STREAM_KEYS
+    gaps = (
+        launches.lazy()
+        .sort([*keys, "start_ns"])
+        .with_columns(
+            prev_end=pl.col("end_ns").cum_max().shift(1).over(keys),
+            prev_name=pl.col("name").shift(1).over(keys),
+        )
+        .filter(pl.col("prev_end").is_not_null(), pl.col("start_ns") > pl.col("prev_end"))
+        .select(
+            *keys,
+            *(pl.col(c) for c in STREAM_KEYS if c not in keys),
+            start_ns="prev_end",
+            end_ns="start_ns",
+            duration_ns=pl.col("start_ns") - pl.col("prev_end"),
+            cause=pl.when(pl.col("launch_start_ns") > pl.col("prev_end"))
+            .then(pl.lit("host_wait"))
+            .when(pl.col("start_ns") - pl.col("prev_end") < kernel_wait_threshold_ns)
+            .then(pl.lit("kernel_wait"))
+            .otherwise(pl.lit("other")),
+            prev_name="prev_name",
+            next_name="name",
+            next_correlation="correlation",
+            next_launch_start_ns="launch_start_ns",
+            next_op_name="op_name",
+        )
+        .collect()
+    )
+    return assign_steps(gaps, steps)
+
+
+def assign_steps(frame: pl.DataFrame, steps: pl.DataFrame | None, at: str = "start_ns") -> pl.DataFrame:
+    """Add a ``step`` column: the step whose CPU range contains ``frame[at]`` (null if none)."""
+    if steps is None or steps.is_empty() or frame.is_empty():
+        return frame.with_columns(step=pl.lit(None, pl.Int64))
+    ranges = steps.select("rank", "step", step_start="start_ns", step_end="end_ns").sort("step_start")
+    joined = (
+        frame.with_row_index("_row")
+        .sort(at)
+        .join_asof(ranges, left_on=at, right_on="step_start", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns(step=pl.when(pl.col(at) < pl.col("step_end")).then(pl.col("step")))
+        .sort("_row")
+        .drop("_row", "step_start", "step_end")
+    )
+    return joined

@@ -1,0 +1,118 @@
+"""Derived views over a canonical trace, computed once and shared by metrics and rules.
+
+Rules read these by name (also as tables in their SQL queries): ``gpu``, ``cpu``,
+``annotations``, ``syncs``, ``counters``, ``steps``, ``launches``, ``idle_gaps``,
+``kernel_summary``. Each view is computed on first use and cached.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import polars as pl
+
+from traceanalyzer.analysis.idle import RANK_KEYS, assign_steps, idle_gaps
+from traceanalyzer.analysis.kernels import kernel_summary
+from traceanalyzer.analysis.launches import launches
+from traceanalyzer.analysis.metrics import compute_metrics
+from traceanalyzer.analysis.result import Metrics
+from traceanalyzer.analysis.steps import find_steps
+from traceanalyzer.model import Trace
+
+TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "steps", "launches",
+               "idle_gaps", "gpu_idle_gaps", "kernel_summary")
+
+
+class Views:
+    """Lazily computed, cached derived frames of one trace. Never mutates the trace."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.meta = trace.meta
+
+    @property
+    def gpu(self) -> pl.DataFrame:
+        return self.trace.gpu
+
+    @property
+    def cpu(self) -> pl.DataFrame:
+        return self.trace.cpu
+
+    @property
+    def annotations(self) -> pl.DataFrame:
+        return self.trace.annotations
+
+    @property
+    def syncs(self) -> pl.DataFrame:
+        return self.trace.syncs
+
+    @property
+    def counters(self) -> pl.DataFrame:
+        return self.trace.counters
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        return find_steps(self.trace)
+
+    @cached_property
+    def launches(self) -> pl.DataFrame:
+        """GPU activity + launching call (see analysis.launches), with the step it was launched in."""
+        frame = launches(self.trace).with_columns(
+            _at=pl.coalesce("launch_start_ns", "start_ns")
+        )
+        return assign_steps(frame, self.steps, at="_at").drop("_at")
+
+    @cached_property
+    def idle_gaps(self) -> pl.DataFrame:
+        return idle_gaps(self.launches, self.steps)
+
+    @cached_property
+    def gpu_idle_gaps(self) -> pl.DataFrame:
+        """Gaps in the union of each rank's GPU activity: when no stream was busy."""
+        return idle_gaps(self.launches, self.steps, keys=RANK_KEYS)
+
+    @cached_property
+    def kernel_summary(self) -> pl.DataFrame:
+        return kernel_summary(self.gpu)
+
+    @cached_property
+    def ranks(self) -> list[int]:
+        ranks = set(self.gpu["rank"].unique().to_list()) | set(self.cpu["rank"].unique().to_list())
+        return sorted(r for r in ranks if r is not None) or [self.meta.rank]
+
+    @cached_property
+    def metrics_by_rank(self) -> dict[int, Metrics]:
+        out = {}
+        for rank in self.ranks:
+            def of(frame: pl.DataFrame, rank: int = rank) -> pl.DataFrame:
+                return frame.filter(pl.col("rank") == rank)
+            out[rank] = compute_metrics(rank, of(self.launches), of(self.cpu), of(self.gpu_idle_gaps),
+                                        of(self.steps))
+        return out
+
+    @cached_property
+    def metrics(self) -> Metrics:
+        """Headline metrics: of the trace's own rank, or the lowest rank present."""
+        by_rank = self.metrics_by_rank
+        return by_rank.get(self.meta.rank) or by_rank[min(by_rank)]
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        """The analyzed window: from the first to the last GPU activity (or CPU event)."""
+        m = self.metrics
+        if m.window_start_ns is not None and m.window_end_ns is not None:
+            return m.window_start_ns, m.window_end_ns
+        if self.cpu.is_empty():
+            return None
+        return int(self.cpu["start_ns"].min()), int(self.cpu["end_ns"].max())
+
+    def device_sm_count(self, device: int | None) -> int | None:
+        dev = self.meta.device(device)
+        if dev is not None and dev.sm_count:
+            return dev.sm_count
+        counts = {d.sm_count for d in self.meta.devices if d.sm_count}
+        return counts.pop() if len(counts) == 1 else None
+
+    def tables(self) -> dict[str, pl.DataFrame]:
+        """All views by name, for SQL queries."""
+        return {name: getattr(self, name) for name in TABLE_NAMES}
