@@ -82,6 +82,7 @@ ANNOTATION_KEYS: dict[str, str] = {
     "rank": "rank",
     "world_size": "world_size",
     "kind": "kind_arg",
+    "domain": "domain",
 }
 
 
@@ -338,7 +339,7 @@ class _Decoder:
         tracks = list(te.extra_counter_track_uuids) + list(te.extra_double_counter_track_uuids)
         tracks = tracks or seq.default_counter_tracks
         values = [float(v) for v in te.extra_counter_values] + list(te.extra_double_counter_values)
-        for track, value in zip(tracks, values):
+        for track, value in zip(tracks, values, strict=False):
             self.ct_track.append(track)
             self.ct_ts.append(ts)
             self.ct_value.append(value)

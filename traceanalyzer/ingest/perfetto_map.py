@@ -37,16 +37,23 @@ RUNTIME_CATS = ("cuda_runtime", "hip_api", "hip_runtime_api", "rccl_api")
 DRIVER_CATS = ("cuda_driver", "hsa_api", "hip_driver")
 ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation", "marker_api", "nvtx", "roctx")
 SYNC_CATS = ("cuda_sync",)
+#: Host categories with a fixed CPU kind (Kineto's names, rocprofv3's, and our writer's).
+CPU_CAT_KIND = {
+    "cpu_op": "op",
+    "operator": "op",
+    "python_function": "python",
+    "cpu_other": "other",
+    **{c: "runtime" for c in RUNTIME_CATS},
+    **{c: "driver" for c in DRIVER_CATS},
+}
+#: Categories that are not trace activity: Kineto's profiler span, our writer's meta and findings.
+IGNORED_CATS = ("trace", "traceanalyzer", "traceanalyzer_finding")
 #: Host categories that never become GPU activity, even on a track that looks like a GPU.
-HOST_CATS = RUNTIME_CATS + DRIVER_CATS + ANNOTATION_CATS + SYNC_CATS + (
-    "cpu_op",
-    "python_function",
-    "trace",
-)
+HOST_CATS = tuple(CPU_CAT_KIND) + ANNOTATION_CATS + SYNC_CATS + IGNORED_CATS
 ROCPROF_CATS = ("kernel_dispatch", "memory_copy", "hip_api", "hsa_api", "marker_api", "rccl_api")
 
 _GPU_TRACK = re.compile(r"^(?:COMPUTE|COPY)\b|\bGPU\b|\bAGENT\s*\[", re.IGNORECASE)
-_DEVICE = re.compile(r"(?:AGENT|GPU)\s*\[?\s*(\d+)", re.IGNORECASE)
+_DEVICE = re.compile(r"(?:AGENT|GPU)\s*\[?\s*(-?\d+)", re.IGNORECASE)
 _STREAM = re.compile(r"(?:STREAM|QUEUE)\s*\[?\s*#?\s*(\d+)", re.IGNORECASE)
 _COPY_TRACK = re.compile(r"^COPY\b")
 
@@ -84,6 +91,7 @@ STR_KEYS = (
     "parent_op",
     "sync_type",
     "kind_arg",
+    "domain",
 )
 
 
@@ -260,13 +268,15 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
         .then(pl.lit("annotations"))
         .when(is_sync)
         .then(pl.lit("syncs"))
+        .when(pl.col("cat").is_in(IGNORED_CATS))
+        .then(pl.lit("ignored"))
         .otherwise(pl.lit("cpu")),
         rank=rank,
         pid=pl.col("track_pid"),
         tid=pl.col("track_tid"),
     )
 
-    gpu = _gpu_frame(ev.filter(pl.col("part") == "gpu"))
+    gpu = _gpu_frame(ev.filter(pl.col("part") == "gpu"), meta.warnings)
     cpu = _cpu_frame(ev.filter(pl.col("part") == "cpu"))
     annotations = _annotation_frame(ev.filter(pl.col("part") == "annotations"))
     syncs = _sync_frame(ev.filter(pl.col("part") == "syncs"))
@@ -286,7 +296,7 @@ def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta)
             meta.world_size = int(first["world_size"])
 
 
-def _gpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
+def _gpu_frame(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     name_l = pl.col("name").str.to_lowercase()
     kind = (
         pl.when(pl.col("cat").is_in(GPU_KERNEL_CATS))
@@ -304,6 +314,18 @@ def _gpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
         pl.col("copy_kind").cast(pl.Enum(COPY_KINDS), strict=False).cast(pl.String),
         pl.col("kind_arg").cast(pl.Enum(COPY_KINDS), strict=False).cast(pl.String),
         pl.col("name").str.extract(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b"),
+        # AMD names copies "CopyHostToDevice"; rocprofv3 "MEMORY_COPY_HOST_TO_DEVICE"
+        name_l.str.replace_all("_", "")
+        .str.extract(r"(hosttodevice|devicetohost|devicetodevice|hosttohost|peertopeer)")
+        .replace(
+            {
+                "hosttodevice": "HtoD",
+                "devicetohost": "DtoH",
+                "devicetodevice": "DtoD",
+                "hosttohost": "HtoH",
+                "peertopeer": "PtoP",
+            }
+        ),
     )
     # Kineto names copies "Memcpy HtoD (Pageable -> Device)"
     src_kind = pl.coalesce(
@@ -329,20 +351,19 @@ def _gpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
         graph_launched=pl.col("graph_launched").cast(pl.Boolean),
     )
     frame = frame.with_columns(category=activity_category(pl.col("kind"), pl.col("name")))
-    return conform(frame.sort("start_ns", "device", "stream"), "gpu")
+    canonical = conform(frame, "gpu")
+    # Same rule as the Kineto reader: identical GPU rows are producer artifacts.
+    deduped = canonical.unique(maintain_order=True)
+    if deduped.height < canonical.height:
+        warnings.append(f"dropped {canonical.height - deduped.height} duplicate GPU events")
+    return deduped.sort("start_ns", "device", "stream", maintain_order=True)
 
 
 def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
     name = pl.col("name")
     kind = (
-        pl.when(pl.col("cat").is_in(RUNTIME_CATS))
-        .then(pl.lit("runtime"))
-        .when(pl.col("cat").is_in(DRIVER_CATS))
-        .then(pl.lit("driver"))
-        .when(pl.col("cat") == "python_function")
-        .then(pl.lit("python"))
-        .when(pl.col("cat") == "cpu_op")
-        .then(pl.lit("op"))
+        pl.when(pl.col("cat").is_in(CPU_CAT_KIND))
+        .then(pl.col("cat").replace_strict(CPU_CAT_KIND, default=None))
         .when(name.str.contains(r"^(?:cuda|hip)[A-Z_]"))
         .then(pl.lit("runtime"))
         .when(name.str.contains(r"^(?:cu[A-Z]|hsa_)"))
@@ -363,10 +384,10 @@ def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
 def _annotation_frame(ev: pl.DataFrame) -> pl.DataFrame:
     step = pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64)
     kind = (
-        pl.when(step.is_not_null())
-        .then(pl.lit("step"))
-        .when(pl.col("cat") == "gpu_user_annotation")
+        pl.when(pl.col("cat") == "gpu_user_annotation")
         .then(pl.lit("gpu_user"))
+        .when(step.is_not_null())
+        .then(pl.lit("step"))
         .when(pl.col("cat").is_in(["marker_api", "nvtx", "roctx"]))
         .then(pl.lit("nvtx"))
         .otherwise(pl.lit("user"))
@@ -374,8 +395,9 @@ def _annotation_frame(ev: pl.DataFrame) -> pl.DataFrame:
     frame = ev.with_columns(
         kind=kind,
         step=step,
-        domain=pl.when(pl.col("cat") == "marker_api").then(pl.lit("roctx")),
-        tid=pl.when(pl.col("cat") != "gpu_user_annotation").then(pl.col("tid")),
+        domain=pl.coalesce(
+            "domain", pl.when(pl.col("cat") == "marker_api").then(pl.lit("roctx"))
+        ),
     )
     return conform(frame.sort("start_ns"), "annotations")
 
