@@ -23,6 +23,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -30,6 +31,12 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -1,0 +1,412 @@
+"""``--html``: a self-contained, single-file report for people.
+
+One file with inline CSS, SVG and one inline script; it fetches nothing, so it opens from disk or
+an e-mail attachment. It stays small for any trace: tables show the top rows, charts are
+aggregated, and the timeline embeds a few capped windows (see :mod:`.timeline`).
+
+Safety: every string that comes from a trace goes through :func:`esc` (HTML-escaped, quotes
+included). The timeline's data travels as a JSON block whose ``<``, ``>``, ``&`` and U+2028/9 are
+\\u-escaped, so no string can close the block. A Content-Security-Policy allows only the one
+script of the report (by hash) and no network at all, so even a missed escape could not run or
+load anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path, PurePath
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer import __version__
+from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.findings import Finding
+from traceanalyzer.model import Trace
+from traceanalyzer.report import charts
+from traceanalyzer.report._common import (
+    finite,
+    fmt_ns,
+    fmt_pct,
+    pct_of,
+    safe_url,
+    sorted_findings,
+    write_text_atomic,
+)
+from traceanalyzer.report.charts import cat_class, esc
+from traceanalyzer.report.timeline import timeline_data
+
+_ASSETS = Path(__file__).parent / "assets"
+CSS = (_ASSETS / "report.css").read_text(encoding="utf-8")
+JS = (_ASSETS / "report.js").read_text(encoding="utf-8")
+_JS_HASH = base64.b64encode(hashlib.sha256(JS.encode("utf-8")).digest()).decode("ascii")
+CSP = (f"default-src 'none'; script-src 'sha256-{_JS_HASH}'; style-src 'unsafe-inline'; "
+       "img-src data:; base-uri 'none'; form-action 'none'")
+
+TOP_KERNELS = 50
+TOP_OPERATORS = 30
+MAX_EVIDENCE_ROWS = 20
+MAX_EVIDENCE_COLS = 10
+MAX_WARNINGS = 50
+#: Where a rule's full documentation lives (repository-relative).
+RULES_DOC = "docs/rules.md"
+
+
+def json_for_script(obj: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``: nothing can close it."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def render_html(result: AnalysisResult, trace: Trace | None = None) -> str:
+    """The report as one HTML string. Pass ``trace`` to draw the per-stream GPU timeline."""
+    findings = sorted_findings(result.findings)
+    tl = timeline_data(result, trace)
+    name = PurePath(result.meta.path).name or result.meta.path
+    body = [
+        _header(result, name),
+        _nav(),
+        _headline(result),
+        _findings(findings, tl is not None),
+        _timeline(tl),
+        _charts(result),
+        _tables(result),
+        _rules(result),
+        _warnings(result),
+        _footer(),
+    ]
+    data = json_for_script(tl) if tl is not None else "null"
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        '<meta name="referrer" content="no-referrer">'
+        f"<title>traceanalyzer: {esc(name)}</title><style>{CSS}</style></head>\n<body>\n"
+        + "\n".join(body)
+        + f'\n<script type="application/json" id="ta-data">{data}</script>\n'
+        + f"<script>{JS}</script>\n</body></html>\n"
+    )
+
+
+def write_html(result: AnalysisResult, path: str | os.PathLike[str],
+               trace: Trace | None = None) -> None:
+    """Write the HTML report of ``result`` to ``path`` (atomically)."""
+    write_text_atomic(path, render_html(result, trace))
+
+
+# -- sections -----------------------------------------------------------------------------------
+
+
+def _header(result: AnalysisResult, name: str) -> str:
+    meta, m = result.meta, result.metrics
+    devices = []
+    for d in sorted(meta.devices, key=lambda d: d.id):
+        bits = [f"GPU {d.id}: {d.name or 'unknown'}"]
+        if d.sm_count:
+            bits.append(f"{d.sm_count} SMs")
+        if d.memory_bytes:
+            bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
+        if d.compute_capability:
+            bits.append(f"sm_{d.compute_capability.replace('.', '')}")
+        devices.append(", ".join(bits))
+    window = "–"
+    if m.window_start_ns is not None and m.window_end_ns is not None:
+        window = (f"{fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
+                  f"{m.window_end_ns:,} ns)")
+    steps = "none found"
+    if result.steps is not None and not result.steps.is_empty() and "step" in result.steps.columns:
+        nums = result.steps["step"].drop_nulls()
+        steps = f"{result.steps.height}"
+        if not nums.is_empty():
+            steps += f" (#{nums.min()} – #{nums.max()})"
+    elif m.step_count:
+        steps = str(m.step_count)
+    rows = [
+        ("File", f'<span class="mono break">{esc(meta.path)}</span>'),
+        ("Format", esc(meta.source_format) + (f" · {esc(meta.profiler)}" if meta.profiler else "")),
+        ("Devices", "<br>".join(esc(d) for d in devices) or "not recorded"),
+        ("Rank", f"{meta.rank} of world size {meta.world_size}"),
+        ("Window", esc(window)),
+        ("Steps", esc(steps)),
+    ]
+    dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return (f'<header id="summary"><div class="muted">traceanalyzer report</div>'
+            f"<h1>{esc(name)}</h1><dl class=\"meta\">{dl}</dl></header>")
+
+
+def _nav() -> str:
+    links = [("headline", "Headline"), ("findings", "Findings"), ("timeline", "Timeline"),
+             ("charts", "Charts"), ("kernels", "Kernels"), ("operators", "Operators"),
+             ("rules", "Rules"), ("warnings", "Warnings")]
+    return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
+
+
+def _card(label: str, value: str, sub: str = "") -> str:
+    return (f'<div class="card"><div class="k">{esc(label)}</div><div class="v">{esc(value)}</div>'
+            f'<div class="s">{esc(sub)}</div></div>')
+
+
+def _headline(result: AnalysisResult) -> str:
+    m = result.metrics
+    span = m.span_ns
+
+    def p(x: Any) -> str:
+        return fmt_pct(pct_of(x, span))
+
+    cards = [
+        _card("Step time (mean)", fmt_ns(m.step_time_mean_ns) if m.step_count else "no steps",
+              f"p50 {fmt_ns(m.step_time_p50_ns)} · p95 {fmt_ns(m.step_time_p95_ns)}"
+              if m.step_count else ""),
+        _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)} window"),
+        _card("GPU idle", p(m.idle_ns),
+              f"host wait {p(m.idle_host_wait_ns)} · kernel wait {p(m.idle_kernel_wait_ns)} · "
+              f"other {p(m.idle_other_ns)}"),
+        _card("Compute", p(m.compute_ns), f"{m.kernel_count:,} kernels"),
+        _card("Communication", p(m.communication_ns),
+              f"exposed {p(m.exposed_communication_ns)} · overlap "
+              f"{fmt_pct(m.comm_overlap_pct)}"),
+        _card("Memcpy / memset", p(m.memory_ns),
+              f"{m.memcpy_count:,} copies · {m.memset_count:,} sets"),
+        _card("Kernels per step",
+              "–" if m.kernels_per_step is None else f"{m.kernels_per_step:,.0f}",
+              f"{m.step_count} steps"),
+        _card("Launch overhead", fmt_pct(m.launch_overhead_pct),
+              f"launch→start p50 {fmt_ns(m.launch_delay_p50_ns)} · p95 "
+              f"{fmt_ns(m.launch_delay_p95_ns)}"),
+    ]
+    return f'<section id="headline"><h2>Headline</h2><div class="cards">{"".join(cards)}</div></section>'
+
+
+def _evidence_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    cols: list[str] = []
+    for r in rows[:MAX_EVIDENCE_ROWS]:
+        for k in r:
+            if k not in cols:
+                cols.append(k)
+    cols = cols[:MAX_EVIDENCE_COLS]
+    head = "".join(f'<th class="{_num_class(k, rows)}">{esc(k)}</th>' for k in cols)
+    body = []
+    for r in rows[:MAX_EVIDENCE_ROWS]:
+        cells = "".join(_evidence_cell(k, r.get(k)) for k in cols)
+        body.append(f"<tr>{cells}</tr>")
+    more = (f'<p class="muted">{len(rows) - MAX_EVIDENCE_ROWS} more rows in the JSON '
+            "report.</p>" if len(rows) > MAX_EVIDENCE_ROWS else "")
+    return (f"<details><summary>Evidence ({len(rows)} rows)</summary><table><thead><tr>{head}"
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table>{more}</details>")
+
+
+def _num_class(key: str, rows: list[dict[str, Any]]) -> str:
+    v = rows[0].get(key)
+    return "num" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+
+
+def _evidence_cell(key: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return f"<td>{esc('' if value is None else value)}</td>"
+    if isinstance(value, (int, float)):
+        if key.endswith("_ns") and key not in ("start_ns", "end_ns"):
+            return f'<td class="num">{esc(fmt_ns(value))}</td>'
+        if key.endswith("_pct"):
+            return f'<td class="num">{esc(fmt_pct(value))}</td>'
+        text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}"
+        return f'<td class="num">{esc(text)}</td>'
+    return f'<td class="name">{esc(value)}</td>'
+
+
+def _findings(findings: list[Finding], has_timeline: bool) -> str:
+    if not findings:
+        return ('<section id="findings"><h2>Findings</h2><p>No rule fired on this trace. See '
+                '<a href="#rules">rules</a> for what was checked.</p></section>')
+    out = [f'<section id="findings"><h2>Findings ({len(findings)}, most costly first)</h2>']
+    for i, f in enumerate(findings):
+        sev = f.severity if f.severity in ("critical", "high", "medium", "low", "info") else "info"
+        impact = f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)"
+        if f.impact_per_step_ns is not None:
+            impact += f", {fmt_ns(f.impact_per_step_ns)} per step"
+        refs = [u for u in (safe_url(r) for r in f.references) if u]
+        links = [f'<a href="#rule-{esc(_anchor(f.slug))}">Rule {esc(f.rule_id)} docs</a>']
+        if has_timeline and any("start_ns" in r for r in f.evidence):
+            links.append(f'<a class="tl-link" href="#timeline" data-finding="{i}">'
+                         "Show on timeline</a>")
+        links += [f'<a href="{esc(u)}" rel="noreferrer noopener">{esc(_host(u))}</a>'
+                  for u in refs]
+        rank = f" · rank {f.rank}" if f.rank is not None else ""
+        out.append(
+            f'<article class="finding sev-{sev}" id="finding-{i}">'
+            f'<h3><span class="badge sev-{sev}">{esc(f.severity)}</span> '
+            f'<code>{esc(f.rule_id)}</code> {esc(f.title)}</h3>'
+            f"<div>{esc(f.message)}</div>"
+            f'<div class="impact">{esc(impact)}{esc(rank)}</div>'
+            f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>'
+            f"{_evidence_table(f.evidence)}"
+            f'<div class="links">{"".join(links)}</div></article>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _anchor(slug: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in str(slug))
+
+
+def _host(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0] or url
+
+
+def _timeline(tl: dict[str, Any] | None) -> str:
+    if tl is None:
+        return ('<section id="timeline"><h2>GPU timeline</h2><p class="muted">No timeline: the '
+                "report was made without the trace's GPU activity (the <code>analyze</code> "
+                "command draws it).</p></section>")
+    legend = "".join(f'<span class="key {cat_class(c)}"></span>{esc(c)}' for c in tl["categories"])
+    return (
+        '<section id="timeline"><h2>GPU timeline</h2>'
+        '<p class="muted">Per-stream GPU activity. Shaded: the whole GPU is idle. Orange marks: '
+        "where findings occur (their stream's lane is outlined).</p>"
+        '<div class="tl-controls" id="tl-controls" hidden><label>Window <select id="tl-window">'
+        '</select></label><button type="button" id="tl-in">Zoom in</button>'
+        '<button type="button" id="tl-out">Zoom out</button>'
+        '<button type="button" id="tl-reset">Reset</button></div>'
+        '<div id="tl-wrap" hidden><canvas id="tl-canvas" height="120"></canvas>'
+        '<div id="tl-tip"></div></div>'
+        '<p class="muted" id="tl-info"></p>'
+        '<p class="muted" id="tl-nojs">The timeline needs JavaScript.</p>'
+        f'<p class="legend">{legend}</p></section>'
+    )
+
+
+def _charts(result: AnalysisResult) -> str:
+    return (
+        '<section id="charts"><h2>Charts</h2>'
+        "<h3>GPU utilization over time</h3>" + charts.utilization_svg(result.utilization)
+        + "<h3>Step time breakdown</h3>" + charts.steps_svg(result.steps)
+        + "<h3>Top kernels by GPU time</h3>" + charts.kernels_svg(result.kernels)
+        + "<h3>GPU time by category</h3>" + charts.categories_bar(result.categories)
+        + "</section>"
+    )
+
+
+def _table(head: list[tuple[str, str]], rows: list[list[str]]) -> str:
+    th = "".join(f'<th class="{c}">{t}</th>' for t, c in head)
+    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _num(text: str) -> str:
+    return f'<td class="num">{esc(text)}</td>'
+
+
+def _tables(result: AnalysisResult) -> str:
+    out = ['<section id="kernels"><h2>Top kernels</h2>']
+    k = result.kernels
+    if k is None or k.is_empty():
+        out.append('<p class="muted">No kernels.</p>')
+    else:
+        rows = []
+        for r in k.sort("total_ns", descending=True).head(TOP_KERNELS).to_dicts():
+            rows.append([
+                f'<td class="name">{esc(r["name"])}</td>',
+                f'<td><span class="key {cat_class(r.get("category"))}"></span>'
+                f'{esc(r.get("category"))}</td>',
+                _num(f"{r.get('instances', 0):,}"), _num(fmt_ns(r.get("total_ns"))),
+                _num(fmt_ns(r.get("mean_ns"))), _num(fmt_pct(r.get("pct_gpu_time"))),
+            ])
+        out.append(_table([("Kernel", ""), ("Category", ""), ("Count", "num"),
+                           ("Total", "num"), ("Mean", "num"), ("% GPU time", "num")], rows))
+        if k.height > TOP_KERNELS:
+            out.append(f'<p class="muted">Top {TOP_KERNELS} of {k.height:,} kernel names; the '
+                       "JSON report lists all.</p>")
+    out.append('</section><section id="operators"><h2>Top operators by GPU time</h2>')
+    ops = result.operators
+    if ops is None or ops.is_empty():
+        out.append('<p class="muted">No CPU operators linked to GPU work in this trace.</p>')
+    else:
+        total = finite(result.metrics.busy_ns)
+        rows = []
+        for r in ops.sort("gpu_ns", descending=True).head(TOP_OPERATORS).to_dicts():
+            rows.append([f'<td class="name">{esc(r["name"])}</td>',
+                         _num(fmt_ns(r.get("gpu_ns"))), _num(fmt_pct(pct_of(r.get("gpu_ns"), total))),
+                         _num(f"{r.get('kernel_count') or 0:,}"), _num(f"{r.get('calls') or 0:,}")])
+        out.append(_table([("Operator", ""), ("GPU time", "num"), ("% of busy", "num"),
+                           ("Kernels", "num"), ("Calls", "num")], rows))
+    out.append("</section>")
+    st = result.streams
+    if st is not None and not st.is_empty():
+        out.append('<section id="streams"><h2>Streams</h2>')
+        rows = []
+        for r in st.sort(["device", "stream"], nulls_last=True).head(64).to_dicts():
+            rows.append([_num(str(r.get("device"))), _num(str(r.get("stream"))),
+                         _num(f"{r.get('kernel_count') or 0:,}"), _num(fmt_ns(r.get("busy_ns"))),
+                         _num(fmt_ns(r.get("idle_host_wait_ns"))),
+                         _num(fmt_ns(r.get("idle_kernel_wait_ns"))),
+                         _num(fmt_ns(r.get("idle_other_ns")))])
+        out.append(_table([("Device", "num"), ("Stream", "num"), ("Kernels", "num"),
+                           ("Busy", "num"), ("Idle: host wait", "num"),
+                           ("Idle: kernel wait", "num"), ("Idle: other", "num")], rows))
+        out.append("</section>")
+    if result.ranks is not None and not result.ranks.is_empty():
+        out.append('<section id="ranks"><h2>Ranks</h2>' + _frame_table(result.ranks) + "</section>")
+    return "".join(out)
+
+
+def _frame_table(frame: pl.DataFrame, limit: int = 64) -> str:
+    rows = []
+    for r in frame.head(limit).to_dicts():
+        rows.append([_evidence_cell(k, v) for k, v in r.items()])
+    return _table([(esc(c), "") for c in frame.columns], rows)
+
+
+_STATUS_TEXT = {"fired": "fired", "quiet": "quiet", "not_applicable": "not applicable"}
+
+
+def _rules(result: AnalysisResult) -> str:
+    outs = sorted(result.rule_outcomes, key=lambda o: (o.rule_id, o.slug))
+    fired = {f.slug: f for f in result.findings}
+    if not outs:
+        return '<section id="rules"><h2>Rules</h2><p class="muted">No rules ran.</p></section>'
+    rows = []
+    for o in outs:
+        f = fired.get(o.slug)
+        what = esc(o.reason) if o.reason else (esc(f.title) if f else "")
+        if f is not None and f.fix:
+            what += f'<div class="muted">Fix: {esc(f.fix)}</div>'
+        status = o.status if o.status in _STATUS_TEXT else "quiet"
+        rows.append([
+            f'<td id="rule-{esc(_anchor(o.slug))}"><code>{esc(o.rule_id)}</code></td>',
+            f"<td><code>{esc(o.slug)}</code></td>",
+            f'<td class="status-{status}">{esc(_STATUS_TEXT.get(o.status, o.status))}</td>',
+            f"<td>{what}</td>",
+        ])
+    return ('<section id="rules"><h2>Rules</h2><p class="muted">Every rule that ran, and what '
+            "it did. <i>Not applicable</i> means the trace lacks what the rule needs. Each rule's "
+            f"rationale, thresholds and examples are in <code>{RULES_DOC}</code> under its slug."
+            "</p>" + _table([("Id", ""), ("Rule", ""), ("Status", ""), ("Details", "")], rows)
+            + "</section>")
+
+
+def _warnings(result: AnalysisResult) -> str:
+    w = result.meta.warnings
+    if not w:
+        return ('<section id="warnings"><h2>Trace warnings</h2><p class="muted">None: the trace '
+                "was read without problems.</p></section>")
+    items = "".join(f"<li>{esc(x)}</li>" for x in w[:MAX_WARNINGS])
+    more = (f'<p class="muted">… and {len(w) - MAX_WARNINGS} more.</p>'
+            if len(w) > MAX_WARNINGS else "")
+    return (f'<section id="warnings"><h2>Trace warnings ({len(w)})</h2>'
+            f'<ul class="warnings">{items}</ul>{more}</section>')
+
+
+def _footer() -> str:
+    return (
+        f"<footer>Made by traceanalyzer {esc(__version__)}. To see findings on the full "
+        "timeline, run <code>traceanalyzer analyze TRACE --annotate annotated.json</code> and "
+        "open the file in <a href=\"https://ui.perfetto.dev\" rel=\"noreferrer\">ui.perfetto.dev"
+        "</a> or <code>chrome://tracing</code>: findings appear on a track named "
+        "<i>traceanalyzer findings</i>.</footer>"
+    )
