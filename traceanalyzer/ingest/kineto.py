@@ -87,14 +87,59 @@ def _open(path: Path) -> BinaryIO:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return GzipStream(open(path, "rb"))  # type: ignore[return-value]
     return open(path, "rb")
+
+
+class GzipStream(io.RawIOBase):
+    """Streaming gzip decompression that keeps what it decoded when the input is cut short.
+
+    ``gzip.GzipFile`` discards a whole ``read()`` worth of output when the stream ends early; a
+    profiler killed mid-write leaves exactly such a file, and its events must not be lost.
+    """
+
+    def __init__(self, raw: BinaryIO, block: int = 4 << 20) -> None:
+        self.raw, self.block = raw, block
+        self.decomp = zlib.decompressobj(wbits=31)
+        self.pending = b""
+        self.truncated = False
+        self.done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        size = size if size >= 0 else 1 << 62
+        parts, have = [self.pending], len(self.pending)
+        while have < size and not self.done:
+            data = self.raw.read(self.block)
+            if not data:
+                if not self.decomp.eof:
+                    self.truncated = True
+                self.done = True
+                break
+            out = self.decomp.decompress(data)
+            while self.decomp.eof and self.decomp.unused_data:  # concatenated gzip members
+                rest = self.decomp.unused_data
+                self.decomp = zlib.decompressobj(wbits=31)
+                out += self.decomp.decompress(rest)
+            parts.append(out)
+            have += len(out)
+        joined = b"".join(parts)
+        self.pending = joined[size:]
+        return joined[:size]
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> pl.DataFrame:
     frames = []
     for chunk in _chunks_until_damage(stream, scan):
         frames.append(_decode_chunk(chunk, scan))
+    if getattr(stream, "truncated", False):
+        scan.warnings.append("the gzip stream ends early; kept the events it holds")
     if not frames:
         return pl.DataFrame(schema=EVENT_SCHEMA)
     return pl.concat(frames, how="vertical_relaxed", rechunk=False)

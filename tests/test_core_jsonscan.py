@@ -1,0 +1,91 @@
+"""The structural scanner that splits traceEvents into NDJSON must agree with a real JSON parser."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
+
+
+def split(data: bytes, chunk: int = 1 << 20) -> tuple[list[dict], ScanResult]:
+    scan = ScanResult()
+    lines = b"".join(iter_ndjson_chunks(io.BytesIO(data), scan, chunk_bytes=chunk))
+    return [json.loads(line) for line in lines.splitlines() if line.strip()], scan
+
+
+NASTY = [
+    {"name": 'a "quoted" {brace} [bracket], comma', "ph": "X", "ts": 1, "args": {}},
+    {"name": "back\\slash\\", "ph": "X", "ts": 2, "args": {"x": "\\\\\""}},
+    {"name": "}]},{[", "ph": "X", "ts": 3, "args": {"nested": {"a": [1, {"b": "]"}]}}},
+    {"name": "line\nbreak\ttab \u2028 é 漢字 </script>", "ph": "X", "ts": 4},
+    {"name": "", "ph": "i", "ts": 5, "args": {"empty": {}, "list": []}},
+]
+
+
+@pytest.mark.parametrize("indent", [None, 0, 2])
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_nasty_strings_and_any_chunking(indent, chunk):
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0}], "traceEvents": NASTY,
+           "traceName": "x]}"}
+    events, scan = split(json.dumps(doc, indent=indent).encode(), chunk)
+    assert events == NASTY
+    assert not scan.truncated
+    meta = json.loads(scan.metadata_json)
+    assert meta["traceName"] == "x]}" and meta["traceEvents"] == []
+
+
+def test_bare_array_form():
+    events, scan = split(json.dumps(NASTY).encode(), 16)
+    assert events == NASTY
+    assert json.loads(scan.metadata_json) == []
+
+
+def test_trace_events_key_after_other_arrays_and_in_strings():
+    doc = {"note": '"traceEvents": [', "deviceProperties": [[1], {"traceEvents": [9]}],
+           "traceEvents": NASTY[:2]}
+    events, _ = split(json.dumps(doc).encode(), 5)
+    assert events == NASTY[:2]
+
+
+@pytest.mark.parametrize("cut", [10, 100, 200, 300, 400])
+def test_truncation_keeps_complete_events(cut):
+    data = json.dumps({"traceEvents": NASTY}, indent=1).encode()
+    events, scan = split(data[: len(data) - cut], 32)
+    assert scan.truncated
+    assert events == NASTY[: len(events)]
+    assert len(events) < len(NASTY)
+
+
+def test_not_a_trace():
+    for data in (b'{"foo": 1}', b'{"a": "traceEvents"}', b"   "):
+        with pytest.raises(NotATrace):
+            split(data)
+    events, scan = split(b"[")  # an array cut right after it opened: empty and truncated
+    assert events == [] and scan.truncated
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**62), 2**62) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+events_strategy = st.lists(
+    st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "M"]), "name": st.text(max_size=30),
+                           "ts": st.integers(0, 2**50)}, optional={"args": json_values}),
+    max_size=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=events_strategy, indent=st.sampled_from([None, 1, 4]), chunk=st.integers(1, 300))
+def test_property_scanner_equals_json_parser(events, indent, chunk):
+    data = json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=indent,
+                      ensure_ascii=False).encode()
+    parsed, scan = split(data, chunk)
+    assert parsed == events
+    assert not scan.truncated

@@ -1,0 +1,176 @@
+"""Kineto ingest on real public traces and on small traces built here."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import KinetoBuilder, public_kineto
+
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest import load, sniff
+from traceanalyzer.ingest.kineto import EVENT_SCHEMA, _build_trace, _read_metadata, read_kineto
+from traceanalyzer.ingest.jsonscan import ScanResult
+
+
+def reference_read(path: Path):
+    """The slow reference parser: the standard library's json, then the same frame building."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    ndjson = "\n".join(json.dumps(e) for e in events).encode()
+    frame = pl.read_ndjson(io.BytesIO(ndjson), schema=EVENT_SCHEMA, ignore_errors=True)
+    scan = ScanResult(metadata_json=json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}
+                                               if isinstance(doc, dict) else []).encode())
+    return _build_trace(frame, _read_metadata(path, scan))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", public_kineto(), ids=lambda p: p.name)
+def test_public_trace_matches_reference_parser(path):
+    fast, slow = read_kineto(path), reference_read(path)
+    fast.validate()
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name
+    # Kernel counts agree with a plain count of the JSON.
+    with gzip.open(path, "rb") as fh:
+        doc = json.load(fh)
+    events = doc["traceEvents"]
+    n_kernels = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    assert fast.gpu.filter(pl.col("kind") == "kernel").height == n_kernels
+
+
+def test_units_and_links(tmp_path, kineto):
+    kineto.step(1, 0, 100)
+    kineto.op("aten::mm", 10, 20, ext=5, **{"Input Dims": [[8, 16], [16, 32]],
+                                           "Input type": ["float", "float"]})
+    kineto.launch("ampere_sgemm_64x64_nn", 12.5, 3.25, 40.001, 10.5, ext=5)
+    trace = read_kineto(kineto.write(tmp_path / "t.json"))
+    trace.validate()
+    k = trace.gpu.row(0, named=True)
+    assert (k["start_ns"], k["end_ns"]) == (40_001, 50_501)
+    assert k["category"] == "gemm" and k["grid_x"] == 132 and k["device"] == 0
+    rt = trace.cpu.filter(pl.col("kind") == "runtime").row(0, named=True)
+    assert rt["correlation"] == k["correlation"] and rt["parent_op"] == "aten::mm"
+    op = trace.cpu.filter(pl.col("kind") == "op").row(0, named=True)
+    assert json.loads(op["input_dims"]) == [[8, 16], [16, 32]]
+    assert trace.annotations.filter(pl.col("kind") == "step")["step"].to_list() == [1]
+    assert trace.meta.devices[0].sm_count == 132
+
+
+def test_ns_floats_are_exact(tmp_path, kineto):
+    kineto.launch("k", 4203669603771.0, 1.0, 4203669603771.648, 6.88)
+    k = read_kineto(kineto.write(tmp_path / "t.json")).gpu.row(0, named=True)
+    assert k["start_ns"] == 4203669603771648
+    assert k["end_ns"] - k["start_ns"] == 6880
+
+
+def test_string_and_empty_pids(tmp_path, kineto):
+    kineto.launch("k", 1, 1, 2, 1)
+    kineto.events.append({"ph": "X", "cat": "cpu_op", "name": "x", "pid": "Spans", "tid": "",
+                          "ts": 1, "dur": 1})
+    kineto.events.append({"ph": "M", "name": "process_name", "pid": "", "args": {"name": "x"}})
+    trace = read_kineto(kineto.write(tmp_path / "t.json"))
+    assert trace.cpu.filter(pl.col("name") == "x")["pid"].to_list() == [None]
+
+
+def test_memcpy_kinds(tmp_path, kineto):
+    kineto.launch("Memcpy HtoD (Pageable -> Device)", 1, 5, 10, 5, cat="gpu_memcpy",
+                  api="cudaMemcpyAsync", bytes=4096)
+    g = read_kineto(kineto.write(tmp_path / "t.json")).gpu.row(0, named=True)
+    assert (g["kind"], g["copy_kind"], g["src_kind"], g["dst_kind"], g["bytes"]) == (
+        "memcpy", "HtoD", "pageable", "device", 4096)
+
+
+@pytest.mark.slow
+def test_truncated_real_trace_keeps_complete_events(tmp_path, public_dir):
+    src = public_dir / "kineto" / "hta_alexnet_sync.json.gz"
+    data = gzip.decompress(src.read_bytes())
+    full = read_kineto(src)
+    for fraction in (0.3, 0.6, 0.95):
+        cut = tmp_path / f"cut{fraction}.json"
+        cut.write_bytes(data[: int(len(data) * fraction)])
+        trace = read_kineto(cut)
+        assert any("truncated" in w for w in trace.meta.warnings)
+        assert 0 < trace.cpu.height <= full.cpu.height
+        # Every event kept is a complete event of the original.
+        # (parent_op is derived from other events, so it is left out of the comparison.)
+        cols = [c for c in full.cpu.columns if c != "parent_op"]
+        assert trace.cpu.join(full.cpu, on=cols, how="anti", nulls_equal=True).is_empty()
+    # A truncated gzip stream keeps what it holds too.
+    gz = tmp_path / "cut.json.gz"
+    gz.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    trace = read_kineto(gz)
+    assert trace.meta.warnings and trace.cpu.height > 0
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "is empty"),
+        (b"\x00\x01garbage\xff", "is not a trace"),
+        (b'{"hello": "world"}', "no traceEvents"),
+        (b"\x1f\x8b\x08\x00garbage-gzip", "gzip"),
+    ],
+)
+def test_bad_inputs_raise_input_error(tmp_path, content, problem):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=problem) as info:
+        load(path, use_cache=False)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_directory_and_missing_file(tmp_path):
+    with pytest.raises(InputError, match="directory"):
+        sniff(tmp_path)
+    with pytest.raises(InputError, match="no such file"):
+        sniff(tmp_path / "nope.json")
+
+
+def test_wrong_extension_is_sniffed_by_content(tmp_path, kineto):
+    kineto.launch("k", 1, 1, 2, 1)
+    path = kineto.write(tmp_path / "trace.txt.gz")
+    renamed = path.rename(tmp_path / "trace.sqlite")
+    assert sniff(renamed) == "kineto"
+    assert load(renamed, use_cache=False).gpu.height == 1
+
+
+def test_hostile_values_do_not_crash(tmp_path):
+    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": NaN, "dur": 1},'
+            '{"ph": "X", "cat": "kernel", "name": "k2", "ts": 5, "dur": Infinity, '
+            '"args": {"correlation": 99999999999999999999999, "stream": "seven"}},'
+            '{"ph": "X", "cat": "kernel", "name": "k3", "ts": 5, "dur": -3},'
+            '{"ph": "X", "cat": "kernel", "name": "\xff\xfe", "ts": 1, "dur": 1}]}')
+    path = tmp_path / "t.json"
+    path.write_bytes(text.encode("latin-1"))
+    trace = read_kineto(path)
+    trace.validate()
+    assert set(trace.gpu["name"].to_list()) >= {"k2", "k3"}
+    assert any("negative" in w for w in trace.meta.warnings)
+
+
+def test_cache_roundtrip(tmp_path, kineto):
+    kineto.launch("k", 1, 1, 2, 1)
+    path = kineto.write(tmp_path / "t.json")
+    first = load(path, cache_dir=tmp_path / "cache")
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    second = load(path, cache_dir=tmp_path / "cache")
+    for name, frame in first.frames().items():
+        assert frame.equals(second.frames()[name])
+    assert second.meta.to_dict() == first.meta.to_dict()
+    # A changed file is a new entry.
+    kineto.launch("k2", 3, 1, 4, 1)
+    kineto.write(path)
+    assert load(path, cache_dir=tmp_path / "cache").gpu.height == 2
+
+
+def test_builder_roundtrip_via_gzip(tmp_path):
+    b = KinetoBuilder()
+    b.launch("k", 1, 1, 2, 1)
+    assert read_kineto(b.write(tmp_path / "t.json.gz", indent=None)).gpu.height == 1
