@@ -13,8 +13,8 @@ from conftest import KinetoBuilder, public_kineto
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import load, sniff
-from traceanalyzer.ingest.kineto import EVENT_SCHEMA, _build_trace, _read_metadata, read_kineto
 from traceanalyzer.ingest.jsonscan import ScanResult
+from traceanalyzer.ingest.kineto import EVENT_SCHEMA, _build_trace, _read_metadata, read_kineto
 
 
 def reference_read(path: Path):
