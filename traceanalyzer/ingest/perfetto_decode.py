@@ -506,12 +506,28 @@ def _complete_prefix(buf: bytes, start: int, limit: int = -1) -> tuple[int, int]
     return pos, count
 
 
-def _chunks(fh: IO[bytes], chunk_bytes: int) -> Iterator[bytes]:
+def _chunks(fh: IO[bytes], chunk_bytes: int, warnings: list[str]) -> Iterator[bytes]:
+    # Read in pieces of at most 1 MiB so that a cut-off gzip member loses only its last piece.
+    piece = min(chunk_bytes, 1 << 20)
+    read = getattr(fh, "read1", fh.read)  # read1: one decompression step at a time for gzip
     while True:
-        data = fh.read(chunk_bytes)
-        if not data:
+        parts: list[bytes] = []
+        size = 0
+        try:
+            while size < chunk_bytes:
+                data = read(piece)
+                if not data:
+                    break
+                parts.append(data)
+                size += len(data)
+        except EOFError:
+            warnings.append("the gzip stream ends early (the file is truncated)")
+            if parts:
+                yield b"".join(parts)
             return
-        yield data
+        if not parts:
+            return
+        yield b"".join(parts) if len(parts) > 1 else parts[0]
 
 
 def _feed_each(decoder: _Decoder, buf: bytes) -> int:
@@ -542,7 +558,7 @@ def decode_stream(fh: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> RawTables:
     pending = b""
     total = 0
     warnings: list[str] = []
-    for data in _chunks(fh, chunk_bytes):
+    for data in _chunks(fh, chunk_bytes, warnings):
         total += len(data)
         buf = pending + data if pending else data
         try:
