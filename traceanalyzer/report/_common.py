@@ -106,3 +106,56 @@ def safe_url(url: str) -> str | None:
 def terminal_safe(text: Any) -> str:
     """Untrusted text for one terminal cell: no escape sequences, no newlines."""
     return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+
+
+_NOISE_PREFIXES = ("void ", "at::native::", "(anonymous namespace)::", "at::", "c10::",
+                   "std::", "cutlass::", "cute::")
+
+
+def short_kernel_name(name: Any, limit: int = 90) -> str:
+    """A readable kernel name: parameter lists dropped, common namespaces removed, and template
+    arguments elided below the deepest level that still fits in ``limit`` characters."""
+    s = str(name).replace("(anonymous namespace)::", "")
+    for max_depth in (4, 3, 2, 1):
+        short = _elide(s, max_depth)
+        if len(short) <= limit:
+            return short
+    return short[: limit - 1] + "…"
+
+
+def _elide(s: str, max_depth: int) -> str:
+    out: list[str] = []
+    depth = 0  # template depth
+    paren = 0  # parentheses inside a template argument: always elided to "(…)"
+    for ch in s:
+        if paren:
+            paren += {"(": 1, ")": -1}.get(ch, 0)
+            continue
+        if ch == "(":
+            if depth == 0 and out and out[-1] != " ":  # the parameter list: drop it
+                break
+            if depth > 0:
+                paren = 1
+                if depth <= max_depth:
+                    out.append("(…)")
+                continue
+            out.append(ch)
+            continue
+        if ch == "<":
+            depth += 1
+            if depth <= max_depth:
+                out.append(ch)
+            elif depth == max_depth + 1:
+                out.append("…")
+            continue
+        if ch == ">":
+            if depth <= max_depth:
+                out.append(ch)
+            depth = max(depth - 1, 0)
+            continue
+        if depth <= max_depth:
+            out.append(ch)
+    short = "".join(out)
+    for prefix in _NOISE_PREFIXES:
+        short = short.replace(prefix, "")
+    return " ".join(short.split()) or s

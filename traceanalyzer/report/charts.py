@@ -10,14 +10,14 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.model import CATEGORIES
-from traceanalyzer.report._common import finite, fmt_ns, fmt_pct
+from traceanalyzer.report._common import finite, fmt_ns, fmt_pct, short_kernel_name
 
 MAX_UTIL_POINTS = 600
 MAX_STEP_BARS = 200
 TOP_KERNEL_BARS = 15
 
-W, H = 900, 220  # viewBox of the time charts
-PAD_L, PAD_R, PAD_T, PAD_B = 48, 12, 10, 26
+W, H = 900, 180  # viewBox of the time charts
+PAD_L, PAD_R, PAD_T, PAD_B = 64, 12, 10, 26
 
 
 def esc(text: Any) -> str:
@@ -149,7 +149,7 @@ def kernels_svg(kernels: pl.DataFrame | None) -> str:
     if kernels is None or kernels.is_empty():
         return '<p class="muted">No kernels.</p>'
     top = kernels.sort("total_ns", descending=True).head(TOP_KERNEL_BARS).to_dicts()
-    row_h, label_w, w = 22, 360, W
+    row_h, label_w, w = 22, 400, W
     h = row_h * len(top) + 8
     biggest = max(finite(r["total_ns"]) or 0 for r in top) or 1
     out = []
@@ -157,7 +157,7 @@ def kernels_svg(kernels: pl.DataFrame | None) -> str:
         y = 4 + i * row_h
         bw = (w - label_w - 120) * (finite(r["total_ns"]) or 0) / biggest
         name = str(r["name"])
-        short = name if len(name) <= 52 else name[:51] + "…"
+        short = short_kernel_name(name, 54)
         tip = (f"{name} — {r.get('category')} — {fmt_ns(r['total_ns'])} in "
                f"{r.get('instances', '?')} launches ({fmt_pct(r.get('pct_gpu_time'))} of GPU time)")
         out.append(

@@ -33,6 +33,7 @@ from traceanalyzer.report._common import (
     fmt_pct,
     pct_of,
     safe_url,
+    short_kernel_name,
     sorted_findings,
     write_text_atomic,
 )
@@ -103,16 +104,22 @@ def write_html(result: AnalysisResult, path: str | os.PathLike[str],
 
 def _header(result: AnalysisResult, name: str) -> str:
     meta, m = result.meta, result.metrics
-    devices = []
+    # Identical GPUs (the usual 8x node) are listed once, with their ids.
+    groups: dict[str, list[int]] = {}
     for d in sorted(meta.devices, key=lambda d: d.id):
-        bits = [f"GPU {d.id}: {d.name or 'unknown'}"]
+        bits = [d.name or "unknown GPU"]
         if d.sm_count:
             bits.append(f"{d.sm_count} SMs")
         if d.memory_bytes:
             bits.append(f"{d.memory_bytes / 2**30:.0f} GiB")
         if d.compute_capability:
             bits.append(f"sm_{d.compute_capability.replace('.', '')}")
-        devices.append(", ".join(bits))
+        groups.setdefault(", ".join(bits), []).append(d.id)
+    devices = [
+        (f"{len(ids)} × {desc} (GPUs {_id_ranges(ids)})" if len(ids) > 1
+         else f"GPU {ids[0]}: {desc}")
+        for desc, ids in groups.items()
+    ]
     window = "–"
     if m.window_start_ns is not None and m.window_end_ns is not None:
         window = (f"{fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
@@ -136,6 +143,20 @@ def _header(result: AnalysisResult, name: str) -> str:
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
     return (f'<header id="summary"><div class="muted">traceanalyzer report</div>'
             f"<h1>{esc(name)}</h1><dl class=\"meta\">{dl}</dl></header>")
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0–3, 5"."""
+    out: list[str] = []
+    start = prev = ids[0]
+    for i in [*ids[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(f"{start}–{prev}" if prev > start else f"{start}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(out)
 
 
 def _nav() -> str:
@@ -311,7 +332,8 @@ def _tables(result: AnalysisResult) -> str:
         rows = []
         for r in k.sort("total_ns", descending=True).head(TOP_KERNELS).to_dicts():
             rows.append([
-                f'<td class="name">{esc(r["name"])}</td>',
+                f'<td class="name" title="{esc(r["name"])}">'
+                f'{esc(short_kernel_name(r["name"], 110))}</td>',
                 f'<td><span class="key {cat_class(r.get("category"))}"></span>'
                 f'{esc(r.get("category"))}</td>',
                 _num(f"{r.get('instances', 0):,}"), _num(fmt_ns(r.get("total_ns"))),
@@ -330,7 +352,8 @@ def _tables(result: AnalysisResult) -> str:
         total = finite(result.metrics.busy_ns)
         rows = []
         for r in ops.sort("gpu_ns", descending=True).head(TOP_OPERATORS).to_dicts():
-            rows.append([f'<td class="name">{esc(r["name"])}</td>',
+            rows.append([f'<td class="name" title="{esc(r["name"])}">'
+                         f'{esc(short_kernel_name(r["name"], 110))}</td>',
                          _num(fmt_ns(r.get("gpu_ns"))), _num(fmt_pct(pct_of(r.get("gpu_ns"), total))),
                          _num(f"{r.get('kernel_count') or 0:,}"), _num(f"{r.get('calls') or 0:,}")])
         out.append(_table([("Operator", ""), ("GPU time", "num"), ("% of busy", "num"),

@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import CATEGORIES, Trace
-from traceanalyzer.report._common import fmt_ns, sorted_findings
+from traceanalyzer.report._common import fmt_ns, short_kernel_name, sorted_findings
 
 MAX_RECTS = 5000
 MAX_WINDOWS = 6
@@ -60,6 +60,7 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
         "origin_ns": origin,
         "categories": list(CATEGORIES),
         "names": names.table,
+        "short": [short_kernel_name(n, 80) for n in names.table],
         "windows": windows,
         "marks": marks,
         "finding_windows": _finding_window_index(result, windows, origin),

@@ -113,7 +113,7 @@
       if (x1 - x0 > 60) {
         ctx.save(); ctx.beginPath(); ctx.rect(x0, y0, x1 - x0 - 2, H); ctx.clip();
         ctx.fillStyle = "#fff";
-        ctx.fillText(data.names[r[3]], x0 + 3, y0 + r[0] * LANE_H + LANE_H / 2);
+        ctx.fillText(data.short[r[3]], x0 + 3, y0 + r[0] * LANE_H + LANE_H / 2);
         ctx.restore();
       }
     });

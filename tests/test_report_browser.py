@@ -1,0 +1,152 @@
+"""The HTML report in a real headless Chromium: it renders, errs nothing, fetches nothing, and
+no string from a trace can run script. Screenshots land in tests/artifacts/ for a human look."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
+
+from traceanalyzer.report.cdp import Browser, find_browser
+from traceanalyzer.report.html import write_html
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "tests" / "artifacts"
+PUBLIC = REPO.parent / "shared" / "traces" / "public"
+SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "kernels", "operators",
+            "rules", "warnings"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not find_browser():
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    with Browser() as b:
+        yield b
+
+
+def problems(browser: Browser, report: Path) -> list[str]:
+    """Console errors, uncaught exceptions, dialogs and any request other than the report."""
+    own = report.resolve().as_uri()
+    out = []
+    for ev in browser.events:
+        m, p = ev["method"], ev.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            out.append(f"exception: {p['exceptionDetails'].get('text')}")
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "warning", "assert"):
+            out.append(f"console.{p['type']}: {p.get('args')}")
+        elif m == "Log.entryAdded" and p["entry"].get("level") in ("error", "warning"):
+            out.append(f"log: {p['entry'].get('text')}")
+        elif m == "Page.javascriptDialogOpening":
+            out.append(f"dialog: {p.get('message')}")
+        elif m == "Network.requestWillBeSent" and p["request"]["url"] != own:
+            out.append(f"request: {p['request']['url']}")
+    return out
+
+
+def exercise(browser: Browser) -> None:
+    """Use the timeline as a person would: every window, every finding link, hover, zoom."""
+    browser.evaluate("""(() => {
+        const c = document.getElementById('tl-canvas');
+        if (!c) return;
+        const sel = document.getElementById('tl-window');
+        for (let i = 0; i < sel.options.length; i++) {
+            sel.value = String(i); sel.dispatchEvent(new Event('change'));
+        }
+        document.querySelectorAll('a.tl-link').forEach(a => a.click());
+        const r = c.getBoundingClientRect();
+        for (let x = 0; x < r.width; x += 7) for (let y = 2; y < r.height; y += 9)
+            c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + x, clientY: r.top + y}));
+        c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + 300,
+                                                 clientY: r.top + 30, cancelable: true}));
+        document.getElementById('tl-in').click(); document.getElementById('tl-reset').click();
+        c.dispatchEvent(new MouseEvent('dblclick'));
+    })()""")
+    browser.drain(0.2)
+
+
+def test_report_renders_without_errors_or_requests(browser, tmp_path):
+    trace = make_trace()
+    report = tmp_path / "report.html"
+    write_html(make_result(trace), report, trace)
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    for sec in SECTIONS:
+        assert browser.evaluate(f"!!document.getElementById('{sec}')"), sec
+    assert browser.evaluate("document.querySelectorAll('article.finding').length") == 2
+    assert browser.evaluate("document.getElementById('tl-wrap').hidden") is False
+    assert browser.evaluate("document.getElementById('tl-window').options.length") >= 2
+    assert browser.evaluate("document.getElementById('tl-canvas').width") > 100
+    assert browser.evaluate("document.querySelectorAll('svg.chart').length") == 3
+    assert "not applicable" in browser.evaluate("document.getElementById('rules').textContent")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "report_light.png")
+    browser.open(report, dark=True)
+    assert browser.evaluate(
+        "getComputedStyle(document.documentElement).getPropertyValue('--bg').trim()") == "#14171d"
+    browser.screenshot(ARTIFACTS / "report_dark.png")
+    assert (ARTIFACTS / "report_dark.png").stat().st_size > 10_000
+
+
+def test_injection_runs_no_script(browser, tmp_path):
+    trace, result = hostile_trace_and_result()
+    report = tmp_path / "evil.html"
+    write_html(result, report, trace)
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    assert browser.evaluate("typeof window.__pwned") == "undefined"
+    # The hostile strings are shown as text, intact.
+    text = browser.evaluate("document.body.innerText")
+    for s in HOSTILE[:7]:
+        assert s in text or s.replace("/", "_") in text, s
+    # Nothing from the trace became an element, an attribute or a link.
+    assert browser.evaluate("document.querySelectorAll('img, svg [onload], iframe, textarea, "
+                            "a[href^=\"javascript\"], [onerror]').length") == 0
+    assert browser.evaluate("document.scripts.length") == 2  # the data block and the report's own
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "report_injection.png")
+
+
+def test_report_without_trace_has_no_timeline(browser, tmp_path):
+    report = tmp_path / "notrace.html"
+    write_html(make_result(), report)
+    browser.open(report)
+    assert problems(browser, report) == []
+    assert browser.evaluate("!!document.getElementById('tl-canvas')") is False
+
+
+def _public_traces():
+    if not PUBLIC.is_dir():
+        return []
+    return sorted(p for p in PUBLIC.glob("*/*") if p.suffix in (".gz", ".json", ".sqlite"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _public_traces(), ids=lambda p: p.name)
+def test_public_trace_reports_render(browser, tmp_path, path):
+    import traceanalyzer
+    from traceanalyzer.errors import TraceAnalyzerError
+
+    try:
+        from traceanalyzer.analysis import analyze_trace
+
+        trace = traceanalyzer.load(path, use_cache=False)
+        result = analyze_trace(trace)
+    except (ImportError, NotImplementedError) as exc:
+        pytest.skip(f"analysis not available yet: {exc}")
+    except TraceAnalyzerError as exc:
+        pytest.skip(f"trace not readable: {exc}")
+    report = tmp_path / f"{path.name}.html"
+    write_html(result, report, trace)
+    assert report.stat().st_size < 3_000_000
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    assert browser.evaluate("!!document.getElementById('findings')")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / f"public_{path.name}.png", full_page=False)
