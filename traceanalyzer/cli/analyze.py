@@ -27,24 +27,37 @@ from traceanalyzer.findings import SEVERITIES, severity_rank
               help="Exit with code 1 when a finding has this severity or worse (for CI gating).")
 @click.option("--top", default=10, show_default=True, help="Kernels to list in the summary.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
+@click.option("--steps", "steps", help="Analyze only these ProfilerSteps: N or FIRST-LAST.")
+@click.option("--time-window", "time_window",
+              help="Analyze only START:END after the first event, e.g. 100ms:2s.")
+@click.option("--ranks", "ranks", help="Analyze only these ranks, e.g. 0,3.")
 @rule_options
 @cache_options
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
             markdown_path: Path | None, annotate_path: Path | None, fail_on: str | None,
-            top: int, no_rules: bool, rule_config: Any, use_cache: bool,
-            cache_dir: Path | None) -> None:
+            top: int, no_rules: bool, steps: str | None, time_window: str | None,
+            ranks: str | None, rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
     GPU time went and what to fix."""
     from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.window import (
+        Selection,
+        narrow,
+        parse_ranks,
+        parse_steps,
+        parse_time_window,
+    )
     from traceanalyzer.ingest import load
 
+    selection = Selection(steps=parse_steps(steps), time_window_ns=parse_time_window(time_window),
+                          ranks=parse_ranks(ranks))
     outputs = [p for p in (json_path, html_path, markdown_path, annotate_path) if p]
     if len(traces) > 1 and outputs:
         raise UsageError("--json/--html/--markdown/--annotate take one trace; use `traceanalyzer "
                          "batch` for many")
     worst = -1
     for path in traces:
-        trace = load(path, use_cache=use_cache, cache_dir=cache_dir)
+        trace = narrow(load(path, use_cache=use_cache, cache_dir=cache_dir), selection)
         result = analyze_trace(trace, rule_config=rule_config, rules=not no_rules)
         click.echo(render_summary(result, top=top))
         _write_outputs(result, trace, path, json_path, html_path, markdown_path, annotate_path)
