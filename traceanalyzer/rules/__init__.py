@@ -1,0 +1,22 @@
+"""Rules: YAML rule files, their engine and the built-in detectors.
+
+``evaluate(views, config)`` runs the active rules on a trace's derived views;
+``load_config(...)`` builds a :class:`RuleConfig` from ``--rules``, ``--set``, ``--enable``,
+``--disable`` and a ``traceanalyzer.yaml`` project config. See docs/rules.md.
+"""
+
+from __future__ import annotations
+
+from traceanalyzer.rules.engine import evaluate
+from traceanalyzer.rules.loader import RuleConfig, builtin_rules_dir, load_config, load_rules
+from traceanalyzer.rules.schema import Parameter, Rule
+
+__all__ = [
+    "Parameter",
+    "Rule",
+    "RuleConfig",
+    "builtin_rules_dir",
+    "evaluate",
+    "load_config",
+    "load_rules",
+]

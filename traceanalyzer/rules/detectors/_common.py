@@ -1,0 +1,157 @@
+"""Small Polars helpers shared by the detectors: interval overlap, step assignment, enclosing
+operators and source lines.
+
+Idle gaps, their causes, steps and launches come from :class:`traceanalyzer.analysis.views.Views`
+and the interval algebra from :mod:`traceanalyzer.analysis.intervals`; nothing here redoes them.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.analysis import intervals
+
+#: Frames of the Python stack that are library code, not the user's: skipped when naming the
+#: source line of an event.
+_LIBRARY_FRAME = r"(?i)site-packages|dist-packages|/torch/|^torch/|<built-in|<frozen|threading\.py|runpy\.py|/lib/python3"
+
+NS_PER_US = 1_000
+NS_PER_MS = 1_000_000
+
+
+def overlap_ns(
+    items: pl.DataFrame, cover: pl.DataFrame, *, name: str = "overlap_ns"
+) -> pl.DataFrame:
+    """Add ``name``: how much of each item's [start_ns, end_ns) the union of ``cover`` overlaps,
+    per rank (and per device when both frames have one)."""
+    if items.height == 0 or cover.height == 0:
+        return items.with_columns(pl.lit(0, dtype=pl.Int64).alias(name))
+    by = [k for k in ("rank", "device") if k in items.columns and k in cover.columns]
+    parts = []
+    indexed = items.with_row_index("_row")
+    for key, group in indexed.group_by(by, maintain_order=True):
+        mask = pl.all_horizontal(pl.col(k) == v for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
+        merged = intervals.merge(cover.filter(mask))
+        covered = intervals.covered_between(
+            merged, group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
+        )
+        parts.append(group.with_columns(pl.Series(name, covered, dtype=pl.Int64)))
+    return pl.concat(parts).sort("_row").drop("_row")
+
+
+def assign_step(frame: pl.DataFrame, steps: pl.DataFrame, *, at: str = "start_ns") -> pl.DataFrame:
+    """Add ``step``: the step whose [start_ns, end_ns) holds ``frame[at]`` (null outside steps)."""
+    if "step" in frame.columns:
+        frame = frame.drop("step")
+    if steps.height == 0 or frame.height == 0:
+        return frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("step"))
+    marks = steps.select(
+        pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end"), "step"
+    ).sort("_step_start")
+    out = (
+        frame.with_row_index("_row")
+        .sort(at)
+        .join_asof(marks, left_on=at, right_on="_step_start", strategy="backward")
+        .with_columns(
+            pl.when(pl.col(at) < pl.col("_step_end")).then(pl.col("step")).alias("step")
+        )
+        .sort("_row")
+        .drop("_row", "_step_start", "_step_end")
+    )
+    return out
+
+
+def in_steps(frame: pl.DataFrame, steps: pl.DataFrame, *, at: str = "start_ns") -> pl.DataFrame:
+    """Rows inside a step, or every row when the trace marks no steps."""
+    if steps.height == 0:
+        return assign_step(frame, steps, at=at)
+    return assign_step(frame, steps, at=at).filter(pl.col("step").is_not_null())
+
+
+def source_line(call_stack: pl.Expr) -> pl.Expr:
+    """The innermost frame of a ';'-separated Python stack that is user code, not a library."""
+    frames = call_stack.str.split(";").list.eval(
+        pl.element().str.strip_chars().filter(
+            (pl.element().str.len_chars() > 0) & ~pl.element().str.contains(_LIBRARY_FRAME)
+        )
+    )
+    return frames.list.first()
+
+
+def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") -> pl.DataFrame:
+    """Add ``name``: the outermost framework operator on the same thread that encloses each call.
+
+    Falls back to the ingestor's ``parent_op``. Meant for the few calls a rule cares about (syncs,
+    copies), not for every event.
+    """
+    ops = cpu.filter(pl.col("kind") == "op").select(
+        "rank", "pid", "tid", pl.col("name").alias("_op"),
+        pl.col("start_ns").alias("_os"), pl.col("end_ns").alias("_oe"),
+    )
+    indexed = calls.with_row_index("_row")
+    if ops.height == 0 or indexed.height == 0:
+        out = indexed
+        found = None
+    else:
+        pairs = indexed.select("_row", "rank", "pid", "tid", "start_ns", "end_ns").join(
+            ops, on=["rank", "pid", "tid"], how="inner"
+        ).filter((pl.col("_os") <= pl.col("start_ns")) & (pl.col("_oe") >= pl.col("end_ns")))
+        found = pairs.sort("_os").group_by("_row").agg(pl.col("_op").first())
+        out = indexed.join(found, on="_row", how="left")
+    if found is None:
+        out = out.with_columns(pl.lit(None, dtype=pl.String).alias("_op"))
+    fallback = pl.col("parent_op") if "parent_op" in out.columns else pl.lit(None, dtype=pl.String)
+    return out.with_columns(pl.coalesce("_op", fallback).alias(name)).drop("_row", "_op")
+
+
+def window_length(views: object) -> int:
+    window = getattr(views, "window", None)
+    if not window or window[0] is None or window[1] is None:
+        return 0
+    return max(0, int(window[1]) - int(window[0]))
+
+
+def step_count(views: object) -> int:
+    steps = getattr(views, "steps", None)
+    return 0 if steps is None else int(steps.height)
+
+
+def own_rank(views: object, frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the rank the analyzed window belongs to (a trace may hold several ranks)."""
+    if frame.height == 0 or "rank" not in frame.columns:
+        return frame
+    rank = views.metrics.rank  # type: ignore[attr-defined]
+    return frame.filter(pl.col("rank") == rank)
+
+
+def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",
+                  start: str = "start_ns", end: str = "end_ns") -> pl.DataFrame:
+    """Add ``source``: the innermost user-code Python frame (``with_stack=True``) on the same thread
+    that encloses each call, e.g. ``train.py(42): step``; null when stacks were not recorded.
+
+    Meant for the few calls a rule reports (syncs, copies), not for every event.
+    """
+    frames = cpu.filter(pl.col("kind") == "python", ~pl.col("name").str.contains(_LIBRARY_FRAME))
+    indexed = calls.with_row_index("_row")
+    if frames.height == 0 or indexed.height == 0:
+        return calls.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
+    pairs = (
+        indexed.select("_row", "rank", pl.col(tid).alias("_tid"), pl.col(start).alias("_s"),
+                       pl.col(end).alias("_e"))
+        .join(frames.select("rank", pl.col("tid").alias("_tid"), pl.col("name").alias("_src"),
+                            pl.col("start_ns").alias("_ps"), pl.col("end_ns").alias("_pe")),
+              on=["rank", "_tid"], how="inner")
+        .filter((pl.col("_ps") <= pl.col("_s")) & (pl.col("_pe") >= pl.col("_e")))
+        .sort("_ps", descending=True)
+        .group_by("_row")
+        .agg(pl.col("_src").first().alias("source"))
+    )
+    return indexed.join(pairs, on="_row", how="left").sort("_row").drop("_row")
+
+
+def ms(ns: float | int | None) -> float:
+    return 0.0 if ns is None else float(ns) / NS_PER_MS
+
+
+def pct(part: float | int, whole: float | int) -> float:
+    return 100.0 * float(part) / float(whole) if whole else 0.0

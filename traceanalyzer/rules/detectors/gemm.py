@@ -1,0 +1,207 @@
+"""Detectors about matrix multiplies: FP32/TF32 GEMMs and shapes that do not suit tensor cores."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
+from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct
+
+#: Kernel names that say the GEMM runs in 16-bit or 8-bit precision (checked first).
+HALF_KERNEL = r"(?i)bf16|f16|fp16|half|hgemm|h1688|h16816|h884|e4m3|e5m2|fp8|imma|int8"
+#: Kernel names that say FP32 (SIMT) or TF32 tensor-core math.
+FP32_KERNEL = r"(?i)sgemm|tf32|s1688|s16816|s884|s161616|f32f32_f32|gemm_f32|_fp32|gemmsn|gemv2t|gemvnsp|dgemm"
+#: Recorded operator input types that are 32/64-bit floating point.
+FP32_TYPES = r'"(float|double)"'
+HALF_TYPES = r"BFloat16|Half|Float8"
+#: Leaf GEMM operators (they launch the kernels; aten::linear/matmul call into them) and the
+#: positions of their two matrix inputs.
+GEMM_OPS = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1),
+            "aten::baddbmm": (1, 2), "aten::addbmm": (1, 2), "aten::_scaled_mm": (0, 1)}
+
+
+def first_input_dims(dims: pl.Expr) -> pl.Expr:
+    """Shape of an operator's first input from Kineto's ``Input Dims`` JSON text, as a list of ints.
+
+    Inputs can be nested (tensor lists), so the text is not decoded as a whole: the first
+    innermost ``[...]`` is the first tensor's shape.
+    """
+    return dims.str.extract(r"(\[[0-9,\s-]*\])", 1).str.json_decode(pl.List(pl.Int64))
+
+
+def op_inputs(views) -> pl.DataFrame:
+    """Operators with recorded inputs, one per (rank, external_id): the innermost (last started)."""
+    return (
+        views.cpu.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
+        .sort("start_ns")
+        .unique(["rank", "external_id"], keep="last", maintain_order=True)
+        .select("rank", "external_id", pl.col("name").alias("input_op"), "input_dims", "input_types")
+    )
+
+
+def _kernels_with_ops(views) -> pl.DataFrame:
+    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    return kernels.join(op_inputs(views), on=["rank", "external_id"], how="left").with_columns(
+        dur=pl.col("end_ns") - pl.col("start_ns")
+    )
+
+
+@detector(
+    "fp32_matmul",
+    params=("min_gpu_time_pct", "expected_speedup_ratio"),
+    fields=("fp32_ms", "fp32_pct", "kernel_count", "tf32_pct", "top_kernel", "top_op"),
+)
+def fp32_matmul(views, p: Params) -> Detection | None:
+    """GEMM kernels in FP32/TF32 (by kernel name, or by the operator's recorded input dtypes) on a
+    GPU with BF16/FP16 tensor cores, when they take ``min_gpu_time_pct`` of kernel time."""
+    caps = [d.compute_capability for d in views.meta.devices if d.compute_capability]
+    vendors = {d.vendor for d in views.meta.devices}
+    if caps and "amd" not in vendors:
+        try:
+            if max(float(c) for c in caps) < 7.0:
+                raise NotApplicable("the GPU has no FP16/BF16 tensor cores (compute capability < 7.0)")
+        except ValueError:
+            pass
+    kernels = _kernels_with_ops(views)
+    total = int(kernels["dur"].sum() or 0)
+    gemm = kernels.filter(pl.col("category") == "gemm")
+    if gemm.height == 0 or not total:
+        return None
+    by_types = pl.col("input_types").fill_null("").str.contains(FP32_TYPES) & ~pl.col(
+        "input_types"
+    ).fill_null("").str.contains(HALF_TYPES)
+    fp32 = gemm.filter(
+        ~pl.col("name").str.contains(HALF_KERNEL)
+        & (pl.col("name").str.contains(FP32_KERNEL) | by_types)
+    ).with_columns(tf32=pl.col("name").str.contains(r"(?i)tf32|s1688|s16816|s884|s161616"))
+    fp32_ns = int(fp32["dur"].sum() or 0)
+    if fp32.height == 0 or pct(fp32_ns, total) < p["min_gpu_time_pct"]:
+        return None
+    by_name = fp32.group_by("name").agg(
+        pl.col("dur").sum(), n=pl.len(), op=pl.col("input_op").drop_nulls().mode().first(),
+        types=pl.col("input_types").drop_nulls().first(), stream=pl.col("stream").first(),
+        start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max(),
+    ).sort(["dur", "name"], descending=[True, False])
+    ops = fp32.filter(pl.col("input_op").is_not_null()).group_by("input_op").agg(
+        pl.col("dur").sum()
+    ).sort(["dur", "input_op"], descending=[True, False])
+    evidence = by_name.select(
+        "name", pl.col("n").alias("instances"), (pl.col("dur") / NS_PER_US).alias("total_us"),
+        "op", pl.col("types").alias("input_types"), "stream",
+    )
+    speedup = float(p["expected_speedup_ratio"])
+    return Detection(
+        impact_ns=int(fp32_ns * (1 - 1 / speedup)) if speedup > 1 else 0,
+        fields={
+            "fp32_ms": ms(fp32_ns),
+            "fp32_pct": pct(fp32_ns, total),
+            "kernel_count": fp32.height,
+            "tf32_pct": pct(fp32.filter("tf32")["dur"].sum(), fp32_ns),
+            "top_kernel": by_name["name"][0],
+            "top_op": ops["input_op"][0] if ops.height else None,
+        },
+        evidence=evidence,
+    )
+
+
+def gemm_shapes(views) -> pl.DataFrame:
+    """Leaf GEMM operators with their M, N, K (and batch) from the recorded input shapes."""
+    ops = views.cpu.filter(
+        pl.col("kind") == "op", pl.col("name").is_in(list(GEMM_OPS)),
+        pl.col("input_dims").is_not_null(),
+    )
+    if ops.height == 0:
+        return ops.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("m", "n", "k")))
+    dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
+    first = pl.col("name").replace_strict({k: v[0] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
+    second = pl.col("name").replace_strict({k: v[1] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
+    return (
+        ops.with_columns(_dims=dims, _a=first, _b=second)
+        .with_columns(
+            _ma=pl.col("_dims").list.get(pl.col("_a"), null_on_oob=True),
+            _mb=pl.col("_dims").list.get(pl.col("_b"), null_on_oob=True),
+        )
+        .filter(pl.col("_ma").list.len() >= 2, pl.col("_mb").list.len() >= 2)
+        .with_columns(
+            m=pl.col("_ma").list.get(-2),
+            k=pl.col("_ma").list.get(-1),
+            n=pl.col("_mb").list.get(-1),
+        )
+        .drop("_dims", "_a", "_b", "_ma", "_mb")
+    )
+
+
+@detector(
+    "odd_matmul_shape",
+    params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct"),
+    fields=("odd_ms", "odd_pct", "gemm_count", "shape_count", "top_shape", "top_op"),
+)
+def odd_matmul_shape(views, p: Params) -> Detection | None:
+    """GEMMs whose M, N or K is not a multiple of 8, or whose N or K (the model's dimensions) is
+    at least ``large_dim_count`` and not a multiple of 64, from recorded shapes; fires when they
+    take ``min_gpu_time_pct`` of kernel time."""
+    shapes = own_rank(views, gemm_shapes(views))
+    if shapes.height == 0:
+        return None
+    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
+    gpu = kernels.filter(pl.col("external_id").is_not_null()).group_by("rank", "external_id").agg(
+        gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+        stream=pl.col("stream").first(),
+        kernel=pl.col("name").first(),
+    )
+    shapes = shapes.join(gpu, on=["rank", "external_id"], how="inner")
+
+    def odd8(d: str) -> pl.Expr:
+        return (pl.col(d) >= p["min_dim_count"]) & (pl.col(d) % 8 != 0)
+
+    def odd64(d: str) -> pl.Expr:
+        # M is batch x sequence (data); the x64 rule is for the model's own dimensions N and K.
+        return (d != "m") & (pl.col(d) >= p["large_dim_count"]) & (pl.col(d) % 64 != 0)
+
+    def odd(d: str) -> pl.Expr:
+        return odd8(d) | (odd64(d) if d != "m" else pl.lit(False))
+
+    def tile_waste(d: str) -> pl.Expr:
+        padded = ((pl.col(d) + 63) // 64) * 64
+        return pl.when(odd64(d)).then((padded - pl.col(d)) / padded).otherwise(0.0)
+
+    # Misaligned to 8: the fast tensor-core kernels cannot be used, assume expected_gain_pct.
+    # Aligned to 8 but not 64: only the partial last tile is wasted.
+    gain = (
+        pl.when(odd8("m") | odd8("n") | odd8("k"))
+        .then(pl.lit(float(p["expected_gain_pct"]) / 100.0))
+        .otherwise(pl.max_horizontal(tile_waste("n"), tile_waste("k")))
+    )
+    bad = shapes.filter(odd("m") | odd("n") | odd("k")).with_columns(
+        saving_ns=pl.col("gpu_ns") * gain,
+        odd_dims=pl.concat_str(
+            pl.when(odd("m")).then(pl.lit("M")).otherwise(pl.lit("")),
+            pl.when(odd("n")).then(pl.lit("N")).otherwise(pl.lit("")),
+            pl.when(odd("k")).then(pl.lit("K")).otherwise(pl.lit("")),
+        ),
+        shape=pl.format("M={} N={} K={}", "m", "n", "k"),
+    )
+    odd_ns = int(bad["gpu_ns"].sum() or 0)
+    if bad.height == 0 or not total or pct(odd_ns, total) < p["min_gpu_time_pct"]:
+        return None
+    groups = bad.group_by("name", "shape", "odd_dims").agg(
+        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
+        pl.col("stream").first(), pl.col("input_types").first(),
+    ).sort(["gpu_ns", "shape"], descending=[True, False])
+    evidence = groups.select(
+        pl.col("name").alias("op"), "shape", "odd_dims", "calls",
+        (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"), "kernel", "stream", "input_types",
+    )
+    return Detection(
+        impact_ns=int(bad["saving_ns"].sum() or 0),
+        fields={
+            "odd_ms": ms(odd_ns),
+            "odd_pct": pct(odd_ns, total),
+            "gemm_count": bad.height,
+            "shape_count": groups.height,
+            "top_shape": groups["shape"][0],
+            "top_op": groups["name"][0],
+        },
+        evidence=evidence,
+    )

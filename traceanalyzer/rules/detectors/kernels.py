@@ -1,0 +1,351 @@
+"""Detectors about how work is split into kernels: small grids, unfused elementwise chains,
+unfused attention and per-parameter optimizers."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
+from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct, window_length
+from traceanalyzer.rules.detectors.gemm import first_input_dims, op_inputs
+
+#: Softmax kernels of an unfused attention (fused attention kernels and backward passes are not).
+SOFTMAX_KERNEL = r"(?i)softmax"
+NOT_UNFUSED_SOFTMAX = r"(?i)flash|fmha|sdpa|attention|attn|backward|bwd|logsoftmax|log_softmax"
+#: Optimizer step ranges (PyTorch records ``Optimizer.step#AdamW.step``).
+OPTIMIZER_RANGE = r"(?i)^optimizer\.step#|(^|[^a-z])(optimizer|opt)[_. ]?step([^a-z]|$)"
+#: Kernels of multi-tensor (foreach) and fused optimizers: a few launches for all parameters.
+BATCHED_OPTIMIZER_KERNEL = r"(?i)multi_tensor_apply|foreach|fused_adam|fusedadam|fused_sgd|_fused_|fused.*(adam|sgd|lamb)"
+_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "c10::Float8_e4m3fn": 1,
+                "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
+
+
+def _kernels(views) -> pl.DataFrame:
+    return own_rank(views, views.launches).filter(pl.col("kind") == "kernel").with_columns(
+        dur=pl.col("end_ns") - pl.col("start_ns")
+    )
+
+
+@detector(
+    "small_grid",
+    params=("max_blocks_pct", "min_gpu_time_pct", "min_saving_pct"),
+    fields=("kernel_names", "small_ms", "small_pct", "sm_count", "top_kernel", "top_blocks",
+            "saving_ms"),
+)
+def small_grid(views, p: Params) -> Detection | None:
+    """Kernels launched with fewer blocks than ``max_blocks_pct`` of the device's SMs, per kernel
+    name, when such a kernel takes at least ``min_gpu_time_pct`` of kernel time and the SMs they
+    leave idle cost at least ``min_saving_pct`` of the window (communication kernels excluded:
+    NCCL uses few blocks by design)."""
+    kernels = _kernels(views).filter(pl.col("grid_x").is_not_null())
+    if kernels.height == 0:
+        return None
+    devices = kernels["device"].unique().to_list()
+    sms = {d: views.device_sm_count(d) for d in devices}
+    if not any(sms.values()):
+        raise NotApplicable("the GPU's SM count was not recorded")
+    total = int(_kernels(views)["dur"].sum() or 0)
+    sm_table = pl.DataFrame(
+        {"device": list(sms), "sm_count": [sms[d] for d in sms]},
+        schema={"device": pl.Int32, "sm_count": pl.Int64},
+    )
+    blocks = pl.col("grid_x").cast(pl.Int64) * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
+    small = (
+        kernels.filter(pl.col("category") != "communication")
+        .join(sm_table, on="device", how="inner")
+        .with_columns(blocks=blocks)
+        .filter(pl.col("blocks") * 100 < pl.col("sm_count") * p["max_blocks_pct"])
+    )
+    if small.height == 0 or not total:
+        return None
+    by_name = small.group_by("name").agg(
+        pl.col("dur").sum(), n=pl.len(), blocks=pl.col("blocks").median(),
+        sm_count=pl.col("sm_count").first(), stream=pl.col("stream").first(),
+        op=pl.col("op_name").drop_nulls().first(),
+        # upper bound: the time the idle SMs could have taken off with a full grid
+        saving=(pl.col("dur") * (1 - pl.col("blocks") / pl.col("sm_count"))).sum(),
+    ).filter(pl.col("dur") * 100 >= p["min_gpu_time_pct"] * total).sort(
+        ["dur", "name"], descending=[True, False]
+    )
+    saving = int(by_name["saving"].sum() or 0)
+    window = window_length(views)
+    if by_name.height == 0 or not window or pct(saving, window) < p["min_saving_pct"]:
+        return None
+    small_ns = int(by_name["dur"].sum())
+    evidence = by_name.select(
+        "name", pl.col("n").alias("instances"), "blocks", "sm_count",
+        (pl.col("dur") / NS_PER_US).alias("total_us"),
+        (100.0 * pl.col("dur") / total).alias("gpu_time_pct"), "op", "stream",
+    )
+    return Detection(
+        impact_ns=saving,
+        fields={
+            "saving_ms": ms(saving),
+            "kernel_names": by_name.height,
+            "small_ms": ms(small_ns),
+            "small_pct": pct(small_ns, total),
+            "sm_count": int(by_name["sm_count"][0]),
+            "top_kernel": by_name["name"][0],
+            "top_blocks": float(by_name["blocks"][0]),
+        },
+        evidence=evidence,
+    )
+
+
+def optimizer_ranges(views) -> pl.DataFrame:
+    """Host ranges of optimizer steps: rank, tid, name, start_ns, end_ns."""
+    ann = views.annotations.filter(
+        pl.col("kind").is_in(["user", "nvtx"]), pl.col("name").str.contains(OPTIMIZER_RANGE)
+    ).select("rank", "tid", "name", "start_ns", "end_ns")
+    cpu = views.cpu.filter(
+        pl.col("kind").is_in(["op", "python", "other"]), pl.col("name").str.contains(OPTIMIZER_RANGE)
+    ).select("rank", "tid", "name", "start_ns", "end_ns")
+    return own_rank(views, pl.concat([ann, cpu])).unique(["rank", "tid", "start_ns"]).sort("start_ns")
+
+
+def _in_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame, tag: str) -> pl.DataFrame:
+    """Add ``tag``: start of the range (same rank and host thread) whose span holds the launch."""
+    marks = ranges.select(
+        "rank", pl.col("tid").alias("launch_tid"), pl.col("start_ns").alias(tag),
+        pl.col("end_ns").alias(f"{tag}_end"),
+    ).sort(tag)
+    if kernels.height == 0 or marks.height == 0:
+        return kernels.with_columns(pl.lit(None, pl.Int64).alias(tag),
+                                    pl.lit(None, pl.Int64).alias(f"{tag}_end"))
+    return (
+        kernels.with_row_index("_row")
+        .filter(pl.col("launch_start_ns").is_not_null())
+        .sort("launch_start_ns")
+        .join_asof(marks, left_on="launch_start_ns", right_on=tag, by=["rank", "launch_tid"],
+                   strategy="backward", check_sortedness=False)
+        .with_columns(
+            pl.when(pl.col("launch_start_ns") < pl.col(f"{tag}_end")).then(pl.col(tag)).alias(tag)
+        )
+        .join(kernels.with_row_index("_row").select("_row"), on="_row", how="right")
+        .sort("_row")
+        .drop("_row")
+    )
+
+
+@detector(
+    "unfused_optimizer",
+    params=("min_kernels_count",),
+    fields=("steps_flagged", "kernels_per_step", "batched_kernels_per_step", "kernel_ms",
+            "optimizer_ms", "top_range"),
+)
+def unfused_optimizer(views, p: Params) -> Detection | None:
+    """Optimizer steps that launch at least ``min_kernels_count`` per-parameter kernels (not
+    multi-tensor / fused ones); impact = the step's wall time beyond its kernels' run time."""
+    ranges = optimizer_ranges(views)
+    if ranges.height == 0:
+        raise NotApplicable("no optimizer step was recorded (an Optimizer.step#... range)")
+    kernels = _in_ranges(_kernels(views), ranges, "_opt").filter(pl.col("_opt").is_not_null())
+    if kernels.height == 0:
+        return None
+    per = kernels.group_by("_opt").agg(
+        kernels=pl.len(),
+        batched=pl.col("name").str.contains(BATCHED_OPTIMIZER_KERNEL).sum(),
+        run_ns=pl.col("dur").sum(),
+        gpu_first=pl.col("start_ns").min(),
+        gpu_last=pl.col("end_ns").max(),
+        range_end=pl.col("_opt_end").first(),
+        step=pl.col("step").first(),
+    ).with_columns(per_param=pl.col("kernels") - pl.col("batched"))
+    flagged = per.filter(pl.col("per_param") >= p["min_kernels_count"])
+    if flagged.height == 0:
+        return None
+    flagged = flagged.with_columns(
+        wall_ns=pl.max_horizontal(pl.col("range_end") - pl.col("_opt"),
+                                  pl.col("gpu_last") - pl.col("gpu_first")),
+    ).with_columns(lost_ns=(pl.col("wall_ns") - pl.col("run_ns")).clip(lower_bound=0))
+    names = ranges.filter(pl.col("start_ns").is_in(flagged["_opt"].implode()))
+    evidence = flagged.sort("lost_ns", descending=True).select(
+        pl.col("_opt").alias("start_ns"), pl.max_horizontal("range_end", "gpu_last").alias("end_ns"),
+        "step", "kernels", pl.col("batched").alias("batched_kernels"),
+        (pl.col("run_ns") / NS_PER_US).alias("kernel_run_us"),
+        (pl.col("wall_ns") / NS_PER_US).alias("optimizer_us"),
+    )
+    return Detection(
+        impact_ns=int(flagged["lost_ns"].sum()),
+        fields={
+            "steps_flagged": flagged.height,
+            "kernels_per_step": float(flagged["kernels"].mean()),
+            "batched_kernels_per_step": float(flagged["batched"].mean()),
+            "kernel_ms": ms(flagged["run_ns"].sum()),
+            "optimizer_ms": ms(flagged["wall_ns"].sum()),
+            "top_range": names["name"][0] if names.height else None,
+        },
+        evidence=evidence,
+    )
+
+
+def _first_input_bytes(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add ``tensor_bytes``: size of the operator's first input, from recorded shapes and types."""
+    if "input_dims" not in frame.columns:
+        return frame.with_columns(pl.lit(None, pl.Int64).alias("tensor_bytes"))
+    dims = first_input_dims(pl.col("input_dims"))
+    dtype = pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1)
+    return frame.with_columns(
+        tensor_bytes=dims.list.eval(pl.element().product()).list.first()
+        * dtype.replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    )
+
+
+@detector(
+    "elementwise_chain",
+    params=("min_chain_count", "max_gap_us", "min_saving_pct"),
+    fields=("chain_count", "kernel_count", "chain_ms", "saving_ms", "longest_chain",
+            "hbm_unfused_gb", "hbm_fused_gb"),
+)
+def elementwise_chain(views, p: Params) -> Detection | None:
+    """Runs of at least ``min_chain_count`` back-to-back elementwise/norm kernels on one stream,
+    in one step, over same-sized data (grid x block within 2x), outside optimizer steps. Fused,
+    each run would read and write its data once instead of once per kernel."""
+    kernels = _kernels(views)
+    if kernels.height == 0:
+        return None
+    ranges = optimizer_ranges(views)
+    kernels = _in_ranges(kernels, ranges, "_opt") if ranges.height else kernels.with_columns(
+        pl.lit(None, pl.Int64).alias("_opt"))
+    keys = ["rank", "device", "stream"]
+    threads = (
+        pl.col("grid_x").cast(pl.Int64).fill_null(1) * pl.col("grid_y").fill_null(1)
+        * pl.col("grid_z").fill_null(1) * pl.col("block_x").fill_null(1)
+        * pl.col("block_y").fill_null(1) * pl.col("block_z").fill_null(1)
+    )
+    prev = pl.col("_threads").shift(1).over(keys)
+    k = (
+        kernels.sort(*keys, "start_ns")
+        .with_columns(
+            _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null(),
+            _threads=threads,
+            _gap=pl.col("start_ns") - pl.col("end_ns").shift(1).over(keys),
+        )
+        .with_columns(
+            _break=~pl.col("_ew")
+            | ~pl.col("_ew").shift(1).over(keys).fill_null(False)
+            | (pl.col("_threads") > 2 * prev) | (prev > 2 * pl.col("_threads"))
+            | (pl.col("step").ne_missing(pl.col("step").shift(1).over(keys)))
+            | (pl.col("_gap") > p["max_gap_us"] * NS_PER_US)
+        )
+        .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum().over(keys))
+        .filter("_ew")
+    )
+    chains = (
+        k.group_by(*keys, "_chain")
+        .agg(
+            n=pl.len(), run_ns=pl.col("dur").sum(), start_ns=pl.col("start_ns").min(),
+            end_ns=pl.col("end_ns").max(), step=pl.col("step").first(),
+            first_ext=pl.col("external_id").first(),
+            kernels=pl.col("name").str.slice(0, 60).str.join(" | "),
+            ops=pl.col("op_name").drop_nulls().unique(maintain_order=True).str.join(", "),
+        )
+        .filter(pl.col("n") >= p["min_chain_count"])
+        .with_columns(saving_ns=(pl.col("run_ns") * (1 - 1 / pl.col("n"))).cast(pl.Int64))
+    )
+    window = window_length(views)
+    saving = int(chains["saving_ns"].sum() or 0)
+    if chains.height == 0 or not window or pct(saving, window) < p["min_saving_pct"]:
+        return None
+    chains = chains.join(
+        _first_input_bytes(op_inputs(views)).select(
+            "rank", pl.col("external_id").alias("first_ext"), "tensor_bytes"
+        ),
+        on=["rank", "first_ext"], how="left",
+    )
+    sized = chains.filter(pl.col("tensor_bytes").is_not_null())
+    # Each unfused kernel reads and writes the data at least once; fused, the run does it once.
+    unfused_gb = float((2 * sized["n"] * sized["tensor_bytes"]).sum()) / 1e9 if sized.height else None
+    fused_gb = float((2 * sized["tensor_bytes"]).sum()) / 1e9 if sized.height else None
+    evidence = chains.sort("saving_ns", descending=True).select(
+        "start_ns", "end_ns", "stream", "step", pl.col("n").alias("kernels_in_chain"),
+        (pl.col("run_ns") / NS_PER_US).alias("run_us"),
+        (pl.col("saving_ns") / NS_PER_US).alias("saving_us"), "tensor_bytes", "ops",
+        pl.col("kernels").alias("kernel_names"),
+    )
+    return Detection(
+        impact_ns=saving,
+        fields={
+            "chain_count": chains.height,
+            "kernel_count": int(chains["n"].sum()),
+            "chain_ms": ms(chains["run_ns"].sum()),
+            "saving_ms": ms(saving),
+            "longest_chain": int(chains["n"].max()),
+            "hbm_unfused_gb": unfused_gb,
+            "hbm_fused_gb": fused_gb,
+        },
+        evidence=evidence,
+    )
+
+
+@detector(
+    "unfused_attention",
+    params=("max_distance_count", "min_impact_pct"),
+    fields=("pattern_count", "score_ms", "attention_ms", "top_softmax", "seq_len"),
+)
+def unfused_attention(views, p: Params) -> Detection | None:
+    """Attention as GEMM -> softmax -> GEMM on one stream (up to ``max_distance_count`` kernels
+    apart): the T x T scores go through HBM. Impact = the time of the kernels between the two
+    GEMMs (softmax, scale, mask, dropout), which a fused attention kernel does not spend."""
+    kernels = _kernels(views)
+    if kernels.height == 0:
+        return None
+    keys = ["rank", "device", "stream"]
+    window_k = int(p["max_distance_count"])
+    k = kernels.sort(*keys, "start_ns").with_columns(
+        _idx=pl.int_range(pl.len()).over(keys),
+        _gemm=pl.col("category") == "gemm",
+        _softmax=pl.col("name").str.contains(SOFTMAX_KERNEL)
+        & ~pl.col("name").str.contains(NOT_UNFUSED_SOFTMAX),
+    )
+    # Index of the nearest GEMM before and after each kernel, on its stream.
+    k = k.with_columns(
+        _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
+        _next_gemm=pl.when("_gemm").then("_idx").shift(-1).backward_fill().over(keys),
+    )
+    soft = k.filter(
+        "_softmax",
+        pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
+        pl.col("_next_gemm") - pl.col("_idx") <= window_k,
+    )
+    if soft.height == 0:
+        return None
+    # The kernels strictly between the two GEMMs work on the materialized scores.
+    spans = soft.select(*keys, pl.col("_prev_gemm").alias("_lo"), pl.col("_next_gemm").alias("_hi"),
+                        pl.col("name").alias("softmax"), pl.col("external_id").alias("_ext"),
+                        pl.col("op_name").alias("op"), "step")
+    members = k.join(spans, on=keys, how="inner").filter(
+        pl.col("_idx") >= pl.col("_lo"), pl.col("_idx") <= pl.col("_hi")
+    )
+    per = members.group_by(*keys, "_lo", "_hi").agg(
+        start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max(),
+        score_ns=pl.col("dur").filter(~pl.col("_gemm")).sum(),
+        total_ns=pl.col("dur").sum(), softmax=pl.col("softmax").first(),
+        op=pl.col("op").first(), step=pl.col("step").first(), _ext=pl.col("_ext").first(),
+    )
+    window = window_length(views)
+    score = int(per["score_ns"].sum() or 0)
+    if not window or pct(score, window) < p["min_impact_pct"]:
+        return None
+    shapes = op_inputs(views).select(
+        "rank", pl.col("external_id").alias("_ext"),
+        first_input_dims(pl.col("input_dims")).list.last().alias("seq_len"),
+    )
+    per = per.join(shapes, on=["rank", "_ext"], how="left").sort("score_ns", descending=True)
+    evidence = per.select(
+        "start_ns", "end_ns", "stream", "step", "softmax", "op", "seq_len",
+        (pl.col("score_ns") / NS_PER_US).alias("score_us"),
+        (pl.col("total_ns") / NS_PER_US).alias("attention_us"),
+    )
+    seq = per["seq_len"].drop_nulls()
+    return Detection(
+        impact_ns=score,
+        fields={
+            "pattern_count": per.height,
+            "score_ms": ms(score),
+            "attention_ms": ms(per["total_ns"].sum()),
+            "top_softmax": per["softmax"][0],
+            "seq_len": int(seq.max()) if seq.len() else None,
+        },
+        evidence=evidence,
+    )

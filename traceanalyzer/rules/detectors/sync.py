@@ -1,0 +1,235 @@
+"""Detectors about the host waiting for the device: hidden synchronizations, synchronous copies
+and memsets, and copies from or to pageable memory."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
+from traceanalyzer.rules.detectors._common import (
+    NS_PER_US,
+    attach_source,
+    enclosing_op,
+    ms,
+    own_rank,
+    pct,
+    window_length,
+)
+
+# API names carry a version suffix in Nsight Systems exports (cudaStreamSynchronize_v3020).
+_V = r"(_v\d+)?$"
+#: Calls that block the host until the device (or a stream or event) is done.
+SYNC_API = (
+    r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|Memcpy|Memcpy2D|Memcpy3D)"
+    + _V
+    + r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize|MemcpyDtoH|MemcpyHtoD|MemcpyDtoD)"
+    + _V
+)
+#: Synchronous (blocking) copy and memset API calls, as Nsight's cuda_memcpy_sync and
+#: cuda_memset_sync rules list them.
+SYNC_COPY_API = (
+    r"^(cuda|hip)(Memcpy|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|MemcpyPeer|"
+    r"Memset|Memset2D|Memset3D|MemsetD8|MemsetD16|MemsetD32)" + _V
+    + r"|^cu(MemcpyDtoH|MemcpyHtoD|MemcpyDtoD|MemcpyHtoA|MemcpyAtoH|Memcpy2D|Memcpy3D|"
+    r"MemsetD8|MemsetD16|MemsetD32|MemsetD2D8|MemsetD2D16|MemsetD2D32)" + _V
+)
+_EVIDENCE_SOURCES = 20
+
+
+def _in_steps(views, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
+    """Rows inside a step (or all rows when the trace marks no steps), with their ``step``."""
+    from traceanalyzer.analysis.idle import assign_steps
+
+    steps = views.steps
+    out = assign_steps(frame, steps, at=at)
+    return out.filter(pl.col("step").is_not_null()) if steps.height else out
+
+
+def _idle_after(views, calls: pl.DataFrame) -> pl.DataFrame:
+    """Add ``gpu_idle_after_ns`` and ``_gap``: the GPU idle gap each call's return falls in, from
+    the later of the gap's start and the call's start (earlier idle was not the call's doing)."""
+    gaps = own_rank(views, views.gpu_idle_gaps).select(
+        "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
+    ).sort("_gs")
+    if calls.height == 0 or gaps.height == 0:
+        return calls.with_columns(
+            pl.lit(0, pl.Int64).alias("gpu_idle_after_ns"), pl.lit(None, pl.Int64).alias("_gap")
+        )
+    return (
+        calls.with_row_index("_row")
+        .sort("end_ns")
+        .join_asof(gaps, left_on="end_ns", right_on="_gs", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns(
+            inside=pl.col("_ge").is_not_null() & (pl.col("_ge") > pl.col("end_ns"))
+        )
+        .with_columns(
+            gpu_idle_after_ns=pl.when("inside")
+            .then(pl.col("_ge") - pl.max_horizontal("_gs", "start_ns"))
+            .otherwise(0),
+            _gap=pl.when("inside").then(pl.col("_gs")),
+        )
+        .sort("_row")
+        .drop("_row", "_gs", "_ge", "inside")
+    )
+
+
+@detector(
+    "hidden_sync",
+    params=("min_idle_pct", "min_stall_us"),
+    fields=("sync_count", "stall_ms", "idle_ms", "top_op", "top_op_count", "top_api",
+            "per_step_count"),
+)
+def hidden_sync(views, p: Params) -> Detection | None:
+    """Host-device synchronizations inside the step loop (stream/device/event sync, blocking
+    cudaMemcpy), attributed to the operator that made them; impact = the GPU idle that follows
+    them (each idle gap counted once)."""
+    cpu = own_rank(views, views.cpu)
+    calls = cpu.filter(
+        pl.col("kind").is_in(["runtime", "driver"]), pl.col("name").str.contains(SYNC_API),
+        pl.col("end_ns") - pl.col("start_ns") >= p["min_stall_us"] * NS_PER_US,
+    )
+    calls = _in_steps(views, calls)
+    if calls.height == 0:
+        return None
+    calls = _idle_after(views, enclosing_op(calls, cpu))
+    # Several syncs can end in the same idle gap; the earliest one is charged with it.
+    per_gap = calls.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
+        pl.col("gpu_idle_after_ns").max()
+    )
+    idle = int(per_gap["gpu_idle_after_ns"].sum() or 0)
+    window = window_length(views)
+    if not window or pct(idle, window) < p["min_idle_pct"]:
+        return None
+    stall = int((calls["end_ns"] - calls["start_ns"]).sum())
+    ops = calls.group_by(pl.col("op").fill_null("(no operator recorded)")).agg(
+        n=pl.len(), idle=pl.col("gpu_idle_after_ns").sum()
+    ).sort(["idle", "n", "op"], descending=[True, True, False])
+    apis = calls.group_by("name").len().sort(["len", "name"], descending=[True, False])
+    top = calls.sort("gpu_idle_after_ns", descending=True).head(_EVIDENCE_SOURCES)
+    top = attach_source(top, cpu)
+    evidence = top.select(
+        "start_ns", "end_ns", pl.col("name").alias("api"), "op", "step",
+        ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("cpu_stall_us"),
+        (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"),
+        "source", "tid",
+    )
+    steps = views.steps.height
+    return Detection(
+        impact_ns=idle,
+        fields={
+            "sync_count": calls.height,
+            "stall_ms": ms(stall),
+            "idle_ms": ms(idle),
+            "top_op": ops["op"][0],
+            "top_op_count": int(ops["n"][0]),
+            "top_api": apis["name"][0],
+            "per_step_count": calls.height / steps if steps else None,
+        },
+        evidence=evidence,
+    )
+
+
+@detector(
+    "sync_memcpy",
+    params=("min_blocked_pct",),
+    fields=("call_count", "blocked_ms", "top_api", "top_op"),
+)
+def sync_memcpy(views, p: Params) -> Detection | None:
+    """Synchronous memcpy/memset API calls (Nsight's cuda_memcpy_sync / cuda_memset_sync); impact
+    = the host time blocked in them."""
+    cpu = own_rank(views, views.cpu)
+    calls = cpu.filter(
+        pl.col("kind").is_in(["runtime", "driver"]), pl.col("name").str.contains(SYNC_COPY_API)
+    )
+    if calls.height == 0:
+        return None
+    blocked = int((calls["end_ns"] - calls["start_ns"]).sum())
+    window = window_length(views)
+    if not window or pct(blocked, window) < p["min_blocked_pct"]:
+        return None
+    calls = enclosing_op(calls, cpu)
+    apis = calls.group_by("name").len().sort(["len", "name"], descending=[True, False])
+    ops = calls.filter(pl.col("op").is_not_null()).group_by("op").len().sort(
+        ["len", "op"], descending=[True, False]
+    )
+    top = attach_source(
+        calls.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True).head(_EVIDENCE_SOURCES),
+        cpu,
+    )
+    evidence = top.select(
+        "start_ns", "end_ns", pl.col("name").alias("api"), "op",
+        ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("blocked_us"),
+        "source", "tid",
+    )
+    return Detection(
+        impact_ns=blocked,
+        fields={
+            "call_count": calls.height,
+            "blocked_ms": ms(blocked),
+            "top_api": apis["name"][0],
+            "top_op": ops["op"][0] if ops.height else None,
+        },
+        evidence=evidence,
+    )
+
+
+@detector(
+    "pageable_memcpy",
+    params=("min_copy_pct",),
+    fields=("copy_count", "copy_ms", "htod_ms", "exposed_htod_ms", "bytes_mb", "top_op"),
+)
+def pageable_memcpy(views, p: Params) -> Detection | None:
+    """Copies from or to pageable host memory (Nsight's cuda_memcpy_async: they are not really
+    asynchronous), when they take at least ``min_copy_pct`` of the window."""
+    launches = own_rank(views, views.launches)
+    copies = launches.filter(pl.col("kind") == "memcpy")
+    if copies.height == 0:
+        return None
+    if copies["src_kind"].null_count() == copies.height and copies["dst_kind"].null_count() == copies.height:
+        raise NotApplicable("the memory kinds of copies (pageable or pinned) were not recorded")
+    pageable = copies.filter(
+        (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
+    ).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
+    if pageable.height == 0:
+        return None
+    total = int(pageable["dur"].sum())
+    window = window_length(views)
+    if not window or pct(total, window) < p["min_copy_pct"]:
+        return None
+    # Exposed: the part of a copy during which no kernel runs, i.e. on the critical path.
+    kernels = launches.filter(pl.col("kind") == "kernel").select("rank", "start_ns", "end_ns")
+    from traceanalyzer.rules.detectors._common import overlap_ns
+
+    pageable = overlap_ns(pageable, kernels, name="covered_ns").with_columns(
+        exposed_ns=pl.col("dur") - pl.col("covered_ns")
+    )
+    htod = pageable.filter(pl.col("copy_kind") == "HtoD")
+    ops = pageable.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
+        pl.col("dur").sum()
+    ).sort(["dur", "op_name"], descending=[True, False])
+    top = pageable.sort("dur", descending=True).head(_EVIDENCE_SOURCES)
+    top = attach_source(
+        top.with_columns(pl.coalesce("launch_start_ns", "start_ns").alias("_ls"),
+                         pl.coalesce("launch_end_ns", "end_ns").alias("_le"),
+                         pl.col("launch_tid").alias("tid")),
+        views.cpu, start="_ls", end="_le",
+    )
+    evidence = top.select(
+        "start_ns", "end_ns", "name", "copy_kind", "src_kind", "dst_kind", "bytes", "stream",
+        pl.col("launch_name").alias("api"), pl.col("op_name").alias("op"),
+        (pl.col("dur") / NS_PER_US).alias("duration_us"),
+        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"), "source",
+    )
+    return Detection(
+        impact_ns=total,
+        fields={
+            "copy_count": pageable.height,
+            "copy_ms": ms(total),
+            "htod_ms": ms(htod["dur"].sum()),
+            "exposed_htod_ms": ms(htod["exposed_ns"].sum()),
+            "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
+            "top_op": ops["op_name"][0] if ops.height else None,
+        },
+        evidence=evidence,
+    )

@@ -1,0 +1,271 @@
+"""The rule engine: run each active rule on a trace's views and turn detections into findings.
+
+The engine owns everything users read: severity, the message filled from measured fields,
+impact in time and % of the window, per-step impact, evidence rows and the fix. Detectors and
+queries only measure. A rule that cannot judge the input says so (``not_applicable`` with the
+reason) instead of staying silent.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analysis import intervals
+from traceanalyzer.errors import RuleError
+from traceanalyzer.findings import Finding, RuleOutcome, severity_rank
+from traceanalyzer.rules.detectors import Detection, NotApplicable, get_detector
+from traceanalyzer.rules.detectors._common import (
+    NS_PER_MS,
+    source_line,
+    step_count,
+    window_length,
+)
+from traceanalyzer.rules.loader import RuleConfig
+from traceanalyzer.rules.query import TABLES, run_query
+from traceanalyzer.rules.schema import ENGINE_FIELDS, Rule, render, template_fields
+
+_MAX_TEXT = 400
+
+
+# --- load-time checks -------------------------------------------------------------------------
+
+
+def check_rule(rule: Rule) -> None:
+    """Cross-check a parsed rule against its detector or query. Raises :class:`RuleError`."""
+
+    def where(key: str) -> str:
+        return f"{rule.path}: rule {rule.slug!r}: field {key!r}"
+
+    for req in rule.requires:
+        frame = req.need.split(".", 1)[0]
+        if frame not in TABLES:
+            raise RuleError(f"{where('requires')}: unknown frame {frame!r} "
+                            f"(known: {', '.join(TABLES)})")
+    allowed = set(ENGINE_FIELDS) | set(rule.parameters)
+    if rule.detector is not None:
+        spec = get_detector(rule.detector)
+        if spec is None:
+            from traceanalyzer.rules.detectors import all_detectors
+
+            raise RuleError(f"{where('detector')}: unknown detector {rule.detector!r} "
+                            f"(known: {', '.join(sorted(all_detectors()))})")
+        if set(rule.parameters) != set(spec.params):
+            missing = sorted(set(spec.params) - set(rule.parameters))
+            extra = sorted(set(rule.parameters) - set(spec.params))
+            detail = "; ".join(
+                part for part in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"unknown {', '.join(extra)}" if extra else "",
+                ) if part
+            )
+            raise RuleError(f"{where('parameters')}: do not match detector "
+                            f"{rule.detector!r} ({detail})")
+        allowed |= set(spec.fields)
+    else:
+        assert rule.query is not None
+        result = run_query(rule.query, rule.defaults(), _empty_tables(), where("query"),
+                           eager=False)
+        schema = result.collect_schema()
+        allowed |= _query_field_names(schema)
+    for key in ("message", "quiet"):
+        template = getattr(rule, key)
+        quiet_allowed = set(rule.parameters) | {"step_count", "window_ms"}
+        for name in template_fields(template, where(key)):
+            if name not in (allowed if key == "message" else quiet_allowed):
+                raise RuleError(f"{where(key)}: template field {{{name}}} is not a measured "
+                                "field or parameter of this rule")
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_tables() -> dict[str, pl.DataFrame]:
+    """Empty versions of every table, with their real schemas, to plan queries against."""
+    from traceanalyzer.model import FRAME_SCHEMAS, TraceMeta, empty_trace
+
+    trace = empty_trace(TraceMeta(path="<empty>", source_format="none"))
+    tables: dict[str, pl.DataFrame] = {name: trace.frames()[name] for name in FRAME_SCHEMAS}
+    try:
+        from traceanalyzer.analysis.views import Views
+
+        views = Views(trace)
+        for name in TABLES:
+            try:
+                tables[name] = getattr(views, name)
+            except Exception:  # noqa: BLE001 - a view that cannot be built empty is skipped
+                continue
+    except ImportError:
+        pass
+    return tables
+
+
+def _query_field_names(schema: pl.Schema) -> set[str]:
+    names = {"count"}
+    for col, dtype in schema.items():
+        names.add(f"top_{col}")
+        if dtype.is_numeric():
+            names.update({f"sum_{col}", f"max_{col}"})
+    return names
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def evaluate(views: Any, config: RuleConfig | None = None) -> tuple[list[Finding], list[RuleOutcome]]:
+    """Run every active rule on ``views``; findings sorted by impact, plus one outcome per rule."""
+    config = config or RuleConfig()
+    findings: list[Finding] = []
+    outcomes: list[RuleOutcome] = []
+    window = window_length(views)
+    steps = step_count(views)
+    for rule, params in config.active():
+        finding, outcome = _run_rule(rule, params, views, window, steps, config.max_evidence)
+        outcomes.append(outcome)
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule_id))
+    return findings, outcomes
+
+
+def _run_rule(
+    rule: Rule, params: dict[str, int | float], views: Any, window: int, steps: int,
+    max_evidence: int,
+) -> tuple[Finding | None, RuleOutcome]:
+    missing = missing_requirement(rule, views)
+    if missing is not None:
+        return None, RuleOutcome(rule.slug, rule.id, "not_applicable", missing)
+    try:
+        detection = _detect(rule, params, views, window)
+    except NotApplicable as exc:
+        return None, RuleOutcome(rule.slug, rule.id, "not_applicable", str(exc))
+    except RuleError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one broken rule must not sink the whole report
+        if os.environ.get("TRACEANALYZER_DEBUG"):
+            raise
+        return None, RuleOutcome(rule.slug, rule.id, "not_applicable",
+                                 f"rule failed on this input: {type(exc).__name__}: {exc}")
+    base = {**params, "step_count": steps, "window_ms": window / NS_PER_MS}
+    if detection is None:
+        quiet = render(rule.quiet, base, f"{rule.path}: rule {rule.slug!r}: field 'quiet'")
+        return None, RuleOutcome(rule.slug, rule.id, "quiet", quiet)
+    impact = int(min(max(detection.impact_ns, 0), window)) if window else 0
+    impact_pct = 100.0 * impact / window if window else 0.0
+    per_step = impact // steps if steps else None
+    values = {
+        **base,
+        **detection.fields,
+        "impact_ms": impact / NS_PER_MS,
+        "impact_pct": impact_pct,
+        "per_step_ms": per_step / NS_PER_MS if per_step is not None else None,
+    }
+    message = render(rule.message, values, f"{rule.path}: rule {rule.slug!r}: field 'message'")
+    finding = Finding(
+        slug=rule.slug,
+        rule_id=rule.id,
+        severity=rule.severity,
+        title=rule.title,
+        message=message,
+        fix=rule.fix,
+        impact_ns=impact,
+        impact_pct=impact_pct,
+        impact_per_step_ns=per_step,
+        rank=_rank(views),
+        evidence=evidence_rows(detection.evidence, max_evidence),
+        references=list(rule.references),
+    )
+    return finding, RuleOutcome(rule.slug, rule.id, "fired", message)
+
+
+def _detect(rule: Rule, params: dict[str, int | float], views: Any, window: int) -> Detection | None:
+    if rule.detector is not None:
+        spec = get_detector(rule.detector)
+        assert spec is not None  # checked at load
+        return spec.func(views, params)
+    assert rule.query is not None
+    tables = _LazyTables(views)
+    where = f"{rule.path}: rule {rule.slug!r}: field 'query'"
+    rows = run_query(rule.query, params, tables, where)
+    assert isinstance(rows, pl.DataFrame)
+    return query_detection(rows)
+
+
+class _LazyTables(dict):
+    """Tables by name, fetched from the views only when a query names them."""
+
+    def __init__(self, views: Any) -> None:
+        super().__init__()
+        self._views = views
+
+    def __contains__(self, name: object) -> bool:
+        return name in TABLES and hasattr(self._views, str(name))
+
+    def __getitem__(self, name: str) -> Any:
+        return getattr(self._views, name)
+
+
+def query_detection(rows: pl.DataFrame) -> Detection | None:
+    """Turn a query's rows into a detection: fires on one row or more."""
+    if rows.height == 0:
+        return None
+    if "impact_ns" in rows.columns:
+        rows = rows.sort("impact_ns", descending=True, nulls_last=True)
+        impact = int(rows["impact_ns"].fill_null(0).sum())
+    elif {"start_ns", "end_ns"} <= set(rows.columns):
+        impact = intervals.union_length(rows.select("start_ns", "end_ns").drop_nulls())
+    else:
+        impact = 0
+    fields: dict[str, Any] = {"count": rows.height}
+    top = rows.row(0, named=True)
+    for col, dtype in rows.schema.items():
+        fields[f"top_{col}"] = top[col]
+        if dtype.is_numeric():
+            fields[f"sum_{col}"] = rows[col].sum()
+            fields[f"max_{col}"] = rows[col].max()
+    return Detection(impact_ns=impact, fields=fields, evidence=rows)
+
+
+def missing_requirement(rule: Rule, views: Any) -> str | None:
+    """The reason a rule cannot run on ``views`` (first unmet requirement), or None."""
+    for req in rule.requires:
+        frame_name, _, column = req.need.partition(".")
+        frame = getattr(views, frame_name, None)
+        if frame is None or not isinstance(frame, pl.DataFrame) or frame.height == 0:
+            return req.reason
+        if column:
+            if column not in frame.columns or frame[column].null_count() == frame.height:
+                return req.reason
+    return None
+
+
+def _rank(views: Any) -> int | None:
+    trace = getattr(views, "trace", None)
+    meta = getattr(trace, "meta", None)
+    return getattr(meta, "rank", None)
+
+
+def evidence_rows(evidence: pl.DataFrame | None, limit: int) -> list[dict[str, Any]]:
+    """The top rows of a detector's evidence as flat JSON-able dicts.
+
+    A recorded Python stack becomes ``source``: the innermost frame that is user code.
+    """
+    if evidence is None or evidence.height == 0 or limit <= 0:
+        return []
+    top = evidence.head(limit)
+    if "call_stack" in top.columns:
+        top = top.with_columns(source_line(pl.col("call_stack")).alias("source")).drop("call_stack")
+    casts = []
+    for col, dtype in top.schema.items():
+        if isinstance(dtype, (pl.Enum, pl.Categorical)):
+            casts.append(pl.col(col).cast(pl.String))
+        elif dtype.is_float():
+            casts.append(pl.col(col).round(3))
+        elif dtype == pl.String:
+            casts.append(pl.col(col).str.slice(0, _MAX_TEXT))
+        elif isinstance(dtype, (pl.List, pl.Struct, pl.Array)):
+            casts.append(pl.col(col).cast(pl.String, strict=False))
+    if casts:
+        top = top.with_columns(casts)
+    return top.to_dicts()

@@ -1,0 +1,369 @@
+"""Rule files: their schema, validation and safe message templates.
+
+One rule per YAML file, flat keys (the semgrep / ruff model)::
+
+    slug: gpu-idle-gaps            # stable, part of the interface
+    id: TA001
+    severity: medium               # info | low | medium | high | critical
+    title: GPU idle between kernels
+    message: "GPU idle {idle_pct:.1f}% of the window ..."   # named measured fields only
+    quiet: "No GPU idle gap of {min_gap_us} µs or more."     # text when nothing is found
+    rationale: ...
+    fix: ...
+    references: [https://...]
+    parameters:
+      min_gap_us: {default: 100, unit: us, description: ...}
+    requires: [gpu]                # or {need: cpu.input_dims, reason: "..."}
+    examples: {fires: [...], silent: [...]}
+    detector: idle_gaps            # a registered Python detector, or:
+    query: "SELECT ... FROM gpu WHERE ... > :min_gap_us"    # Polars SQL over the views
+
+Text from a rule is never evaluated: YAML is read with ``yaml.safe_load``, templates allow only
+plain ``{name}`` / ``{name:.1f}`` fields, and SQL parameters are bound as validated numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traceanalyzer.errors import RuleError
+from traceanalyzer.findings import SEVERITIES
+
+SLUG_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+ID_RE = re.compile(r"^[A-Z]{2,8}[0-9]{3,4}$")
+PARAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+#: A parameter's name ends with its unit, so a threshold is never read in the wrong unit.
+UNITS: dict[str, str] = {
+    "ns": "ns",
+    "us": "µs",
+    "ms": "ms",
+    "s": "s",
+    "pct": "%",
+    "count": "count",
+    "bytes": "bytes",
+    "ratio": "ratio",
+}
+_FORMAT_SPEC_RE = re.compile(r"^(?:[<>^=]?[+ -]?\d{0,3},?(?:\.\d{1,2})?[dfegs%]?)$")
+#: Names the engine fills for every rule, in addition to a detector's own fields and parameters.
+ENGINE_FIELDS: tuple[str, ...] = ("impact_ms", "impact_pct", "per_step_ms", "step_count", "window_ms")
+
+REQUIRED_KEYS = ("slug", "id", "severity", "title", "message", "quiet", "rationale", "fix")
+OPTIONAL_KEYS = (
+    "references", "parameters", "requires", "examples", "detector", "query", "enabled",
+)
+PARAM_KEYS = {"default", "unit", "description", "min", "max"}
+TEXT_KEYS = ("title", "message", "quiet", "rationale", "fix")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: int | float
+    unit: str
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def kind(self) -> type:
+        return int if isinstance(self.default, int) else float
+
+    def coerce(self, value: Any, *, where: str) -> int | float:
+        """Validate ``value`` for this parameter (strings from ``--set`` are parsed as numbers)."""
+        if isinstance(value, str):
+            text = value.strip()
+            try:
+                value = int(text) if self.kind is int else float(text)
+            except ValueError:
+                raise RuleError(f"{where}: {self.name} must be {_kind_word(self.kind)}, "
+                                f"got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RuleError(f"{where}: {self.name} must be {_kind_word(self.kind)}, got {value!r}")
+        if self.kind is int:
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise RuleError(f"{where}: {self.name} must be an integer, got {value!r}")
+                value = int(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise RuleError(f"{where}: {self.name} must be a finite number, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise RuleError(f"{where}: {self.name} must be >= {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise RuleError(f"{where}: {self.name} must be <= {self.maximum}, got {value}")
+        return value
+
+
+def _kind_word(kind: type) -> str:
+    return "an integer" if kind is int else "a number"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    need: str  # "frame" or "frame.column"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    slug: str
+    id: str
+    severity: str
+    title: str
+    message: str
+    quiet: str
+    rationale: str
+    fix: str
+    path: str
+    references: tuple[str, ...] = ()
+    parameters: dict[str, Parameter] = field(default_factory=dict)
+    requires: tuple[Requirement, ...] = ()
+    examples_fire: tuple[str, ...] = ()
+    examples_silent: tuple[str, ...] = ()
+    detector: str | None = None
+    query: str | None = None
+    enabled: bool = True
+
+    def defaults(self) -> dict[str, int | float]:
+        return {name: p.default for name, p in self.parameters.items()}
+
+
+#: Default reasons for common requirements, in the words a user understands.
+DEFAULT_REASONS: dict[str, str] = {
+    "gpu": "the trace has no GPU activity",
+    "cpu": "the trace has no CPU activity",
+    "launches": "no GPU activity could be linked to the CPU call that launched it",
+    "steps": "the trace marks no steps (ProfilerStep#N)",
+    "cpu.input_dims": "input shapes were not recorded (profile with record_shapes=True)",
+    "cpu.input_types": "input dtypes were not recorded (profile with record_shapes=True)",
+    "cpu.call_stack": "Python stacks were not recorded (profile with with_stack=True)",
+    "gpu.grid_x": "kernel grid sizes were not recorded",
+    "gpu.src_kind": "the memory kinds of copies were not recorded",
+    "gpu.external_id": "GPU activity is not linked to framework operators",
+}
+
+
+def _where(path: str, slug: str | None, key: str | None = None) -> str:
+    out = f"{path}: rule {slug!r}" if slug else f"{path}"
+    return f"{out}: field {key!r}" if key else out
+
+
+def load_rule_file(path: Path) -> Rule:
+    """Read and validate one rule file. Raises :class:`RuleError` naming file, rule and field."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"{path}: cannot read rule file ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RuleError(f"{path}: invalid YAML{where}: {problem}") from None
+    return parse_rule(data, str(path))
+
+
+def parse_rule(data: Any, path: str) -> Rule:
+    """Validate a parsed rule document (a mapping) into a :class:`Rule`."""
+    if not isinstance(data, dict):
+        raise RuleError(f"{path}: a rule file must be a mapping of keys (one rule per file)")
+    slug = data.get("slug")
+    if not isinstance(slug, str) or not SLUG_RE.match(slug):
+        raise RuleError(f"{_where(path, None, 'slug')}: required, lowercase words joined by "
+                        f"'-' (got {slug!r})")
+
+    def where(key: str | None = None) -> str:
+        return _where(path, slug, key)
+
+    unknown = sorted(set(data) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+    if unknown:
+        raise RuleError(f"{where(unknown[0])}: unknown field (allowed: "
+                        f"{', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)})")
+    for key in REQUIRED_KEYS:
+        if key not in data or data[key] is None:
+            raise RuleError(f"{where(key)}: required field is missing")
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise RuleError(f"{where(key)}: must be non-empty text")
+    if not ID_RE.match(data["id"]):
+        raise RuleError(f"{where('id')}: must look like TA001 (capitals then digits), "
+                        f"got {data['id']!r}")
+    if data["severity"] not in SEVERITIES:
+        raise RuleError(f"{where('severity')}: must be one of {', '.join(SEVERITIES)}, "
+                        f"got {data['severity']!r}")
+    has_detector, has_query = "detector" in data, "query" in data
+    if has_detector == has_query:
+        raise RuleError(f"{where('detector')}: a rule needs exactly one of 'detector' or 'query'")
+    detector = data.get("detector")
+    query = data.get("query")
+    if has_detector and (not isinstance(detector, str) or not detector.strip()):
+        raise RuleError(f"{where('detector')}: must be the name of a built-in detector")
+    if has_query and (not isinstance(query, str) or not query.strip()):
+        raise RuleError(f"{where('query')}: must be SQL text")
+
+    references = data.get("references") or []
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise RuleError(f"{where('references')}: must be a list of text")
+
+    parameters = _parse_parameters(data.get("parameters") or {}, where)
+    requires = _parse_requires(data.get("requires") or [], where)
+    fires, silent = _parse_examples(data.get("examples") or {}, where)
+    enabled = data.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise RuleError(f"{where('enabled')}: must be true or false")
+
+    for key in ("message", "quiet"):
+        check_template(data[key], where(key))
+    if "\n" in data["message"].strip() or "\n" in data["title"].strip():
+        raise RuleError(f"{where('message')}: message and title must be one line")
+
+    return Rule(
+        slug=slug,
+        id=data["id"],
+        severity=data["severity"],
+        title=data["title"].strip(),
+        message=data["message"].strip(),
+        quiet=data["quiet"].strip(),
+        rationale=data["rationale"].strip(),
+        fix=data["fix"].strip(),
+        path=path,
+        references=tuple(references),
+        parameters=parameters,
+        requires=requires,
+        examples_fire=fires,
+        examples_silent=silent,
+        detector=detector.strip() if has_detector else None,
+        query=query if has_query else None,
+        enabled=enabled,
+    )
+
+
+def _parse_parameters(raw: Any, where: Any) -> dict[str, Parameter]:
+    if not isinstance(raw, dict):
+        raise RuleError(f"{where('parameters')}: must be a mapping of name to "
+                        "{default, unit, description}")
+    out: dict[str, Parameter] = {}
+    for name, spec in raw.items():
+        w = where(f"parameters.{name}")
+        if not isinstance(name, str) or not PARAM_RE.match(name):
+            raise RuleError(f"{w}: parameter names are lowercase_with_underscores")
+        if not isinstance(spec, dict):
+            raise RuleError(f"{w}: must be a mapping with default, unit and description")
+        extra = sorted(set(spec) - PARAM_KEYS)
+        if extra:
+            raise RuleError(f"{w}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(PARAM_KEYS))})")
+        for key in ("default", "unit", "description"):
+            if key not in spec:
+                raise RuleError(f"{w}: missing {key!r}")
+        default = spec["default"]
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            raise RuleError(f"{w}: default must be a number, got {default!r}")
+        if isinstance(default, float) and not math.isfinite(default):
+            raise RuleError(f"{w}: default must be finite")
+        unit = spec["unit"]
+        if unit not in UNITS:
+            raise RuleError(f"{w}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
+        if not name.endswith("_" + unit):
+            raise RuleError(f"{w}: the name must end with its unit, '_{unit}'")
+        if not isinstance(spec["description"], str) or not spec["description"].strip():
+            raise RuleError(f"{w}: description must be non-empty text")
+        bounds = []
+        for key in ("min", "max"):
+            value = spec.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise RuleError(f"{w}: {key} must be a number")
+            bounds.append(value)
+        param = Parameter(name, default, unit, spec["description"].strip(), bounds[0], bounds[1])
+        param.coerce(default, where=w)  # the default must satisfy its own bounds
+        out[name] = param
+    return out
+
+
+def _parse_requires(raw: Any, where: Any) -> tuple[Requirement, ...]:
+    if not isinstance(raw, list):
+        raise RuleError(f"{where('requires')}: must be a list of 'frame' or 'frame.column' "
+                        "(or {need, reason} mappings)")
+    out = []
+    for item in raw:
+        if isinstance(item, str):
+            need, reason = item, None
+        elif isinstance(item, dict) and isinstance(item.get("need"), str):
+            need, reason = item["need"], item.get("reason")
+            if reason is not None and not isinstance(reason, str):
+                raise RuleError(f"{where('requires')}: reason must be text")
+        else:
+            raise RuleError(f"{where('requires')}: entries are 'frame', 'frame.column' or "
+                            f"{{need, reason}}, got {item!r}")
+        if not re.match(r"^[a-z_]+(\.[a-z_0-9]+)?$", need):
+            raise RuleError(f"{where('requires')}: {need!r} is not 'frame' or 'frame.column'")
+        out.append(Requirement(need, reason or DEFAULT_REASONS.get(need, f"{need} was not recorded")))
+    return tuple(out)
+
+
+def _parse_examples(raw: Any, where: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    if not isinstance(raw, dict) or set(raw) - {"fires", "silent"}:
+        raise RuleError(f"{where('examples')}: must be a mapping with 'fires' and/or 'silent' lists")
+    lists = []
+    for key in ("fires", "silent"):
+        items = raw.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise RuleError(f"{where('examples.' + key)}: must be a list of trace paths")
+        lists.append(tuple(items))
+    return lists[0], lists[1]
+
+
+# --- message templates ------------------------------------------------------------------------
+
+
+def template_fields(template: str, where: str) -> list[str]:
+    """The field names of a template; :class:`RuleError` for anything but ``{name[:spec]}``."""
+    names = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise RuleError(f"{where}: bad template ({exc})") from None
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier():
+            raise RuleError(f"{where}: template field {{{name}}} must be a plain name "
+                            "(no attribute or index access)")
+        if conversion:
+            raise RuleError(f"{where}: template field {{{name}!{conversion}}}: conversions are not allowed")
+        if spec and ("{" in spec or not _FORMAT_SPEC_RE.match(spec)):
+            raise RuleError(f"{where}: template field {{{name}:{spec}}}: format spec not allowed "
+                            "(use e.g. :.1f, :d, :,)")
+        names.append(name)
+    return names
+
+
+check_template = template_fields
+
+
+def render(template: str, values: dict[str, Any], where: str) -> str:
+    """Fill a validated template. Only plain names are looked up, never attributes or indexes."""
+    out = []
+    for literal, name, spec, _conv in string.Formatter().parse(template):
+        out.append(literal)
+        if name is None:
+            continue
+        if name not in values:
+            raise RuleError(f"{where}: template field {{{name}}} is not a measured field or "
+                            "parameter of this rule")
+        value = values[name]
+        if value is None:
+            out.append("n/a")
+            continue
+        try:
+            out.append(format(value, spec or ""))
+        except (ValueError, TypeError):
+            out.append(str(value))
+    return " ".join("".join(out).split())
