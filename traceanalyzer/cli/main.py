@@ -23,10 +23,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from traceanalyzer.cli import analyze, stats
+    from traceanalyzer.cli import analyze, rules, stats
 
     cli.add_command(analyze.analyze)
     cli.add_command(stats.stats)
+    cli.add_command(rules.rules)
 
 
 _register()

@@ -95,18 +95,22 @@ class RuleConfig:
 
     def rules(self) -> list[Rule]:
         """All loaded rules, enabled or not."""
-        return [rule for rule, _ in self._resolve(all_rules=True)]
+        return [rule for rule, _ in self._resolve()]
+
+    def resolved(self) -> list[tuple[Rule, dict[str, int | float]]]:
+        """Every loaded rule (enabled or not) with its parameters in effect."""
+        return list(self._resolve())
 
     def active(self) -> list[tuple[Rule, dict[str, int | float]]]:
         """The rules to run, each with its resolved parameters. Raises :class:`RuleError`."""
-        return [(r, p) for r, p in self._resolve(all_rules=True) if self.is_enabled(r)]
+        return [(r, p) for r, p in self._resolve() if self.is_enabled(r)]
 
     def is_enabled(self, rule: Rule) -> bool:
         if rule.slug in self.disabled:
             return False
         return rule.enabled or rule.slug in self.enabled
 
-    def _resolve(self, *, all_rules: bool) -> list[tuple[Rule, dict[str, int | float]]]:
+    def _resolve(self) -> list[tuple[Rule, dict[str, int | float]]]:
         if self._resolved is None:
             rules = load_rules(self.rule_paths, include_builtin=self.include_builtin)
             known = {r.slug: r for r in rules}

@@ -1,0 +1,131 @@
+"""Rule documentation, generated from the rule files: ``rules show`` and docs/rules.md.
+
+docs/rules.md is this module's output for the built-in rules (``traceanalyzer rules docs >
+docs/rules.md``); a test checks the two are in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from traceanalyzer.rules.schema import UNITS, Rule
+
+_HEADER = """\
+# Rules
+
+traceanalyzer's findings come from rules: one YAML file per rule in the top-level `rules/`
+folder (shipped in the wheel). Each rule has a stable slug and id, a severity, a message filled
+with measured numbers, its rationale, the fix, and parameters with units in their names.
+A rule that cannot judge a trace (for example shapes were not recorded) reports
+*not applicable* with the reason, instead of staying silent.
+
+This page is generated from the rule files: `traceanalyzer rules docs > docs/rules.md`.
+`traceanalyzer rules list` lists the rules and `traceanalyzer rules show SLUG` prints one.
+
+## Tuning and switching rules
+
+    traceanalyzer analyze trace.json.gz --set gpu-idle-gaps.min_gap_us=200 --disable small-grid
+    traceanalyzer analyze trace.json.gz --rules my_rules/ --enable my-rule
+
+or, in a `traceanalyzer.yaml` in the working directory:
+
+```yaml
+rules: [my_rules/]          # extra rule files or folders, relative to this file
+disable: [small-grid]
+enable: []
+parameters:
+  gpu-idle-gaps: {min_gap_us: 200}
+```
+
+Command-line values win over the config file, which wins over the rule files' defaults.
+
+## Writing a rule
+
+A rule is a YAML file; detection is either a built-in detector (`detector: idle_gaps`) or a
+Polars SQL query over these tables: `gpu`, `cpu`, `annotations`, `syncs`, `counters` (the
+canonical frames, see docs/canonical-model.md), `steps`, `launches` (GPU activity joined to the
+launching call and operator), `idle_gaps` (per stream), `gpu_idle_gaps` (no stream busy) and
+`kernel_summary`. Parameters appear in the query as `:name` and are bound as checked numbers.
+The query returns one row per occurrence (the evidence); the rule fires when it returns a row.
+Its impact is the sum of an `impact_ns` column, else the union of the rows' `start_ns`/`end_ns`.
+The message may use `{count}`, `{impact_ms}`, `{impact_pct}`, `{per_step_ms}`, the parameters,
+and for each result column `{top_COL}` (first row) and, for numbers, `{sum_COL}` / `{max_COL}`.
+
+```yaml
+slug: long-memset
+id: USR001
+severity: low
+title: Long memsets
+message: "{count} memsets of {min_duration_us} µs or more, {impact_ms:.2f} ms in total"
+quiet: "No memset of {min_duration_us} µs or more."
+rationale: Clearing large buffers every step costs HBM bandwidth.
+fix: Reuse buffers instead of zeroing them, or fuse the clear into the kernel that fills them.
+parameters:
+  min_duration_us: {default: 50, unit: us, description: Shortest memset reported.}
+requires: [gpu]
+query: |
+  SELECT name, stream, start_ns, end_ns, end_ns - start_ns AS impact_ns
+  FROM gpu WHERE kind = 'memset' AND end_ns - start_ns >= :min_duration_us * 1000
+```
+
+Parameter names end with their unit: `_ns`, `_us`, `_ms`, `_s`, `_pct`, `_count`, `_bytes`,
+`_ratio`. Message templates accept only plain `{name}` and `{name:.1f}`-style fields.
+
+## The built-in rules
+
+"""
+
+
+def _param_table(rule: Rule) -> list[str]:
+    if not rule.parameters:
+        return ["No parameters."]
+    lines = ["| parameter | default | unit | meaning |", "| --- | --- | --- | --- |"]
+    for p in rule.parameters.values():
+        lines.append(f"| `{p.name}` | {p.default} | {UNITS[p.unit]} | {p.description} |")
+    return lines
+
+
+def rule_markdown(rule: Rule, level: int = 3) -> str:
+    """One rule's documentation in Markdown."""
+    h = "#" * level
+    how = f"built-in detector `{rule.detector}`" if rule.detector else "SQL query"
+    lines = [
+        f"{h} `{rule.slug}` ({rule.id}): {rule.title}",
+        "",
+        f"Severity: **{rule.severity}**. Detection: {how}."
+        + ("" if rule.enabled else " Off by default (`--enable " + rule.slug + "`)."),
+        "",
+        "**Why it matters.** " + rule.rationale,
+        "",
+        "**Fix.** " + rule.fix,
+        "",
+        "**Parameters.**",
+        "",
+        *_param_table(rule),
+        "",
+        f"**Message.** {rule.message}",
+        "",
+        f"**When nothing is found.** {rule.quiet}",
+    ]
+    if rule.requires:
+        lines += ["", "**Not applicable when:** " + "; ".join(r.reason for r in rule.requires) + "."]
+    if rule.query:
+        lines += ["", "**Query.**", "", "```sql", rule.query.strip(), "```"]
+    if rule.examples_fire or rule.examples_silent:
+        lines += [""]
+        if rule.examples_fire:
+            lines.append("Fires on: " + ", ".join(f"`{e}`" for e in rule.examples_fire) + ".")
+        if rule.examples_silent:
+            lines.append("Stays silent on: " + ", ".join(f"`{e}`" for e in rule.examples_silent) + ".")
+    if rule.references:
+        lines += ["", "**References.**", "", *(f"- <{r}>" for r in rule.references)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def rules_markdown(rules: Iterable[Rule]) -> str:
+    """docs/rules.md for ``rules``: the header, an index table and each rule's section."""
+    rules = sorted(rules, key=lambda r: r.id)
+    index = ["| id | slug | severity | title |", "| --- | --- | --- | --- |"]
+    index += [f"| {r.id} | [`{r.slug}`](#{r.slug}) | {r.severity} | {r.title} |" for r in rules]
+    body = "\n".join(f'<a id="{r.slug}"></a>\n\n' + rule_markdown(r) for r in rules)
+    return _HEADER + "\n".join(index) + "\n\n" + body
