@@ -1,0 +1,515 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) into canonical frames.
+
+Table -> frame mapping (docs/nsys.md has the full story):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET`` -> ``gpu``
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (and ``_DRIVER`` where present) -> ``cpu`` kinds runtime/driver
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``syncs``
+- ``NVTX_EVENTS`` -> ``annotations`` (kind "nvtx"; ``ProfilerStep#N`` ranges are kind "step")
+- ``TARGET_INFO_GPU``/``TARGET_INFO_CUDA_DEVICE``, ``PROCESSES``, ``META_DATA_EXPORT`` -> meta
+
+Names stay ids into ``StringIds`` while rows are filtered and joined; the text is joined in at
+the end, and kernel categories are computed once per distinct name, not once per row.
+
+Ranks: every process with GPU activity is a rank, numbered by pid (one process -> rank 0).
+``globalPid``/``globalTid`` pack the pid as ``(g >> 24) & 0xFFFFFF`` and the tid as
+``g & 0xFFFFFF``. Correlation ids are only unique within a process, so kernels join their
+launching call on (correlation, rank) -- the same as Nsight's (correlationId, pid).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.categories import activity_category
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.sqlite_columns import connect_readonly, read_table
+from traceanalyzer.model import Device, Trace, TraceMeta, conform, empty_frame
+
+I64, STR = pl.Int64, pl.String
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+NVTX = "NVTX_EVENTS"
+
+#: Per table: (required columns, optional columns). A table that is present but lacks a required
+#: column is an error (a renamed column in an nsys version we do not know); optional ones -> null.
+TABLE_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    KERNEL: (
+        ("start", "end", "deviceId", "streamId", "correlationId"),
+        ("globalPid", "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
+         "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
+         "graphNodeId"),
+    ),
+    RUNTIME: (("start", "end", "correlationId", "globalTid", "nameId"), ("eventClass",)),
+    DRIVER: (("start", "end", "correlationId", "globalTid", "nameId"), ()),
+    MEMCPY: (
+        ("start", "end", "deviceId", "streamId", "bytes", "copyKind"),
+        ("correlationId", "globalPid", "srcKind", "dstKind", "graphNodeId"),
+    ),
+    MEMSET: (
+        ("start", "end", "deviceId", "streamId", "bytes"),
+        ("correlationId", "globalPid", "memKind", "graphNodeId"),
+    ),
+    SYNC: (
+        ("start", "end"),
+        ("deviceId", "streamId", "correlationId", "globalPid", "syncType", "deprecatedSyncType"),
+    ),
+    NVTX: (("start", "eventType"), ("end", "globalTid", "text", "textId", "domainId")),
+    "StringIds": (("id", "value"), ()),
+}
+#: Of these, at least one must be present.
+ONE_OF: dict[str, tuple[str, ...]] = {
+    KERNEL: ("demangledName", "shortName"),
+    SYNC: ("syncType", "deprecatedSyncType"),
+    NVTX: ("text", "textId"),
+}
+TEXT_COLUMNS = {"text", "value"}
+
+# CUPTI enums (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE). Array memory is
+# device memory, and unified-memory copies keep their direction.
+COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7: "DtoD",
+             8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+MEMORY_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device",
+               6: "managed"}
+SYNC_TYPE = {0: "unknown", 1: "event", 2: "stream_wait", 3: "stream", 4: "context"}
+NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
+#: eventClass of driver API calls in CUPTI_ACTIVITY_KIND_RUNTIME (ENUM_NSYS_EVENT_CLASS).
+EVENT_CLASS_DRIVER = 1
+#: CUDA version suffix of API names: cudaLaunchKernel_v7000 -> cudaLaunchKernel. A 4- or
+#: 5-digit number, so that cudaStreamGetCaptureInfo_v2_v11030 keeps its own "_v2".
+API_VERSION_SUFFIX = r"_v\d{4,5}$"
+STEP_PREFIX = "ProfilerStep#"
+STEP_NAME = r"^ProfilerStep#(\d+)$"
+
+NSYS_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
+
+
+def _pid(col: str) -> pl.Expr:
+    return (pl.col(col) // (1 << 24)) % (1 << 24)
+
+
+def _tid(col: str) -> pl.Expr:
+    return pl.col(col) % (1 << 24)
+
+
+class _Db:
+    """The open export: its table schemas, and typed reads of the columns we use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.con = connect_readonly(path)
+            rows = self.con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(path, _sqlite_problem(exc)) from None
+        self.tables = {r[0] for r in rows}
+
+    def columns(self, table: str) -> dict[str, str]:
+        info = self.con.execute(f'PRAGMA table_info("{table}")').fetchall()
+        return {r[1]: (r[2] or "").upper() for r in info}
+
+    def read(self, table: str, where: str = "") -> pl.DataFrame | None:
+        """The table's known columns with declared types; None when the table is absent."""
+        if table not in self.tables:
+            return None
+        required, optional = TABLE_COLUMNS[table]
+        have = self.columns(table)
+        missing = [c for c in required if c not in have]
+        one_of = ONE_OF.get(table, ())
+        if one_of and not any(c in have for c in one_of):
+            missing.append(" or ".join(one_of))
+        if missing:
+            raise InputError(
+                self.path,
+                f"table {table} lacks column(s) {', '.join(missing)}: not an Nsight Systems "
+                "export this version of traceanalyzer knows",
+            )
+        wanted = {c: (STR if c in TEXT_COLUMNS else I64) for c in (*required, *optional)
+                  if c in have}
+        frame = read_table(self.con, self.path, table, wanted, where)
+        absent = {c: pl.lit(None, I64) for c in optional if c not in have}
+        return frame.with_columns(**absent) if absent else frame
+
+    def rows(self, query: str) -> list[tuple[Any, ...]]:
+        """A small metadata query; an absent table or column gives no rows."""
+        try:
+            return self.con.execute(query).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc):
+                raise
+            return []
+
+
+def _sqlite_problem(exc: Exception) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return "the SQLite database is locked by another process (is nsys still writing it?)"
+    if "not a database" in text or "malformed" in text or "encrypted" in text:
+        return f"is not a readable SQLite database ({text})"
+    return f"cannot be read as SQLite ({text})"
+
+
+def read_nsys(path: str | os.PathLike[str]) -> Trace:
+    """Read an Nsight Systems SQLite export into a canonical :class:`Trace`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "no such file")
+    db = _Db(p)
+    try:
+        return _read(db)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(p, _sqlite_problem(exc)) from None
+    finally:
+        db.con.close()
+
+
+def _read(db: _Db) -> Trace:
+    if not any(t in db.tables for t in NSYS_MARKER_TABLES):
+        raise InputError(
+            db.path,
+            "is a SQLite database but not an Nsight Systems export (no StringIds or "
+            "META_DATA_EXPORT table)",
+        )
+    export = dict(db.rows("SELECT name, value FROM META_DATA_EXPORT"))
+    meta = TraceMeta(path=str(db.path), source_format="nsys")
+    version = export.get("EXPORT_PRODUCT_VERSION")
+    meta.profiler = f"Nsight Systems {version}" if version else "Nsight Systems"
+
+    kernels = db.read(KERNEL)
+    memcpy = db.read(MEMCPY)
+    memset = db.read(MEMSET)
+    runtime = db.read(RUNTIME)
+    driver = db.read(DRIVER)
+    syncs = db.read(SYNC)
+    nvtx = db.read(NVTX, where=f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, "
+                              f"{NVTX_DOMAIN_CREATE})")
+    strings = db.read("StringIds")
+    if strings is None:
+        strings = pl.DataFrame(schema={"id": I64, "value": STR})
+
+    gpu_raw = _gpu_rows(kernels, memcpy, memset)
+    ranks = _rank_map(gpu_raw)
+    rank_of_pid = ranks.select("pid", "rank")
+    cpu = _cpu_frame(runtime, driver, strings, rank_of_pid)
+    gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
+    syn = _sync_frame(syncs, cpu, rank_of_pid)
+    ann = _annotation_frame(nvtx, strings, rank_of_pid, meta)
+
+    _fill_meta(db, meta, export, ranks, gpu)
+    if all(t is None for t in (kernels, memcpy, memset, runtime, driver, nvtx)):
+        meta.warnings.append("the export holds no CUDA or NVTX events")
+    if ranks.height == 1 and meta.rank:
+        # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
+        gpu, cpu, ann, syn = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
+                              for f in (gpu, cpu, ann, syn))
+    return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
+                 counters=empty_frame("counters"))
+
+
+def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
+              memset: pl.DataFrame | None) -> pl.DataFrame:
+    """Kernels, copies and memsets in one frame. Kernel names are still StringIds ids
+    (``name_id``); copies and memsets get their Kineto-style name ("Memcpy HtoD (Pageable ->
+    Device)") so reports read the same whichever profiler wrote the trace."""
+    parts = []
+    common = dict(device=pl.col("deviceId"), stream=pl.col("streamId"), start_ns=pl.col("start"),
+                  end_ns=pl.col("end"), correlation=pl.col("correlationId"),
+                  pid=_pid("globalPid"),
+                  graph_launched=pl.col("graphNodeId").is_not_null())
+    if kernels is not None:
+        name_id = pl.coalesce(*(c for c in ("demangledName", "shortName") if c in kernels.columns))
+        parts.append(kernels.select(
+            kind=pl.lit("kernel"), name_id=name_id, name=pl.lit(None, STR), **common,
+            grid_x="gridX", grid_y="gridY", grid_z="gridZ",
+            block_x="blockX", block_y="blockY", block_z="blockZ",
+            registers="registersPerThread",
+            shared_mem=pl.col("staticSharedMemory").fill_null(0)
+            + pl.col("dynamicSharedMemory").fill_null(0),
+        ))
+    if memcpy is not None:
+        parts.append(memcpy.select(
+            kind=pl.lit("memcpy"), **common, bytes="bytes",
+            copy_kind=pl.col("copyKind").replace_strict(COPY_KIND, default="other",
+                                                        return_dtype=STR),
+            src_kind=_memory_kind("srcKind"), dst_kind=_memory_kind("dstKind"),
+        ).with_columns(name=pl.format(
+            "Memcpy {} ({} -> {})", "copy_kind", _label("src_kind"), _label("dst_kind"),
+        )))
+    if memset is not None:
+        parts.append(memset.select(
+            kind=pl.lit("memset"), **common, bytes="bytes", dst_kind=_memory_kind("memKind"),
+        ).with_columns(name=pl.format("Memset ({})", _label("dst_kind"))))
+    if not parts:
+        return pl.DataFrame(schema={"kind": STR, "name_id": I64, "pid": I64, "name": STR,
+                                    "start_ns": I64})
+    return pl.concat(parts, how="diagonal_relaxed")
+
+
+def _label(col: str) -> pl.Expr:
+    return pl.col(col).fill_null("unknown").str.to_titlecase()
+
+
+def _memory_kind(col: str) -> pl.Expr:
+    return pl.col(col).replace_strict(MEMORY_KIND, default="other", return_dtype=STR)
+
+
+def _rank_map(gpu_raw: pl.DataFrame) -> pl.DataFrame:
+    """pid -> rank for every process with GPU activity, ranks numbered by pid."""
+    return (
+        gpu_raw.select(pl.col("pid").drop_nulls().unique().sort())
+        .with_columns(rank=pl.int_range(pl.len(), dtype=pl.Int32))
+    )
+
+
+def _with_rank(frame: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    """Attach ``rank`` from ``pid``; processes without GPU activity get rank 0 (unknown)."""
+    known = pl.col("pid").is_in(ranks["pid"].implode())
+    return frame.with_columns(
+        rank=pl.col("pid").replace_strict(ranks["pid"], ranks["rank"], default=0,
+                                          return_dtype=pl.Int32),
+        # Without pids on the GPU side (old exports) every process counts as known.
+        known=known.fill_null(False) | pl.lit(ranks.height == 0),
+    )
+
+
+def _names(strings: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
+    """id -> text for the given ids only (the late join: text is fetched per distinct id)."""
+    return strings.join(pl.DataFrame({"id": ids.drop_nulls().unique()}), on="id", how="semi")
+
+
+def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    if gpu_raw.height == 0:
+        return empty_frame("gpu")
+    kernel_names = _names(strings, gpu_raw["name_id"]).select(
+        name_id="id", kernel_name="value"
+    ).with_columns(
+        # Categories per distinct name, joined back: the regexes never run once per row.
+        kernel_category=activity_category(pl.lit("kernel"), pl.col("kernel_name")),
+    )
+    gpu = (
+        _sorted(_with_rank(gpu_raw, ranks), "start_ns")
+        .join(kernel_names, on="name_id", how="left", maintain_order="left")
+        .with_columns(
+            name=pl.coalesce(
+                "name", "kernel_name", pl.format("<unknown kernel {}>", pl.col("name_id"))
+            ),
+            category=pl.when(pl.col("kind") == "kernel")
+            .then(pl.col("kernel_category").fill_null("other"))
+            .otherwise(pl.col("kind")),
+        )
+    )
+    return conform(gpu, "gpu")
+
+
+def _sorted(frame: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap."""
+    if frame.height < 2 or frame.select((pl.col(col).diff().drop_nulls() >= 0).all()).item():
+        return frame
+    return frame.sort(col, maintain_order=True)
+
+
+def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
+               strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+    parts = []
+    if runtime is not None:
+        # eventClass says runtime or driver; without it, a "cu" (not "cuda") prefix is a driver call.
+        parts.append(runtime.with_columns(
+            kind=pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER).then(pl.lit("driver"))
+            .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime"))
+        ))
+    if driver is not None:
+        parts.append(driver.with_columns(kind=pl.lit("driver"), eventClass=pl.lit(None, I64)))
+    if not parts:
+        return empty_frame("cpu")
+    calls = pl.concat([p.select("start", "end", "correlationId", "globalTid", "nameId", "kind")
+                       for p in parts])
+    names = _names(strings, calls["nameId"]).select(
+        nameId="id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, "")
+    )
+    cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
+    cpu = _sorted(cpu, "start").join(
+        names, on="nameId", how="left", maintain_order="left"
+    ).with_columns(
+        name=pl.coalesce("name", pl.format("<unknown API {}>", pl.col("nameId"))),
+        # A process that launched no GPU work shares rank 0 with the real rank 0; its
+        # correlation ids would join that rank's kernels by accident, so drop them.
+        correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
+        kind=pl.coalesce(
+            "kind",
+            pl.when(pl.col("name").str.contains(r"^cu[A-Z]")).then(pl.lit("driver"))
+            .otherwise(pl.lit("runtime")),
+        ),
+        start_ns="start", end_ns="end",
+    )
+    return conform(cpu, "cpu")
+
+
+def _sync_frame(syncs: pl.DataFrame | None, cpu: pl.DataFrame,
+                ranks: pl.DataFrame) -> pl.DataFrame:
+    if syncs is None or syncs.height == 0:
+        return empty_frame("syncs")
+    code = pl.coalesce("syncType", "deprecatedSyncType")
+    frame = _with_rank(syncs.with_columns(pid=_pid("globalPid")), ranks).with_columns(
+        sync_type=code.replace_strict(SYNC_TYPE, default=None, return_dtype=STR)
+        .fill_null(code.cast(STR)),
+        device="deviceId", stream="streamId", start_ns="start", end_ns="end",
+        correlation="correlationId",
+    )
+    # The record names no thread: take the tid of the API call that it belongs to.
+    keys = ["rank", "pid", "correlation"]
+    calls = (
+        cpu.filter(pl.col("correlation").is_in(frame["correlation"].drop_nulls().implode()))
+        .select(*keys, "tid")
+        .unique(keys, keep="first")
+    )
+    frame = _sorted(frame, "start_ns").join(calls, on=keys, how="left", maintain_order="left")
+    return conform(frame, "syncs")
+
+
+def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: pl.DataFrame,
+                      meta: TraceMeta) -> pl.DataFrame:
+    if nvtx is None or nvtx.height == 0:
+        return empty_frame("annotations")
+    domains = nvtx.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE).select(
+        "domainId", domain_name="text"
+    ).unique("domainId", keep="last")
+    events = nvtx.filter(pl.col("eventType") != NVTX_DOMAIN_CREATE)
+    ranges = pl.col("eventType") != NVTX_MARK
+    unfinished = events.filter(ranges & pl.col("end").is_null()).height
+    if unfinished:
+        meta.warnings.append(f"dropped {unfinished} NVTX ranges that never ended")
+    events = events.filter(~ranges | pl.col("end").is_not_null())
+    text_ids = _names(strings, events["textId"]).select(textId="id", id_text="value")
+    events = _sorted(events, "start")
+    ann = (
+        _with_rank(events.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
+        .join(text_ids, on="textId", how="left", maintain_order="left")
+        .join(domains, on="domainId", how="left", maintain_order="left")
+        .with_columns(
+            name=pl.coalesce("text", "id_text", pl.lit("")),
+            start_ns="start",
+            end_ns=pl.when(ranges).then(pl.col("end")).otherwise(pl.col("start")),
+            domain=pl.coalesce(
+                "domain_name",
+                pl.when(pl.col("domainId") != 0).then(pl.col("domainId").cast(STR)),
+            ),
+        )
+        # starts_with first: a regex over millions of range names costs more than the read.
+        .with_columns(step=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(
+            pl.col("name").str.extract(STEP_NAME).cast(I64, strict=False)))
+        .with_columns(kind=pl.when(pl.col("step").is_not_null()).then(pl.lit("step"))
+                      .otherwise(pl.lit("nvtx")))
+    )
+    return conform(ann, "annotations")
+
+
+def _fill_meta(db: _Db, meta: TraceMeta, export: Mapping[str, str], ranks: pl.DataFrame,
+               gpu: pl.DataFrame) -> None:
+    meta.devices = _devices(db, gpu)
+    meta.world_size = max(ranks.height, 1)
+    session = db.rows("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME")
+    if session and session[0][0] is not None:
+        utc, clock = session[0]
+        normalized = export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+        meta.time_base_ns = int(utc) if normalized or clock is None else int(utc) - int(clock)
+    names = dict(db.rows("SELECT pid, name FROM PROCESSES"))
+    processes = [
+        {"pid": pid, "rank": rank, "name": names.get(pid)}
+        for pid, rank in ranks.select("pid", "rank").iter_rows()
+    ]
+    env_rank = _env_rank(db)
+    if env_rank is not None and ranks.height == 1:
+        meta.rank, meta.world_size = env_rank
+        processes[0]["rank"] = meta.rank
+    meta.extra["nsys"] = {
+        "product_version": export.get("EXPORT_PRODUCT_VERSION"),
+        "schema_version": export.get("EXPORT_SCHEMA_VERSION"),
+        # The GPU processes, one per rank: what split_by_process cuts along.
+        "processes": processes,
+    }
+
+
+def _env_rank(db: _Db) -> tuple[int, int] | None:
+    """RANK and WORLD_SIZE from the environment nsys ran in, when torchrun launched nsys."""
+    rows = db.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'DeviceEnvironment'")
+    if not rows or not rows[0][0]:
+        return None
+    env = rows[0][0]
+    rank = re.search(r"(?:^|;)RANK=(\d+)(?:;|$)", env)
+    world = re.search(r"(?:^|;)WORLD_SIZE=(\d+)(?:;|$)", env)
+    if not rank or not world or int(rank.group(1)) >= int(world.group(1)):
+        return None
+    return int(rank.group(1)), int(world.group(1))
+
+
+def _devices(db: _Db, gpu: pl.DataFrame) -> list[Device]:
+    devices: dict[int, dict[str, Any]] = {}
+    if "TARGET_INFO_GPU" in db.tables:
+        cols = db.columns("TARGET_INFO_GPU")
+        want = [c for c in ("id", "name", "smCount", "totalMemory", "computeMajor",
+                            "computeMinor") if c in cols]
+        if "id" in want:
+            for row in db.rows(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU"):
+                rec = dict(zip(want, row, strict=True))
+                cc = (f"{rec['computeMajor']}.{rec['computeMinor']}"
+                      if rec.get("computeMajor") is not None else None)
+                devices[int(rec["id"])] = dict(
+                    name=rec.get("name"), sm_count=rec.get("smCount"),
+                    memory_bytes=rec.get("totalMemory"), compute_capability=cc,
+                )
+    if "TARGET_INFO_CUDA_DEVICE" in db.tables:
+        cols = db.columns("TARGET_INFO_CUDA_DEVICE")
+        key = "gpuId" if "gpuId" in cols else "cudaId"
+        if key in cols and "numMultiprocessors" in cols:
+            for dev_id, sms in db.rows(
+                f"SELECT {key}, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE"
+            ):
+                if dev_id is not None:
+                    rec = devices.setdefault(int(dev_id), {})
+                    if rec.get("sm_count") is None:
+                        rec["sm_count"] = sms
+    for dev_id in gpu["device"].drop_nulls().unique().to_list():
+        devices.setdefault(int(dev_id), {})
+    return [Device(id=i, vendor="nvidia", **devices[i]) for i in sorted(devices)]
+
+
+def split_by_process(trace: Trace) -> list[Trace]:
+    """One :class:`Trace` per rank of a multi-process export, in rank order.
+
+    Each GPU process is a rank (see the module doc). GPU rows are cut by ``rank``; CPU rows,
+    annotations and syncs by the rank's pid, so processes without GPU activity (launchers,
+    loggers) are left out. A single-process trace comes back as a one-element list.
+    """
+    processes = trace.meta.extra.get("nsys", {}).get("processes", [])
+    if len(processes) <= 1:
+        return [trace]
+    out = []
+    for proc in processes:
+        rank, pid = proc["rank"], proc["pid"]
+        meta = TraceMeta.from_dict(trace.meta.to_dict())
+        meta.rank, meta.world_size = rank, len(processes)
+        meta.extra["nsys"] = {**meta.extra["nsys"], "processes": [proc]}
+        by_pid = pl.col("pid") == pid
+        out.append(Trace(
+            meta=meta,
+            gpu=trace.gpu.filter(pl.col("rank") == rank),
+            cpu=trace.cpu.filter(by_pid),
+            annotations=trace.annotations.filter(by_pid),
+            syncs=trace.syncs.filter(by_pid),
+            counters=trace.counters.filter(by_pid),
+        ))
+    return out
