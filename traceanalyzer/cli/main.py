@@ -28,6 +28,9 @@ def _register() -> None:
     cli.add_command(analyze.analyze)
     cli.add_command(stats.stats)
     cli.add_command(rules.rules)
+    from traceanalyzer.cli import diff
+
+    cli.add_command(diff.diff)
 
 
 _register()

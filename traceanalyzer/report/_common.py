@@ -126,18 +126,22 @@ def short_kernel_name(name: Any, limit: int = 90) -> str:
 def _elide(s: str, max_depth: int) -> str:
     out: list[str] = []
     depth = 0  # template depth
-    paren = 0  # parentheses inside a template argument: always elided to "(…)"
+    paren = 0  # parentheses inside a template argument: kept if short ("(int)"), else "(…)"
+    inner: list[str] = []
     for ch in s:
         if paren:
             paren += {"(": 1, ")": -1}.get(ch, 0)
+            if paren:
+                inner.append(ch)
+            elif depth <= max_depth:
+                text = "".join(inner)
+                out.append(f"({text})" if len(text) <= 12 and "(" not in text else "(…)")
             continue
         if ch == "(":
             if depth == 0 and out and out[-1] != " ":  # the parameter list: drop it
                 break
             if depth > 0:
-                paren = 1
-                if depth <= max_depth:
-                    out.append("(…)")
+                paren, inner = 1, []
                 continue
             out.append(ch)
             continue

@@ -17,6 +17,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.findings import Finding
+from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
 
 #: Bumped only for changes that break readers (a field removed, renamed or retyped).
@@ -106,7 +107,10 @@ def finding_dict(f: Finding) -> dict[str, Any]:
 
 
 def trace_dict(result: AnalysisResult) -> dict[str, Any]:
-    meta = result.meta
+    return meta_dict(result.meta)
+
+
+def meta_dict(meta: TraceMeta) -> dict[str, Any]:
     return {
         "path": meta.path,
         "format": meta.source_format,

@@ -1,0 +1,50 @@
+"""``traceanalyzer diff BEFORE AFTER``: what changed between two traces (any formats)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from traceanalyzer.cli.common import cache_options, safe
+from traceanalyzer.cli.rules import rule_options
+
+
+@click.command()
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the comparison as JSON here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a self-contained HTML comparison here.")
+@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a Markdown comparison (for a pull request) here.")
+@click.option("--top", default=10, show_default=True,
+              help="Kernels to list in the terminal and Markdown output.")
+@rule_options
+@cache_options
+def diff(before: Path, after: Path, json_path: Path | None, html_path: Path | None,
+         markdown_path: Path | None, top: int, rule_config: Any, use_cache: bool,
+         cache_dir: Path | None) -> None:
+    """Compare BEFORE and AFTER: step time, busy and idle, per-kernel and per-category time,
+    and which findings were resolved, are new, or remain."""
+    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.ingest import load
+    from traceanalyzer.report import diff as report
+
+    results = []
+    for path in (before, after):
+        trace = load(path, use_cache=use_cache, cache_dir=cache_dir)
+        results.append(analyze_trace(trace, rule_config=rule_config))
+    result = report.diff_results(results[0], results[1])
+    click.echo(report.render_terminal(result, top=top))
+    if json_path:
+        report.write_json(result, json_path)
+    if html_path:
+        report.write_html(result, html_path)
+    if markdown_path:
+        report.write_markdown(result, markdown_path, top=top)
+    for out in (json_path, html_path, markdown_path):
+        if out:
+            click.echo(f"wrote {safe(out)}")
