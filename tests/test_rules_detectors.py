@@ -1,0 +1,530 @@
+"""Each built-in rule on small canonical traces built here: one where it must fire, one where it
+must stay quiet (and, where it has one, the input that makes it not applicable)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.categories import activity_category
+from traceanalyzer.model import Device, Trace, TraceMeta, conform
+from traceanalyzer.rules import RuleConfig, evaluate
+
+US = 1_000
+
+
+class Synth:
+    """A tiny trace in canonical frames. Times are given in µs."""
+
+    def __init__(self, sm_count: int | None = 132, cc: str | None = "9.0") -> None:
+        self.gpu: list[dict[str, Any]] = []
+        self.cpu: list[dict[str, Any]] = []
+        self.ann: list[dict[str, Any]] = []
+        self.corr = 0
+        self.devices = [Device(id=0, name="NVIDIA H200", sm_count=sm_count, compute_capability=cc,
+                               vendor="nvidia")]
+
+    def _base(self) -> dict[str, Any]:
+        return {"rank": 0, "pid": 1, "tid": 1}
+
+    def op(self, name: str, start: float, dur: float, *, ext: int | None = None,
+           dims: Any = None, types: Any = None, kind: str = "op") -> None:
+        self.cpu.append({**self._base(), "kind": kind, "name": name, "start_ns": int(start * US),
+                         "end_ns": int((start + dur) * US), "external_id": ext,
+                         "input_dims": json.dumps(dims) if dims is not None else None,
+                         "input_types": json.dumps(types) if types is not None else None})
+
+    def api(self, name: str, start: float, dur: float, *, corr: int | None = None,
+            ext: int | None = None, op: str | None = None) -> None:
+        self.cpu.append({**self._base(), "kind": "runtime", "name": name,
+                         "start_ns": int(start * US), "end_ns": int((start + dur) * US),
+                         "correlation": corr, "external_id": ext, "parent_op": op})
+
+    def kernel(self, name: str, start: float, dur: float, *, launch: float | None = None,
+               stream: int = 7, grid: tuple[int, int, int] = (1024, 1, 1),
+               block: tuple[int, int, int] = (256, 1, 1), ext: int | None = None,
+               op: str | None = None, kind: str = "kernel", api: str = "cudaLaunchKernel",
+               **extra: Any) -> None:
+        self.corr += 1
+        launch = start - 6 if launch is None else launch
+        self.api(api, launch, 4, corr=self.corr, ext=ext, op=op)
+        row = {"rank": 0, "device": 0, "stream": stream, "kind": kind, "name": name,
+               "start_ns": int(start * US), "end_ns": int((start + dur) * US),
+               "correlation": self.corr, "external_id": ext}
+        if kind == "kernel":
+            row.update(grid_x=grid[0], grid_y=grid[1], grid_z=grid[2],
+                       block_x=block[0], block_y=block[1], block_z=block[2])
+        row.update(extra)
+        self.gpu.append(row)
+
+    def annotation(self, name: str, start: float, dur: float, *, kind: str = "user",
+                   step: int | None = None) -> None:
+        self.ann.append({**self._base(), "kind": kind, "name": name, "start_ns": int(start * US),
+                         "end_ns": int((start + dur) * US), "step": step})
+
+    def step(self, n: int, start: float, dur: float) -> None:
+        self.annotation(f"ProfilerStep#{n}", start, dur, kind="step", step=n)
+
+    def trace(self) -> Trace:
+        gpu = pl.DataFrame(self.gpu, infer_schema_length=None) if self.gpu else pl.DataFrame()
+        if self.gpu:
+            gpu = gpu.with_columns(category=activity_category(pl.col("kind"), pl.col("name")))
+        frames = {
+            "gpu": conform(gpu, "gpu") if self.gpu else conform(pl.DataFrame({"rank": []}), "gpu"),
+            "cpu": conform(pl.DataFrame(self.cpu, infer_schema_length=None), "cpu")
+            if self.cpu else conform(pl.DataFrame({"rank": []}), "cpu"),
+            "annotations": conform(pl.DataFrame(self.ann, infer_schema_length=None), "annotations")
+            if self.ann else conform(pl.DataFrame({"rank": []}), "annotations"),
+            "syncs": conform(pl.DataFrame({"rank": []}), "syncs"),
+            "counters": conform(pl.DataFrame({"rank": []}), "counters"),
+        }
+        trace = Trace(meta=TraceMeta(path="synthetic", source_format="kineto",
+                                     devices=self.devices), **frames)
+        trace.validate()
+        return trace
+
+
+def run(synth: Synth, **overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Findings and outcomes by slug, with the properties every finding must have checked."""
+    views = Views(synth.trace())
+    findings, outcomes = evaluate(views, RuleConfig(overrides=dict(overrides)))
+    window = views.window[1] - views.window[0] if views.window else 0
+    for f in findings:
+        assert 0 <= f.impact_ns <= window
+        assert 0 <= f.impact_pct <= 100
+        assert "\n" not in f.message and "{" not in f.message
+        assert f.fix and f.rule_id.startswith("TA")
+    assert [f.impact_ns for f in findings] == sorted((f.impact_ns for f in findings), reverse=True)
+    for o in outcomes:
+        assert o.status in ("fired", "quiet", "not_applicable")
+        assert not o.reason.startswith("rule failed"), o.reason
+    return {f.slug: f for f in findings}, {o.slug: o for o in outcomes}
+
+
+def busy_loop(s: Synth, n: int = 20, dur: float = 200, name: str = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn",
+              start: float = 0, stream: int = 7) -> float:
+    """Back-to-back kernels launched well ahead: a GPU with nothing wrong. Returns the end time."""
+    t = start
+    for i in range(n):
+        s.kernel(name, t, dur, launch=start + i * 5, stream=stream)
+        t += dur + 2
+    return t
+
+
+# --- a well-tuned trace raises nothing ---------------------------------------------------------
+
+
+def test_well_tuned_trace_has_no_findings():
+    s = Synth()
+    t = 0.0
+    for step in range(4):
+        s.step(step, t, 4100)
+        for i in range(20):
+            s.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", t + i * 202,
+                     200, launch=t + i * 5)
+        t += 20 * 202 + 5
+    findings, outcomes = run(s)
+    assert findings == {}
+    assert outcomes["gpu-idle-gaps"].status == "quiet"
+    assert outcomes["odd-matmul-shape"].status == "not_applicable"
+    assert "shapes" in outcomes["odd-matmul-shape"].reason
+
+
+# --- gpu-idle-gaps ------------------------------------------------------------------------------
+
+
+def test_gpu_idle_gaps_fires_on_host_wait_gaps():
+    s = Synth()
+    s.step(0, 0, 3000)
+    for i in range(10):
+        # each kernel is launched only after the previous one ended: host wait
+        s.kernel("gemm", i * 300 + 10, 100, launch=i * 300 + 2)
+    findings, outcomes = run(s)
+    f = findings["gpu-idle-gaps"]
+    assert "host wait 100%" in f.message and "CPU-bound" in f.message
+    assert f.impact_ns == 9 * 200 * US
+    assert f.evidence[0]["cause"] == "host_wait" and f.evidence[0]["end_ns"] > f.evidence[0]["start_ns"]
+    assert f.impact_per_step_ns == f.impact_ns  # one step
+    assert outcomes["gpu-idle-gaps"].status == "fired"
+
+
+def test_gpu_idle_gaps_quiet_when_busy_and_tunable():
+    s = Synth()
+    busy_loop(s)
+    findings, _ = run(s)
+    assert "gpu-idle-gaps" not in findings
+    s = Synth()
+    for i in range(10):
+        s.kernel("gemm", i * 300 + 10, 100, launch=i * 300 + 2)
+    assert "gpu-idle-gaps" in run(s)[0]
+    # a threshold above the gaps silences it
+    assert "gpu-idle-gaps" not in run(s, **{"gpu-idle-gaps": {"min_gap_us": 500}})[0]
+
+
+# --- hidden-sync --------------------------------------------------------------------------------
+
+
+def _sync_step(s: Synth, t0: float, with_sync: bool) -> None:
+    s.step(int(t0 // 10_000), t0, 10_000)
+    for i in range(10):  # queued well ahead: the GPU is busy 0..2000
+        s.kernel("gemm", t0 + 20 + i * 200, 200, launch=t0 + 1 + i * 5)
+    if with_sync:
+        # loss.item(): the CPU waits for the queue to drain, then Python takes 3 ms
+        s.op("aten::item", t0 + 60, 2000, ext=900)
+        s.op("aten::_local_scalar_dense", t0 + 61, 1998, ext=901)
+        s.api("cudaStreamSynchronize", t0 + 62, 1960, op="aten::_local_scalar_dense")
+        s.kernel("gemm", t0 + 5030, 200, launch=t0 + 5020)
+    else:
+        s.kernel("gemm", t0 + 2020, 200, launch=t0 + 60)
+
+
+def test_hidden_sync_fires_and_names_the_operator():
+    s = Synth()
+    _sync_step(s, 0, True)
+    _sync_step(s, 10_000, True)
+    findings, _ = run(s)
+    f = findings["hidden-sync"]
+    assert f.evidence[0]["op"] == "aten::item"
+    assert f.evidence[0]["api"] == "cudaStreamSynchronize"
+    # the GPU idles from the end of the queue (2020) to the next kernel (5030)
+    assert f.evidence[0]["gpu_idle_after_us"] == pytest.approx(3010)
+    assert f.impact_ns == 2 * 3010 * US
+    assert "2 host-device synchronizations" in f.message and "aten::item" in f.message
+
+
+def test_hidden_sync_quiet_without_syncs():
+    s = Synth()
+    _sync_step(s, 0, False)
+    _sync_step(s, 10_000, False)
+    assert "hidden-sync" not in run(s)[0]
+
+
+# --- unfused-elementwise-chain ------------------------------------------------------------------
+
+
+def _elementwise(s: Synth, chain: bool) -> None:
+    t = 0.0
+    for i in range(6):
+        if not chain:
+            s.kernel("sm90_xmma_gemm_bf16", t, 50, launch=t - 10)
+            t += 52
+        s.kernel(f"vectorized_elementwise_kernel<4, mul_{i}>", t, 50, launch=t - 10,
+                 grid=(4096, 1, 1), block=(128, 1, 1))
+        t += 52
+
+
+def test_unfused_elementwise_chain_fires_on_a_run():
+    s = Synth()
+    _elementwise(s, chain=True)
+    findings, _ = run(s)
+    f = findings["unfused-elementwise-chain"]
+    assert "longest 6" in f.message
+    assert f.impact_ns == int(6 * 50 * US * (1 - 1 / 6))
+    assert f.evidence[0]["kernels_in_chain"] == 6
+
+
+def test_unfused_elementwise_chain_quiet_when_interleaved():
+    s = Synth()
+    _elementwise(s, chain=False)
+    assert "unfused-elementwise-chain" not in run(s)[0]
+
+
+# --- nccl-not-overlapped ------------------------------------------------------------------------
+
+
+def test_nccl_not_overlapped_fires_when_exposed():
+    s = Synth()
+    end = busy_loop(s, n=10)
+    s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", end + 2, 2000, stream=20)
+    findings, _ = run(s)
+    f = findings["nccl-not-overlapped"]
+    assert f.impact_ns == 2000 * US
+    assert "allreduce" in f.message and "overlap 0%" in f.message
+    assert f.evidence[0]["stream"] == 20
+
+
+def test_nccl_not_overlapped_quiet_when_hidden_by_compute():
+    s = Synth()
+    busy_loop(s, n=20)
+    s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100, 2000, stream=20)
+    assert "nccl-not-overlapped" not in run(s)[0]
+
+
+# --- launch-overhead-bound ----------------------------------------------------------------------
+
+
+def test_launch_overhead_bound_fires_on_tiny_kernels_launched_late():
+    s = Synth()
+    s.step(0, 0, 2000)
+    for i in range(60):
+        # 3 µs kernels, each launched 20 µs after the previous one started: the GPU waits
+        s.kernel("vectorized_elementwise_kernel", 10 + i * 25, 3, launch=5 + i * 25)
+    findings, _ = run(s)
+    f = findings["launch-overhead-bound"]
+    assert "1 of 1 steps launch 60 kernels" in f.message
+    assert f.impact_ns == 59 * 22 * US
+
+
+def test_launch_overhead_bound_quiet_when_queued_ahead():
+    s = Synth()
+    s.step(0, 0, 2000)
+    for i in range(60):
+        s.kernel("vectorized_elementwise_kernel", 400 + i * 4, 3, launch=5 + i * 5)
+    assert "launch-overhead-bound" not in run(s)[0]
+
+
+# --- small-grid ---------------------------------------------------------------------------------
+
+
+def test_small_grid_fires_and_needs_sm_count():
+    def build(grid: tuple[int, int, int], sms: int | None) -> Synth:
+        s = Synth(sm_count=sms)
+        busy_loop(s, n=2)
+        for i in range(8):
+            s.kernel("my_reduce_kernel", 500 + i * 102, 100, launch=400, grid=grid)
+        return s
+
+    findings, _ = run(build((4, 1, 1), 132))
+    f = findings["small-grid"]
+    assert "my_reduce_kernel with 4 blocks" in f.message and "132 SMs" in f.message
+    assert f.impact_ns == int(800 * US * (1 - 4 / 132))
+    assert "small-grid" not in run(build((264, 1, 1), 132))[0]
+    _, outcomes = run(build((4, 1, 1), None))
+    assert outcomes["small-grid"].status == "not_applicable"
+    assert "SM count" in outcomes["small-grid"].reason
+
+
+# --- pageable-memcpy / sync-memcpy ---------------------------------------------------------------
+
+
+def _copy(s: Synth, src: str, api: str = "cudaMemcpyAsync") -> None:
+    end = busy_loop(s, n=5)
+    s.kernel("Memcpy HtoD (Pageable -> Device)" if src == "pageable" else "Memcpy HtoD (Pinned -> Device)",
+             end + 10, 300, kind="memcpy", api=api, bytes=64 << 20, copy_kind="HtoD",
+             src_kind=src, dst_kind="device")
+
+
+def test_pageable_memcpy_fires_and_pinned_is_quiet():
+    s = Synth()
+    _copy(s, "pageable")
+    f = run(s)[0]["pageable-memcpy"]
+    assert f.impact_ns == 300 * US and "1 copies" in f.message
+    assert f.evidence[0]["exposed_us"] == pytest.approx(300)
+    s = Synth()
+    _copy(s, "pinned")
+    assert "pageable-memcpy" not in run(s)[0]
+
+
+def test_sync_memcpy_fires_on_blocking_copies_only():
+    s = Synth()
+    busy_loop(s, n=5)
+    s.api("cudaMemcpy", 1100, 400)
+    f = run(s)[0]["sync-memcpy"]
+    assert f.impact_ns == 400 * US and "cudaMemcpy" in f.message
+    s = Synth()
+    busy_loop(s, n=5)
+    s.api("cudaMemcpyAsync", 1100, 400)
+    s.api("cudaMemsetAsync", 1500, 40)
+    assert "sync-memcpy" not in run(s)[0]
+
+
+# --- fp32-matmul ----------------------------------------------------------------------------------
+
+
+def test_fp32_matmul_fires_by_kernel_name_and_by_input_types():
+    s = Synth()
+    busy_loop(s, n=5, name="ampere_sgemm_128x64_nn")
+    f = run(s)[0]["fp32-matmul"]
+    assert "ampere_sgemm_128x64_nn" in f.message and f.impact_ns == 5 * 200 * US // 2
+    s = Synth()
+    for i in range(5):
+        s.op("aten::mm", i * 300, 20, ext=i + 1, dims=[[64, 64], [64, 64]], types=["float", "float"])
+        s.kernel("cutlass::Kernel2<cutlass_80_tensorop_gemm>", i * 300 + 30, 200, ext=i + 1,
+                 launch=i * 300 + 5)
+    f = run(s)[0]["fp32-matmul"]
+    assert "aten::mm" in f.message
+
+
+def test_fp32_matmul_quiet_for_bf16_and_not_applicable_without_tensor_cores():
+    s = Synth()
+    busy_loop(s, n=5)
+    assert "fp32-matmul" not in run(s)[0]
+    s = Synth(cc="6.1")
+    busy_loop(s, n=5, name="maxwell_sgemm_128x64_nn")
+    _, outcomes = run(s)
+    assert outcomes["fp32-matmul"].status == "not_applicable"
+
+
+# --- odd-matmul-shape ---------------------------------------------------------------------------
+
+
+def _gemm_ops(s: Synth, dims: list[list[int]], n: int = 5) -> None:
+    for i in range(n):
+        s.op("aten::mm", i * 300, 20, ext=i + 1, dims=dims, types=["c10::BFloat16"] * 2)
+        s.kernel("sm90_xmma_gemm_bf16bf16", i * 300 + 30, 250, ext=i + 1, launch=i * 300 + 5)
+
+
+def test_odd_matmul_shape_fires_on_unaligned_dims():
+    s = Synth()
+    _gemm_ops(s, [[4096, 768], [768, 50257]])
+    f = run(s)[0]["odd-matmul-shape"]
+    assert "M=4096 N=50257 K=768" in f.message
+    assert f.evidence[0]["odd_dims"] == "N"
+    assert f.impact_ns == int(5 * 250 * US * 0.25)
+
+
+def test_odd_matmul_shape_quiet_when_aligned_and_na_without_shapes():
+    s = Synth()
+    _gemm_ops(s, [[4096, 768], [768, 50304]])
+    findings, outcomes = run(s)
+    assert "odd-matmul-shape" not in findings and outcomes["odd-matmul-shape"].status == "quiet"
+    s = Synth()
+    busy_loop(s, n=5)
+    _, outcomes = run(s)
+    assert outcomes["odd-matmul-shape"].status == "not_applicable"
+    assert outcomes["odd-matmul-shape"].reason.startswith("input shapes were not recorded")
+
+
+# --- unfused-attention --------------------------------------------------------------------------
+
+
+def _attention(s: Synth, fused: bool, layers: int = 4) -> None:
+    t = 0.0
+    for _ in range(layers):
+        if fused:
+            s.kernel("flash_fwd_kernel", t, 100, launch=t - 10)
+            t += 102
+            continue
+        for name, dur in (("ampere_bf16_s16816gemm_bf16_128x64", 50),
+                          ("vectorized_elementwise_kernel<mul>", 20),
+                          ("cunn_SoftMaxForward<8, c10::BFloat16>", 60),
+                          ("ampere_bf16_s16816gemm_bf16_64x64", 50)):
+            s.kernel(name, t, dur, launch=t - 10)
+            t += dur + 2
+
+
+def test_unfused_attention_fires_on_gemm_softmax_gemm():
+    s = Synth()
+    _attention(s, fused=False)
+    f = run(s)[0]["unfused-attention"]
+    assert "4 attention blocks" in f.message
+    assert f.impact_ns == 4 * 80 * US  # the scale and softmax kernels between the GEMMs
+
+
+def test_unfused_attention_quiet_on_flash_and_on_loss_softmax():
+    s = Synth()
+    _attention(s, fused=True)
+    assert "unfused-attention" not in run(s)[0]
+    s = Synth()  # LM head -> log-softmax -> NLL: no GEMM after the softmax
+    t = 0.0
+    for _ in range(3):
+        for name in ("sm90_xmma_gemm_bf16", "cunn_SoftMaxForward<LogSoftMaxForwardEpilogue>",
+                     "nll_loss_forward_reduce_cuda_kernel", "reduce_kernel", "reduce_kernel",
+                     "reduce_kernel"):
+            s.kernel(name, t, 50, launch=t - 10)
+            t += 52
+    assert "unfused-attention" not in run(s)[0]
+
+
+# --- dataloader-stall ---------------------------------------------------------------------------
+
+
+def test_dataloader_stall_fires_when_gpu_waits_for_data():
+    s = Synth()
+    for step in range(3):
+        t = step * 3000
+        s.step(step, t, 3000)
+        s.annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t, 2000)
+        busy_loop(s, n=4, start=t + 2010)
+    f = run(s)[0]["dataloader-stall"]
+    assert "DataLoader" in f.message
+    # steps 1 and 2 load for 2000 µs while the GPU idles; step 0's loading precedes the window
+    assert f.impact_ns == 2 * 2000 * US
+
+
+def test_dataloader_stall_quiet_when_prefetched_and_na_without_ranges():
+    s = Synth()
+    end = busy_loop(s, n=20)
+    s.annotation("load_batch", 100, end - 200)  # loading while the GPU is busy
+    _, outcomes = run(s)
+    assert outcomes["dataloader-stall"].status == "quiet"
+    s = Synth()
+    busy_loop(s, n=5)
+    assert run(s)[1]["dataloader-stall"].status == "not_applicable"
+
+
+# --- unfused-optimizer --------------------------------------------------------------------------
+
+
+def test_unfused_optimizer_fires_on_per_parameter_kernels():
+    s = Synth()
+    s.annotation("Optimizer.step#AdamW.step", 0, 2000)
+    for i in range(80):
+        s.kernel("vectorized_elementwise_kernel<add_>", 10 + i * 20, 4, launch=5 + i * 20)
+    f = run(s)[0]["unfused-optimizer"]
+    assert "launch 80 kernels each (0 multi-tensor)" in f.message
+    assert "Optimizer.step#AdamW.step" in f.message
+
+
+def test_unfused_optimizer_quiet_for_foreach_and_na_without_optimizer():
+    s = Synth()
+    s.annotation("Optimizer.step#AdamW.step", 0, 200)
+    for i in range(4):
+        s.kernel("multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor>", 10 + i * 40, 35,
+                 launch=5 + i * 5)
+    _, outcomes = run(s)
+    assert outcomes["unfused-optimizer"].status == "quiet"
+    s = Synth()
+    busy_loop(s, n=3)
+    assert run(s)[1]["unfused-optimizer"].status == "not_applicable"
+
+
+# --- low-gpu-utilization -----------------------------------------------------------------------
+
+
+def test_low_gpu_utilization_fires_when_mostly_idle():
+    s = Synth()
+    for i in range(40):
+        s.kernel("gemm", i * 100, 10, launch=i * 100 - 2)  # 10% busy throughout
+    f = run(s)[0]["low-gpu-utilization"]
+    assert f.message.startswith("30 of 30 time chunks")
+    assert "low-gpu-utilization" not in run(s, **{"low-gpu-utilization": {"max_util_pct": 5}})[0]
+
+
+def test_low_gpu_utilization_quiet_with_one_slow_chunk():
+    s = Synth()
+    busy_loop(s, n=100)
+    s.kernel("gemm", 20_300, 10, launch=20_290)  # one late kernel: only the last chunks are low
+    assert "low-gpu-utilization" not in run(s)[0]
+
+
+# --- properties -----------------------------------------------------------------------------------
+
+
+kernel_st = st.tuples(
+    st.sampled_from(["gemm_bf16", "ampere_sgemm", "vectorized_elementwise_kernel",
+                     "ncclDevKernel_AllReduce", "cunn_SoftMaxForward", "layer_norm_kernel"]),
+    st.integers(0, 5000), st.integers(1, 800), st.sampled_from([7, 20]),
+    st.integers(1, 300), st.integers(0, 400),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(kernel_st, min_size=1, max_size=40), st.booleans(), st.booleans())
+def test_impact_never_exceeds_window(kernels, with_steps, with_sync):
+    s = Synth()
+    for name, start, dur, stream, blocks, lead in kernels:
+        s.kernel(name, start, dur, stream=stream, grid=(blocks, 1, 1), launch=start - lead)
+    if with_steps:
+        s.step(0, -500, 3000)
+        s.step(1, 2500, 3500)
+    if with_sync:
+        s.api("cudaDeviceSynchronize", 1000, 900)
+        s.annotation("data_load", 0, 4000)
+    run(s)  # run() checks impact <= window, pct <= 100, sorted, and that no rule crashed
