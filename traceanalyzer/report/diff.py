@@ -261,7 +261,8 @@ def render_terminal(diff: DiffResult, top: int = 10) -> str:
     lines = [f"before: {terminal_safe(diff.before.path)}",
              f"after:  {terminal_safe(diff.after.path)}", ""]
     rows = [[m.label, _val(m.unit, m.before), _val(m.unit, m.after),
-             _delta(m.unit, m.delta, m.delta_pct), m.verdict] for m in diff.metrics]
+             _delta(m.unit, m.delta, m.delta_pct), m.verdict] for m in diff.metrics
+            if m.before is not None or m.after is not None]
     lines.append(table(rows, ["metric", "before", "after", "delta", ""], right={1, 2, 3}))
     unit = "per step" if diff.basis == "per step" else "total"
     if not diff.categories.is_empty():
@@ -387,6 +388,8 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
         "<th></th></tr></thead><tbody>",
     ]
     for m in diff.metrics:
+        if m.before is None and m.after is None:
+            continue
         out.append(f"<tr><td>{_e(m.label.strip())}</td><td class=\"num\">{_e(_val(m.unit, m.before))}"
                    f"</td><td class=\"num\">{_e(_val(m.unit, m.after))}</td><td class=\"num "
                    f"{m.verdict}\">{_e(_delta(m.unit, m.delta, m.delta_pct))}</td>"

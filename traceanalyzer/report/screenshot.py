@@ -1,0 +1,52 @@
+"""Screenshot an HTML report with headless Chromium (for READMEs and reviews).
+
+    python -m traceanalyzer.report.screenshot REPORT.html OUT.png [--dark] [--width 1280]
+        [--height 0]
+
+``--height 0`` (the default) captures the whole page; a positive height captures the top of it.
+Needs a Chromium-family browser (Debian: ``apt-get install chromium``) or
+``TRACEANALYZER_CHROMIUM`` pointing at one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traceanalyzer.errors import TraceAnalyzerError
+from traceanalyzer.report.cdp import Browser, CDPError
+
+
+def screenshot(report: str | Path, out: str | Path, *, dark: bool = False, width: int = 1280,
+               height: int = 0) -> None:
+    """Render ``report`` and save a PNG to ``out``."""
+    with Browser(width=width, height=height or 900) as browser:
+        browser.open(report, dark=dark)
+        browser.screenshot(out, full_page=height <= 0, width=width)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m traceanalyzer.report.screenshot",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--dark", action="store_true", help="emulate prefers-color-scheme: dark")
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=0,
+                        help="viewport height; 0 captures the full page")
+    args = parser.parse_args(argv)
+    if not args.report.is_file():
+        print(f"error: {args.report}: no such file", file=sys.stderr)
+        return 2
+    try:
+        screenshot(args.report, args.out, dark=args.dark, width=args.width, height=args.height)
+    except (TraceAnalyzerError, CDPError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
