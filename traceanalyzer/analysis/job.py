@@ -1,0 +1,331 @@
+"""Multi-rank jobs: several ranks analyzed as one job, with stragglers and collective skew.
+
+A job is a set of per-rank traces (Kineto or Nsight Systems; an nsys export of several processes
+already holds several ranks). :func:`combine` merges them into one canonical trace whose ``rank``
+column tells ranks apart; :func:`analyze_job` reports, per rank, the usual metrics side by side
+plus how late each rank starts its collectives.
+
+Collectives are matched across ranks by (step, kernel name, ordinal within that step): the i-th
+``ncclDevKernel_AllReduce...`` of step 12 on rank 0 is the same collective as the i-th on rank 1.
+Outside profiler steps the step is null and the ordinal runs over the whole trace. A collective
+found on every rank is an *instance*; its **skew** is the spread of its start times, and a
+rank's **lateness** in it is its start minus the earliest start. NCCL kernels of one collective
+end together (each waits for all ranks), so the rank that starts last is the one the others
+waited for.
+
+Stragglers follow HTA's "late start" analysis (``hta/analyzers/straggler.py``,
+``find_stragglers_with_late_start_comm_kernels``): per iteration, take the last long
+communication kernel (at least 1% of the mean iteration time) for each (rank, stream, name);
+keep the (stream, name) whose normalized duration varies most across ranks; the rank whose
+kernel starts latest in an iteration is that iteration's straggler candidate. HTA counts the top
+``n_stragglers`` (default 2) per iteration; with few ranks that flags everyone, so this module
+counts the top 1 (``hta_late_iterations``). A rank is reported as *the* straggler when it starts
+last in at least half the matched collectives and its mean lateness is at least
+``min_lateness_us`` and twice the largest mean lateness of the other ranks.
+
+Clocks: start times of different ranks are compared directly (as HTA does), after shifting each
+trace by its recorded epoch offset where every trace records one. Traces from hosts whose clocks
+disagree by more than the lateness you look for give meaningless lateness; the skew of a
+collective measured within one nsys report (one clock) is exact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
+
+#: HTA's filter for "significant" communication kernels: >= 1% of the mean iteration time.
+HTA_MIN_NORMALIZED_DURATION = 0.01
+#: A straggler must lag by at least this much on average (below it, lateness is launch jitter).
+MIN_LATENESS_US = 10.0
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+@dataclass
+class JobResult:
+    """One job: the combined analysis plus cross-rank tables."""
+
+    result: AnalysisResult
+    #: Per rank: the metrics of ``Metrics`` plus collectives, lateness_mean_ns, lateness_p50_ns,
+    #: lateness_max_ns, late_count, late_share, hta_late_iterations, straggler, source.
+    ranks: pl.DataFrame
+    #: Per matched collective: step, name, ordinal, first_start_ns, last_start_ns, skew_ns,
+    #: latest_rank, mean_duration_ns.
+    collectives: pl.DataFrame
+    stragglers: list[int] = field(default_factory=list)
+    #: Collectives seen on some ranks but not all (profiling windows that do not line up).
+    unmatched_collectives: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def _rank_hint(path: str) -> int | None:
+    m = _RANK_IN_NAME.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def _trace_ranks(trace: Trace) -> list[int]:
+    ranks: set[int] = set()
+    for name in ("gpu", "cpu"):
+        ranks |= {r for r in getattr(trace, name)["rank"].unique().to_list() if r is not None}
+    return sorted(ranks) or [trace.meta.rank]
+
+
+def assign_ranks(traces: list[Trace]) -> list[dict[int, int]]:
+    """For each trace, a map from its own rank numbers to the job's.
+
+    Single-rank traces keep the rank they record when those are all different (the normal
+    torchrun case); otherwise ranks are numbered in order of the rank in the file name (if any),
+    then the path, and a trace holding several ranks takes consecutive numbers.
+    """
+    own = [_trace_ranks(t) for t in traces]
+    recorded = [t.meta.rank for t in traces]
+    if all(len(r) == 1 for r in own) and len(set(recorded)) == len(traces):
+        return [{r[0]: rank} for r, rank in zip(own, recorded, strict=True)]
+    order = sorted(range(len(traces)), key=lambda i: (_rank_hint(traces[i].meta.path) is None,
+                                                      _rank_hint(traces[i].meta.path) or 0,
+                                                      traces[i].meta.path))
+    maps: list[dict[int, int]] = [{} for _ in traces]
+    next_rank = 0
+    for i in order:
+        for r in own[i]:
+            maps[i][r] = next_rank
+            next_rank += 1
+    return maps
+
+
+def combine(traces: list[Trace]) -> Trace:
+    """Merge per-rank traces into one canonical trace (ranks renumbered by :func:`assign_ranks`)."""
+    if not traces:
+        raise ValueError("a job needs at least one trace")
+    if len(traces) == 1:
+        return traces[0]
+    maps = assign_ranks(traces)
+    bases = [t.meta.time_base_ns for t in traces]
+    shift_all = all(b is not None for b in bases)
+    origin = min(b for b in bases if b is not None) if shift_all else 0
+    frames: dict[str, list[pl.DataFrame]] = {name: [] for name in FRAME_SCHEMAS}
+    sources = []
+    for trace, rank_map, base in zip(traces, maps, bases, strict=True):
+        shift = (base - origin) if shift_all and base is not None else 0
+        for name, frame in trace.frames().items():
+            frames[name].append(_renumber(frame, rank_map, shift))
+        sources.append({"path": trace.meta.path, "ranks": sorted(rank_map.values()),
+                        "recorded_ranks": sorted(rank_map)})
+    first = traces[0].meta
+    formats = sorted({t.meta.source_format for t in traces})
+    world = max(max(m.values()) + 1 for m in maps)
+    meta = TraceMeta(
+        path=os.path.commonpath([t.meta.path for t in traces]) if _same_root(traces) else
+        first.path,
+        source_format="+".join(formats),
+        profiler=first.profiler,
+        devices=list(first.devices),
+        rank=min(min(m.values()) for m in maps),
+        world_size=max(world, *(t.meta.world_size for t in traces)),
+        time_base_ns=origin if shift_all else None,
+        warnings=[f"{Path(t.meta.path).name}: {w}" for t in traces for w in t.meta.warnings],
+        extra={"job": {"traces": sources}},
+    )
+    return Trace(meta=meta, **{name: pl.concat(parts) for name, parts in frames.items()})
+
+
+def _same_root(traces: list[Trace]) -> bool:
+    try:
+        return bool(os.path.commonpath([t.meta.path for t in traces]))
+    except ValueError:
+        return False
+
+
+def _renumber(frame: pl.DataFrame, rank_map: dict[int, int], shift: int) -> pl.DataFrame:
+    exprs = [pl.col("rank").replace_strict(list(rank_map), list(rank_map.values()),
+                                           default=min(rank_map.values()),
+                                           return_dtype=pl.Int32)]
+    if shift:
+        exprs += [(pl.col(c) + shift) for c in ("start_ns", "end_ns", "ts_ns") if c in frame.columns]
+    return frame.with_columns(exprs)
+
+
+def load_job(paths: list[str | os.PathLike[str]], *, use_cache: bool = True,
+             cache_dir: str | os.PathLike[str] | None = None) -> Trace:
+    """Read each per-rank trace and combine them."""
+    from traceanalyzer.ingest import load
+
+    return combine([load(p, use_cache=use_cache, cache_dir=cache_dir) for p in paths])
+
+
+def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Match communication kernels across ranks.
+
+    Returns (per rank and instance: step, name, ordinal, rank, start_ns, lateness_ns;
+    per instance: the summary columns of :attr:`JobResult.collectives`; the number of instances
+    missing on some rank).
+    """
+    comm = (
+        launches.filter(pl.col("kind") == "kernel", pl.col("category") == "communication")
+        .select("rank", "step", "name", "stream", "start_ns", "end_ns")
+        .with_columns(step=pl.col("step").fill_null(-1))
+        .sort("rank", "start_ns", "stream")
+        .with_columns(ordinal=pl.int_range(pl.len()).over("rank", "step", "name"))
+    )
+    keys = ["step", "name", "ordinal"]
+    counts = comm.group_by(keys).agg(n=pl.col("rank").n_unique())
+    matched = comm.join(counts.filter(pl.col("n") == n_ranks), on=keys, how="semi")
+    unmatched = counts.filter(pl.col("n") < n_ranks).height
+    per_rank = matched.with_columns(
+        lateness_ns=pl.col("start_ns") - pl.col("start_ns").min().over(keys)
+    )
+    instances = (
+        per_rank.group_by(keys)
+        .agg(
+            first_start_ns=pl.col("start_ns").min(),
+            last_start_ns=pl.col("start_ns").max(),
+            latest_rank=pl.col("rank").sort_by("start_ns", "rank").last(),
+            mean_duration_ns=(pl.col("end_ns") - pl.col("start_ns")).mean(),
+        )
+        .with_columns(skew_ns=pl.col("last_start_ns") - pl.col("first_start_ns"),
+                      step=pl.when(pl.col("step") >= 0).then(pl.col("step")))
+        .sort("first_start_ns", "name", "ordinal")
+        .select("step", "name", "ordinal", "first_start_ns", "last_start_ns", "skew_ns",
+                "latest_rank", "mean_duration_ns")
+    )
+    return per_rank, instances, unmatched
+
+
+def rank_lateness(per_rank: pl.DataFrame, instances: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """Per rank: matched collectives, lateness mean/p50/max and how often it started last."""
+    late = instances.filter(pl.col("skew_ns") > 0).group_by("latest_rank").agg(late_count=pl.len())
+    stats = per_rank.group_by("rank").agg(
+        collectives=pl.len(),
+        lateness_mean_ns=pl.col("lateness_ns").mean(),
+        lateness_p50_ns=pl.col("lateness_ns").median(),
+        lateness_max_ns=pl.col("lateness_ns").max(),
+    )
+    base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
+    return (
+        base.join(stats.cast({"rank": pl.Int32}), on="rank", how="left")
+        .join(late.rename({"latest_rank": "rank"}).cast({"rank": pl.Int32}), on="rank", how="left")
+        .with_columns(collectives=pl.col("collectives").fill_null(0).cast(pl.Int64),
+                      late_count=pl.col("late_count").fill_null(0).cast(pl.Int64))
+        .with_columns(late_share=pl.when(pl.col("collectives") > 0)
+                      .then(pl.col("late_count") / pl.col("collectives")))
+        .sort("rank")
+    )
+
+
+def hta_late_iterations(launches: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """HTA's late-start straggler count per rank (top 1 per iteration); see the module doc."""
+    out_schema = {"rank": pl.Int32, "hta_late_iterations": pl.Int64}
+    in_steps = launches.filter(pl.col("step").is_not_null())
+    if in_steps.is_empty():
+        return pl.DataFrame({"rank": ranks, "hta_late_iterations": [None] * len(ranks)},
+                            schema=out_schema)
+    n_iters = in_steps["step"].n_unique()
+    t_min = in_steps["start_ns"].min()
+    mean_iter = (in_steps["end_ns"].max() - t_min) / n_iters
+    long = in_steps.filter(
+        pl.col("kind") == "kernel", pl.col("category") == "communication", pl.col("step") > 0,
+        (pl.col("end_ns") - pl.col("start_ns")) >= mean_iter * HTA_MIN_NORMALIZED_DURATION,
+    )
+    last = (
+        long.sort("start_ns")
+        .group_by("rank", "stream", "step", "name", maintain_order=True)
+        .agg(start_ns=pl.col("start_ns").last(),
+             duration=(pl.col("end_ns") - pl.col("start_ns")).last() / mean_iter)
+    )
+    spread = (
+        last.group_by("stream", "step", "name").agg(sd=pl.col("duration").std())
+        .drop_nulls("sd").group_by("stream", "name").agg(sd=pl.col("sd").mean())
+        .sort(["sd", "stream", "name"], descending=[True, False, False])
+    )
+    counts = pl.DataFrame(schema=out_schema)
+    if not spread.is_empty():
+        stream, name = spread.row(0)[:2]
+        chosen = last.filter(pl.col("stream") == stream, pl.col("name") == name)
+        counts = (
+            chosen.sort("start_ns", "rank").group_by("step").agg(rank=pl.col("rank").last())
+            .group_by("rank").agg(hta_late_iterations=pl.len().cast(pl.Int64))
+            .cast(out_schema)
+        )
+    base = pl.DataFrame({"rank": ranks}, schema={"rank": pl.Int32})
+    return base.join(counts, on="rank", how="left").with_columns(
+        pl.col("hta_late_iterations").fill_null(0)
+    )
+
+
+def pick_stragglers(lateness: pl.DataFrame, min_lateness_us: float = MIN_LATENESS_US) -> list[int]:
+    """The rank the others wait for, if one stands out (see the module doc); else []."""
+    rows = lateness.filter(pl.col("collectives") > 0).to_dicts()
+    if len(rows) < 2:
+        return []
+    top = max(rows, key=lambda r: (r["late_count"], r["lateness_mean_ns"] or 0, -r["rank"]))
+    others = max((r["lateness_mean_ns"] or 0) for r in rows if r is not top)
+    mean = top["lateness_mean_ns"] or 0
+    if (top["late_share"] or 0) >= 0.5 and mean >= min_lateness_us * 1e3 and mean >= 2 * others:
+        return [int(top["rank"])]
+    return []
+
+
+def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
+                min_lateness_us: float = MIN_LATENESS_US) -> JobResult:
+    """Analyze a combined multi-rank trace (see :func:`combine`) as one job."""
+    from traceanalyzer.analysis import analyze_trace, rank_table
+    from traceanalyzer.analysis.views import Views
+
+    views = Views(trace)
+    result = analyze_trace(trace, rule_config=rule_config, rules=rules)
+    ranks = views.ranks
+    warnings: list[str] = []
+    if len(ranks) < 2:
+        warnings.append("only one rank found: there is nothing to compare across ranks")
+    per_rank, instances, unmatched = collective_instances(views.launches, len(ranks))
+    if unmatched:
+        warnings.append(f"{unmatched} collectives were not found on every rank (profiled windows "
+                        "that do not line up?); they are left out of lateness and skew")
+    lateness = rank_lateness(per_rank, instances, ranks)
+    stragglers = pick_stragglers(lateness, min_lateness_us)
+    metrics = rank_table(views.metrics_by_rank).cast({"rank": pl.Int32})
+    sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
+               for r in src["ranks"]}
+    table = (
+        metrics.join(lateness, on="rank", how="left")
+        .join(hta_late_iterations(views.launches, ranks), on="rank", how="left")
+        .with_columns(straggler=pl.col("rank").is_in(stragglers),
+                      source=pl.col("rank").replace_strict(
+                          list(sources), list(sources.values()), default=trace.meta.path,
+                          return_dtype=pl.String))
+        .sort("rank")
+    )
+    return JobResult(result=result, ranks=table, collectives=instances, stragglers=stragglers,
+                     unmatched_collectives=unmatched, warnings=warnings)
+
+
+def job_to_dict(job: JobResult) -> dict[str, Any]:
+    """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
+    from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
+
+    skew = job.collectives["skew_ns"]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "job",
+        "ranks": [clean(r) for r in job.ranks.to_dicts()],
+        "stragglers": list(job.stragglers),
+        "collective_skew": {
+            "instances": job.collectives.height,
+            "unmatched": job.unmatched_collectives,
+            "skew_mean_ns": clean(skew.mean()) if len(skew) else None,
+            "skew_p50_ns": clean(skew.median()) if len(skew) else None,
+            "skew_p95_ns": clean(skew.quantile(0.95, "nearest")) if len(skew) else None,
+            "skew_max_ns": clean(skew.max()) if len(skew) else None,
+        },
+        "collectives": frame_rows(job.collectives.head(1000), "collectives"),
+        "warnings": list(job.warnings),
+        "analysis": to_json_dict(job.result),
+    }
