@@ -31,6 +31,10 @@ def _register() -> None:
     from traceanalyzer.cli import diff
 
     cli.add_command(diff.diff)
+    from traceanalyzer.cli import batch, job
+
+    cli.add_command(batch.batch)
+    cli.add_command(job.job)
 
 
 _register()
