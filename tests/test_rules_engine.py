@@ -1,0 +1,323 @@
+"""The rule engine: rule files (built-in and user-written), validation errors, configuration,
+SQL queries, message templates, the rules CLI and the generated docs."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_rules_detectors import Synth, busy_loop
+
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.cli.rules import rules as rules_group
+from traceanalyzer.errors import RuleError
+from traceanalyzer.rules import RuleConfig, builtin_rules_dir, evaluate, load_config, load_rules
+from traceanalyzer.rules.detectors import all_detectors
+from traceanalyzer.rules.docs import rules_markdown
+from traceanalyzer.rules.query import bind
+from traceanalyzer.rules.schema import UNITS, render, template_fields
+
+REPO = Path(__file__).resolve().parents[1]
+SLUGS = [
+    "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
+    "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",
+    "odd-matmul-shape", "unfused-attention", "dataloader-stall", "unfused-optimizer",
+    "low-gpu-utilization",
+]
+
+USER_RULE = """\
+slug: long-memset
+id: USR001
+severity: low
+title: Long memsets
+message: "{count} memsets of {min_duration_us} µs or more, {impact_ms:.2f} ms; worst on stream {top_stream}"
+quiet: "No memset of {min_duration_us} µs or more."
+rationale: Clearing large buffers every step costs HBM bandwidth.
+fix: Reuse buffers instead of zeroing them.
+parameters:
+  min_duration_us: {default: 50, unit: us, description: Shortest memset reported.}
+requires: [gpu]
+query: |
+  SELECT name, stream, start_ns, end_ns, end_ns - start_ns AS impact_ns
+  FROM gpu
+  WHERE kind = 'memset' AND end_ns - start_ns >= :min_duration_us * 1000  -- :not_a_param
+  ORDER BY impact_ns DESC
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def memset_trace() -> Synth:
+    s = Synth()
+    end = busy_loop(s, n=5)
+    s.kernel("Memset (Device)", end + 5, 120, kind="memset", stream=9)
+    s.kernel("Memset (Device)", end + 200, 10, kind="memset")
+    return s
+
+
+# --- the built-in rule set ----------------------------------------------------------------------
+
+
+def test_builtin_rules_are_the_fourteen_with_stable_ids():
+    rules = load_rules([])
+    assert [r.slug for r in rules] == SLUGS
+    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 15)]
+    assert builtin_rules_dir() == REPO / "rules"
+    assert sorted(p.stem for p in (REPO / "rules").glob("*.yaml")) == sorted(SLUGS)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_each_rule_file_is_complete_and_matches_its_detector(slug):
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    assert Path(rule.path).name == f"{slug}.yaml"
+    spec = all_detectors()[rule.detector]
+    assert set(rule.parameters) == set(spec.params)
+    assert spec.func.__doc__, "every detector documents what it measures"
+    for name, param in rule.parameters.items():
+        assert name.endswith("_" + param.unit) and param.unit in UNITS
+        assert param.description and param.coerce(param.default, where=slug) == param.default
+        assert f"`{name}`" in rules_markdown([rule]) or name in rule.rationale
+    used = template_fields(rule.message, slug)
+    assert used and set(used) <= set(spec.fields) | set(rule.parameters) | {
+        "impact_ms", "impact_pct", "per_step_ms", "step_count", "window_ms"}
+    # every measured field the detector promises is either shown or deliberately left to evidence
+    assert len(rule.rationale) > 200 and len(rule.fix) > 80 and rule.references
+    assert all(r.startswith("https://") for r in rule.references)
+    assert rule.requires, "a rule names what it needs, to say 'not applicable' when it is missing"
+
+
+def test_every_registered_detector_is_used_by_a_rule():
+    used = {r.detector for r in load_rules([])}
+    assert used == set(all_detectors())
+
+
+def test_docs_are_generated_from_the_rule_files():
+    expected = rules_markdown(load_rules([]))
+    assert (REPO / "docs" / "rules.md").read_text(encoding="utf-8") == expected, (
+        "docs/rules.md is stale: run `traceanalyzer rules docs > docs/rules.md`")
+
+
+# --- a user-written rule ------------------------------------------------------------------------
+
+
+def test_user_query_rule_fires_with_measured_message(tmp_path):
+    write(tmp_path, "long-memset.yaml", USER_RULE)
+    config = load_config([str(tmp_path)], [], None, use_project_config=False)
+    findings, outcomes = evaluate(Views(memset_trace().trace()), config)
+    mine = [f for f in findings if f.slug == "long-memset"]
+    assert len(mine) == 1
+    f = mine[0]
+    assert f.message == "1 memsets of 50 µs or more, 0.12 ms; worst on stream 9"
+    assert f.impact_ns == 120_000 and f.rule_id == "USR001" and f.severity == "low"
+    assert f.evidence[0]["stream"] == 9 and f.evidence[0]["end_ns"] - f.evidence[0]["start_ns"] == 120_000
+    assert {o.slug for o in outcomes} >= set(SLUGS) | {"long-memset"}
+
+
+def test_user_rule_parameter_override_and_disable(tmp_path):
+    write(tmp_path, "long-memset.yaml", USER_RULE)
+    views = Views(memset_trace().trace())
+    config = load_config([str(tmp_path)], ["long-memset.min_duration_us=500"], None,
+                         use_project_config=False)
+    findings, outcomes = evaluate(views, config)
+    assert "long-memset" not in {f.slug for f in findings}
+    assert {o.slug: o for o in outcomes}["long-memset"].reason == "No memset of 500 µs or more."
+    config = load_config([str(tmp_path / "long-memset.yaml")], [], None, disable=["long-memset"],
+                         use_project_config=False)
+    assert "long-memset" not in {o.slug for o in evaluate(views, config)[1]}
+
+
+def test_project_config_in_working_directory(tmp_path, monkeypatch):
+    rules_dir = tmp_path / "my_rules"
+    rules_dir.mkdir()
+    write(rules_dir, "long-memset.yaml", USER_RULE)
+    write(tmp_path, "traceanalyzer.yaml", """\
+        rules: [my_rules]
+        disable: [small-grid]
+        parameters:
+          gpu-idle-gaps: {min_gap_us: 250}
+          long-memset: {min_duration_us: 100}
+        report: {title: ignored by the rule engine}
+        """)
+    monkeypatch.chdir(tmp_path)
+    config = load_config([], [], None)
+    params = {r.slug: p for r, p in config.active()}
+    assert "small-grid" not in params and params["gpu-idle-gaps"]["min_gap_us"] == 250
+    assert params["long-memset"]["min_duration_us"] == 100
+    # the command line wins over the config file
+    config = load_config([], ["gpu-idle-gaps.min_gap_us=300"], None, enable=["small-grid"])
+    params = {r.slug: p for r, p in config.active()}
+    assert params["gpu-idle-gaps"]["min_gap_us"] == 300 and "small-grid" in params
+
+
+# --- malformed rule files -----------------------------------------------------------------------
+
+GOOD = {
+    "slug": "my-rule", "id": "USR002", "severity": "low", "title": "T",
+    "message": "{count} rows", "quiet": "none", "rationale": "why", "fix": "how",
+    "query": "SELECT name, start_ns, end_ns FROM gpu",
+}
+
+
+def yaml_of(**changes: object) -> str:
+    import yaml
+
+    data = {**GOOD, **changes}
+    return yaml.safe_dump({k: v for k, v in data.items() if v is not None}, allow_unicode=True)
+
+
+BAD_FILES = [
+    ("bad YAML", "slug: my-rule\nid: [unclosed\n", r"invalid YAML at line"),
+    ("missing field", yaml_of(fix=None), r"rule 'my-rule': field 'fix': required"),
+    ("wrong type", yaml_of(title=["a", "list"]), r"rule 'my-rule': field 'title': must be non-empty text"),
+    ("bad severity", yaml_of(severity="urgent"), r"field 'severity': must be one of"),
+    ("bad id", yaml_of(id="rule1"), r"field 'id'"),
+    ("unknown key", yaml_of(serverity="low"), r"field 'serverity': unknown field"),
+    ("unknown detector", yaml_of(query=None, detector="no_such_detector"),
+     r"field 'detector': unknown detector 'no_such_detector'"),
+    ("both detector and query", yaml_of(detector="idle_gaps"), r"exactly one of"),
+    ("bad SQL", yaml_of(query="SELEC name FROM gpu"), r"field 'query'"),
+    ("unknown column", yaml_of(query="SELECT no_such_column FROM gpu"), r"field 'query': the query does not run"),
+    ("unknown table", yaml_of(query="SELECT * FROM secrets"), r"field 'query': the query does not run"),
+    ("two statements", yaml_of(query="SELECT 1 AS a FROM gpu; SELECT 2 AS b FROM gpu"), r"single statement"),
+    ("not a select", yaml_of(query="DROP TABLE gpu"), r"one SELECT"),
+    ("table function", yaml_of(query="SELECT * FROM read_csv('/etc/passwd')"), r"table functions"),
+    ("unknown placeholder", yaml_of(query="SELECT * FROM gpu WHERE start_ns > :nope"),
+     r"placeholder :nope is not a parameter"),
+    ("parameter without unit suffix", yaml_of(parameters={"min_gap": {"default": 1, "unit": "us", "description": "d"}}),
+     r"field 'parameters.min_gap': the name must end with its unit"),
+    ("parameter default not a number", yaml_of(parameters={"min_gap_us": {"default": "ten", "unit": "us", "description": "d"}}),
+     r"field 'parameters.min_gap_us': default must be a number"),
+    ("template attribute access", yaml_of(message="{count.__class__}"), r"field 'message': template field"),
+    ("template index access", yaml_of(message="{count[0]}"), r"field 'message'"),
+    ("template unknown field", yaml_of(message="{nope} rows"), r"field 'message': template field \{nope\}"),
+    ("detector parameters differ", yaml_of(query=None, detector="sync_memcpy", message="{call_count}",
+                                            parameters={"min_x_pct": {"default": 1.0, "unit": "pct", "description": "d"}}),
+     r"field 'parameters': do not match detector 'sync_memcpy' \(missing min_blocked_pct; unknown min_x_pct\)"),
+    ("unknown frame in requires", yaml_of(requires=["nowhere.column"]), r"field 'requires': unknown frame"),
+]
+
+
+@pytest.mark.parametrize("text,pattern", [(t, p) for _, t, p in BAD_FILES],
+                         ids=[name for name, _, _ in BAD_FILES])
+def test_malformed_rule_file_names_file_rule_and_field(tmp_path, text, pattern):
+    path = write(tmp_path, "broken.yaml", text)
+    with pytest.raises(RuleError) as info:
+        load_config([str(path)], [], None, use_project_config=False)
+    message = str(info.value)
+    assert str(path) in message
+    assert re.search(pattern, message), message
+    assert "\n" not in message
+
+
+def test_duplicate_ids_and_slugs_are_rejected(tmp_path):
+    write(tmp_path, "a.yaml", yaml_of())
+    write(tmp_path, "b.yaml", yaml_of())
+    with pytest.raises(RuleError, match="also defined in"):
+        load_rules([tmp_path])
+    (tmp_path / "b.yaml").unlink()
+    write(tmp_path, "b.yaml", yaml_of(slug="other-rule", id="TA001"))
+    with pytest.raises(RuleError, match="TA001 is already used by rule 'gpu-idle-gaps'"):
+        load_rules([tmp_path])
+
+
+@pytest.mark.parametrize("sets,pattern", [
+    (["gpu-idle-gaps.min_gap_us=abc"], r"min_gap_us must be an integer, got 'abc'"),
+    (["gpu-idle-gaps.min_gap_us=1.5"], r"must be an integer"),
+    (["gpu-idle-gaps.min_idle_pct=150"], r"must be <= 100"),
+    (["gpu-idle-gaps.nope_us=1"], r"rule 'gpu-idle-gaps' has no parameter 'nope_us'"),
+    (["no-such-rule.x_us=1"], r"unknown rule 'no-such-rule'"),
+    (["gpu-idle-gaps=3"], r"expected SLUG.PARAMETER=VALUE"),
+    (["gpu-idle-gaps.min_idle_pct=nan"], r"finite"),
+])
+def test_bad_set_values(sets, pattern):
+    with pytest.raises(RuleError, match=pattern):
+        load_config([], sets, None, use_project_config=False)
+
+
+def test_unknown_slug_to_enable_or_disable():
+    with pytest.raises(RuleError, match="unknown rule 'nope'"):
+        load_config([], [], None, disable=["nope"], use_project_config=False)
+
+
+# --- templates and SQL binding ------------------------------------------------------------------
+
+
+def test_render_fills_only_plain_names():
+    assert render("{a:.1f} ms, {b}", {"a": 1.25, "b": None}, "w") == "1.2 ms, n/a"
+    assert render("x  \n  y {a}", {"a": "z"}, "w") == "x y z"
+    with pytest.raises(RuleError, match="not a measured field"):
+        render("{missing}", {}, "w")
+    for bad in ("{a.b}", "{a[0]}", "{a!r}", "{a:{b}}", "{0}", "{}"):
+        with pytest.raises(RuleError):
+            template_fields(bad, "w")
+
+
+def test_sql_parameters_are_bound_as_numbers_only():
+    sql = "SELECT ':x' AS s, \"col:x\" FROM gpu WHERE a > :x AND b < :y -- :z\n"
+    bound = bind(sql, {"x": 5, "y": -2.5}, "w")
+    assert bound == "SELECT ':x' AS s, \"col:x\" FROM gpu WHERE a > 5 AND b < (-2.5) -- :z\n"
+    with pytest.raises(TypeError):
+        bind("SELECT :x", {"x": "1; DROP TABLE gpu"}, "w")  # type: ignore[dict-item]
+
+
+# --- outcomes -----------------------------------------------------------------------------------
+
+
+def test_not_applicable_is_distinct_from_quiet():
+    s = Synth()
+    busy_loop(s, n=5)
+    _, outcomes = evaluate(Views(s.trace()), RuleConfig())
+    by = {o.slug: o for o in outcomes}
+    assert len(outcomes) == 14
+    assert by["odd-matmul-shape"].status == "not_applicable"
+    assert by["gpu-idle-gaps"].status == "quiet" and by["gpu-idle-gaps"].reason
+
+
+def test_empty_trace_every_rule_not_applicable():
+    _, outcomes = evaluate(Views(Synth().trace()), RuleConfig())
+    assert {o.status for o in outcomes} == {"not_applicable"}
+    assert all(o.reason for o in outcomes)
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+
+def test_cli_rules_list_and_show(tmp_path):
+    runner = CliRunner()
+    out = runner.invoke(rules_group, ["list"])
+    assert out.exit_code == 0
+    for slug in SLUGS:
+        assert slug in out.output
+    out = runner.invoke(rules_group, ["show", "hidden-sync"])
+    assert out.exit_code == 0
+    assert "aten::_local_scalar_dense" in out.output and "min_idle_pct" in out.output
+    out = runner.invoke(rules_group, ["show", "TA001", "--set", "gpu-idle-gaps.min_gap_us=250"])
+    assert out.exit_code == 0 and "In effect: min_gap_us=250" in out.output
+    write(tmp_path, "long-memset.yaml", USER_RULE)
+    out = runner.invoke(rules_group, ["list", "--json", "--rules", str(tmp_path)])
+    assert out.exit_code == 0 and '"slug": "long-memset"' in out.output
+
+
+def test_cli_rules_errors(tmp_path):
+    out = CliRunner().invoke(rules_group, ["show", "no-such-rule"])
+    assert isinstance(out.exception, RuleError)
+    from traceanalyzer.cli.main import main  # the root command turns RuleError into exit code 2
+
+    for argv in (["rules", "show", "no-such-rule"],
+                 ["rules", "list", "--set", "gpu-idle-gaps.min_gap_us=abc"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+
+
+def test_cli_rules_docs_matches_file():
+    out = CliRunner().invoke(rules_group, ["docs"])
+    assert out.exit_code == 0
+    assert out.output == (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
