@@ -388,16 +388,35 @@ def _frame_table(frame: pl.DataFrame, limit: int = 64) -> str:
 _STATUS_TEXT = {"fired": "fired", "quiet": "quiet", "not_applicable": "not applicable"}
 
 
+def _rule_docs() -> dict[str, Any]:
+    """Built-in rules by slug, for their titles and rationale; {} if they cannot be loaded (a
+    report must render even then)."""
+    try:
+        from traceanalyzer.rules.loader import load_rules
+
+        return {r.slug: r for r in load_rules([])}
+    except Exception:  # noqa: BLE001 - documentation is optional here
+        return {}
+
+
 def _rules(result: AnalysisResult) -> str:
     outs = sorted(result.rule_outcomes, key=lambda o: (o.rule_id, o.slug))
     fired = {f.slug: f for f in result.findings}
     if not outs:
         return '<section id="rules"><h2>Rules</h2><p class="muted">No rules ran.</p></section>'
+    docs = _rule_docs()
     rows = []
     for o in outs:
         f = fired.get(o.slug)
-        what = esc(o.reason) if o.reason else (esc(f.title) if f else "")
-        if f is not None and f.fix:
+        rule = docs.get(o.slug)
+        title = (f.title if f else None) or (rule.title if rule else "")
+        what = f"<b>{esc(title)}</b>" if title else ""
+        if o.reason:
+            what += f"<div>{esc(o.reason)}</div>"
+        if rule is not None and rule.rationale:
+            what += (f"<details><summary>Why it matters</summary><div>{esc(rule.rationale)}"
+                     f"</div><div><b>Fix:</b> {esc(rule.fix)}</div></details>")
+        elif f is not None and f.fix:
             what += f'<div class="muted">Fix: {esc(f.fix)}</div>'
         status = o.status if o.status in _STATUS_TEXT else "quiet"
         rows.append([
@@ -408,8 +427,9 @@ def _rules(result: AnalysisResult) -> str:
         ])
     return ('<section id="rules"><h2>Rules</h2><p class="muted">Every rule that ran, and what '
             "it did. <i>Not applicable</i> means the trace lacks what the rule needs. Each rule's "
-            f"rationale, thresholds and examples are in <code>{RULES_DOC}</code> under its slug."
-            "</p>" + _table([("Id", ""), ("Rule", ""), ("Status", ""), ("Details", "")], rows)
+            f"thresholds and examples are in <code>{RULES_DOC}</code> under its slug, or run "
+            "<code>traceanalyzer rules show SLUG</code>.</p>"
+            + _table([("Id", ""), ("Rule", ""), ("Status", ""), ("Details", "")], rows)
             + "</section>")
 
 
