@@ -1,0 +1,125 @@
+"""The rules on the real public traces in ../shared/traces/public: no rule crashes on any of
+them, and the verdicts we can justify from what each trace is (see SOURCES.md) hold."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.ingest import read_any
+from traceanalyzer.rules import RuleConfig, evaluate, load_rules
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLIC = REPO.parent / "shared" / "traces" / "public"
+TRACES = sorted(p for p in PUBLIC.glob("*/*") if p.suffix in (".gz", ".sqlite", ".json"))
+
+pytestmark = pytest.mark.slow
+
+
+@functools.cache
+def views_of(name: str) -> Views:
+    path = next((p for p in TRACES if p.name == name), None)
+    if path is None:
+        pytest.skip(f"{name} is not in ../shared/traces/public")
+    return Views(read_any(path))
+
+
+def verdicts(name: str, **overrides: dict) -> tuple[dict, dict]:
+    views = views_of(name)
+    findings, outcomes = evaluate(views, RuleConfig(overrides=overrides))
+    return {f.slug: f for f in findings}, {o.slug: o for o in outcomes}
+
+
+@pytest.mark.skipif(not TRACES, reason="../shared/traces/public is not available")
+@pytest.mark.parametrize("path", TRACES, ids=[p.name for p in TRACES])
+def test_no_rule_crashes_and_findings_are_sane(path):
+    views = views_of(path.name)
+    findings, outcomes = evaluate(views, RuleConfig())
+    assert len(outcomes) == 14
+    window = views.window[1] - views.window[0] if views.window else 0
+    for o in outcomes:
+        assert not o.reason.startswith("rule failed"), (o.slug, o.reason)
+        assert o.reason, o.slug
+    for f in findings:
+        assert 0 <= f.impact_ns <= window and 0 <= f.impact_pct <= 100
+        assert f.evidence, f.slug
+        assert all(r["end_ns"] >= r["start_ns"] for r in f.evidence if "start_ns" in r)
+
+
+def test_hidden_sync_on_alexnet_sync_trace():
+    # HTA's critical-path test trace: a benchmark that synchronizes after every layer.
+    findings, _ = verdicts("hta_alexnet_sync.json.gz")
+    f = findings["hidden-sync"]
+    assert {r["api"] for r in f.evidence} <= {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
+    assert "gpu-idle-gaps" in findings and "host wait" in findings["gpu-idle-gaps"].message
+
+
+def test_hidden_sync_on_a100_training_rank():
+    # SOURCES.md: "aten::item syncs, DtoH copies" in the middle of a training step.
+    findings, _ = verdicts("hta_a100_rank3of8_control.json.gz")
+    assert "hidden-sync" in findings
+    assert findings["hidden-sync"].impact_per_step_ns is not None
+
+
+def test_cpu_only_trace_every_rule_not_applicable():
+    _, outcomes = verdicts("hta_cpu_only.json.gz")
+    # sync-memcpy reads CPU calls only: it can tell there are none
+    assert outcomes.pop("sync-memcpy").status == "quiet"
+    assert {o.status for o in outcomes.values()} == {"not_applicable"}
+
+
+def test_nsys_exports_have_no_shapes():
+    for name in ("nsysai_2gpu_sendrecv_before.sqlite", "nsysai_rtx3080_small.sqlite"):
+        _, outcomes = verdicts(name)
+        assert outcomes["odd-matmul-shape"].status == "not_applicable"
+        assert "shapes" in outcomes["odd-matmul-shape"].reason
+
+
+def test_sendrecv_before_and_after_fix():
+    # The same 2-GPU job before and after a fix (nsys-ai's fixtures): exposed SendRecv time fell.
+    before, _ = verdicts("nsysai_2gpu_sendrecv_before.sqlite")
+    assert "nccl-not-overlapped" in before
+    everything = {"nccl-not-overlapped": {"min_exposed_pct": 0}}
+    b, _ = verdicts("nsysai_2gpu_sendrecv_before.sqlite", **everything)
+    a, _ = verdicts("nsysai_2gpu_sendrecv_after.sqlite", **everything)
+    assert a["nccl-not-overlapped"].impact_ns < b["nccl-not-overlapped"].impact_ns
+
+
+def test_cuda_graph_decode_is_not_launch_bound():
+    # vLLM decode replaying CUDA graphs: the launches are already batched into graph launches.
+    findings, outcomes = verdicts("tracelens_vllm_decode_cudagraph.json.gz")
+    assert outcomes["launch-overhead-bound"].status == "quiet"
+
+
+def test_torch_compile_trace_has_no_unfused_chains():
+    # Inductor already fused the pointwise ops into Triton kernels.
+    _, outcomes = verdicts("tracelens_torch_compile_triton.json.gz")
+    assert outcomes["unfused-elementwise-chain"].status == "quiet"
+
+
+def test_owlv2_eager_attention_and_token_count():
+    # OWLv2 (CLIP ViT-L/14 at 960 px) runs eager attention: bmm -> softmax -> bmm over
+    # 72 x 72 + 1 = 5185 tokens, which is not a multiple of 8.
+    findings, _ = verdicts("tracelens_h100_owlv2.json.gz")
+    assert "unfused-attention" in findings
+    assert findings["unfused-attention"].evidence[0]["seq_len"] == 5185
+    assert "5185" in findings["odd-matmul-shape"].message
+
+
+def test_rule_file_examples_hold():
+    """The traces a rule file says it fires on (or stays silent on) behave so."""
+    checked = 0
+    for rule in load_rules([]):
+        for example, should_fire in [(e, True) for e in rule.examples_fire] + [
+                (e, False) for e in rule.examples_silent]:
+            path = (REPO / example).resolve()
+            if not path.exists():
+                continue
+            findings, _ = verdicts(path.name)
+            assert (rule.slug in findings) == should_fire, (rule.slug, example)
+            checked += 1
+    if not checked:
+        pytest.skip("no example trace is available")
