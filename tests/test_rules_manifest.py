@@ -1,0 +1,90 @@
+"""The reference workload traces in sample_traces/ (real H200 runs, bad and good twins): on each
+bad trace the rule for its problem fires, on its good twin it does not, and the default rule set
+raises no finding at all on a well-tuned ("good") trace.
+
+sample_traces/manifest.yaml lists the traces: path, workload, variant (bad/good), device,
+profiler, step_ms, speedup, must_fire, must_not_fire.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from traceanalyzer.analysis import analyze_trace
+from traceanalyzer.ingest import load
+from traceanalyzer.rules import load_rules
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+MANIFEST = SAMPLES / "manifest.yaml"
+
+pytestmark = pytest.mark.slow
+
+
+def _entries() -> list[dict[str, Any]]:
+    if not MANIFEST.is_file():
+        return []
+    data = yaml.safe_load(MANIFEST.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        data = data.get("traces", [])
+    return [e for e in data or [] if isinstance(e, dict) and e.get("path")]
+
+
+ENTRIES = _entries()
+IDS = [str(e["path"]) for e in ENTRIES]
+
+
+def _path(entry: dict[str, Any]) -> Path:
+    path = Path(entry["path"])
+    for base in (REPO, SAMPLES):
+        if (base / path).exists():
+            return base / path
+    pytest.fail(f"manifest lists {entry['path']}, which does not exist")
+
+
+@functools.cache
+def _fired(path: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+    # No cache: the analysis must not write beside the checked-in traces.
+    result = analyze_trace(load(path, use_cache=False))
+    for o in result.rule_outcomes:
+        assert not o.reason.startswith("rule failed"), (o.slug, o.reason)
+    return frozenset(f.slug for f in result.findings), tuple(
+        f"{f.slug}: {f.message}" for f in result.findings)
+
+
+def _slugs(entry: dict[str, Any], key: str) -> set[str]:
+    value = entry.get(key) or []
+    return {value} if isinstance(value, str) else set(value)
+
+
+@pytest.mark.skipif(not ENTRIES, reason="sample_traces/manifest.yaml lists no traces")
+def test_manifest_names_real_rules():
+    known = {r.slug for r in load_rules([])}
+    for entry in ENTRIES:
+        for key in ("must_fire", "must_not_fire"):
+            unknown = _slugs(entry, key) - known
+            assert not unknown, f"{entry['path']}: {key} names unknown rules {sorted(unknown)}"
+        assert not _slugs(entry, "must_fire") & _slugs(entry, "must_not_fire"), entry["path"]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_manifest_expectations(entry):
+    fired, messages = _fired(_path(entry))
+    missing = _slugs(entry, "must_fire") - fired
+    unwanted = _slugs(entry, "must_not_fire") & fired
+    assert not missing, f"{entry['path']}: expected {sorted(missing)} to fire; findings: {messages}"
+    assert not unwanted, f"{entry['path']}: {sorted(unwanted)} must not fire; findings: {messages}"
+
+
+GOOD = [e for e in ENTRIES if str(e.get("variant", "")).lower() == "good"]
+
+
+@pytest.mark.parametrize("entry", GOOD, ids=[str(e["path"]) for e in GOOD])
+def test_well_tuned_trace_raises_no_finding(entry):
+    fired, messages = _fired(_path(entry))
+    assert not fired, f"{entry['path']} is a well-tuned reference run, yet: {messages}"
