@@ -44,7 +44,7 @@ def _evidence_gaps(views, gaps: pl.DataFrame) -> pl.DataFrame:
     "idle_gaps",
     params=("min_gap_us", "min_idle_pct"),
     fields=("idle_ms", "idle_pct", "gap_count", "host_wait_pct", "kernel_wait_pct", "other_pct",
-            "verdict", "worst_stream", "worst_step", "worst_step_idle_ms"),
+            "verdict", "worst_stream", "worst_step", "worst_step_idle_ms", "where"),
 )
 def idle_gaps(views, p: Params) -> Detection | None:
     """GPU idle periods (no stream busy) of at least ``min_gap_us``, when together they are at
@@ -82,6 +82,8 @@ def idle_gaps(views, p: Params) -> Detection | None:
             .sort(["duration_ns", "step"], descending=[True, False]).row(0)
         )
         worst_step, worst_step_idle = row[0], row[1]
+    where = f"Most idle in step {worst_step} ({ms(worst_step_idle):.1f} ms)" if worst_step is not None else "No steps marked"
+    where += f"; stream {worst_stream} has the most long gaps." if worst_stream is not None else "."
     evidence = _evidence_gaps(views, gaps.sort("duration_ns", descending=True).head(50))
     return Detection(
         impact_ns=idle,
@@ -96,6 +98,7 @@ def idle_gaps(views, p: Params) -> Detection | None:
             "worst_stream": worst_stream,
             "worst_step": worst_step,
             "worst_step_idle_ms": ms(worst_step_idle),
+            "where": where,
         },
         evidence=evidence,
     )

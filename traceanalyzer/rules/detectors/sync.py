@@ -78,7 +78,7 @@ def _idle_after(views, calls: pl.DataFrame) -> pl.DataFrame:
     "hidden_sync",
     params=("min_idle_pct", "min_stall_us"),
     fields=("sync_count", "stall_ms", "idle_ms", "top_op", "top_op_count", "top_api",
-            "per_step_count"),
+            "per_step_count", "frequency"),
 )
 def hidden_sync(views, p: Params) -> Detection | None:
     """Host-device synchronizations inside the step loop (stream/device/event sync, blocking
@@ -125,6 +125,7 @@ def hidden_sync(views, p: Params) -> Detection | None:
             "top_op_count": int(ops["n"][0]),
             "top_api": apis["name"][0],
             "per_step_count": calls.height / steps if steps else None,
+            "frequency": f"{calls.height / steps:.1f} per step" if steps else "no steps marked",
         },
         evidence=evidence,
     )
