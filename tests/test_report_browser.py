@@ -150,3 +150,32 @@ def test_public_trace_reports_render(browser, tmp_path, path):
     assert browser.evaluate("!!document.getElementById('findings')")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.screenshot(ARTIFACTS / f"public_{path.name}.png", full_page=False)
+
+
+def test_huge_report_renders(browser, tmp_path):
+    from test_report_html import _huge
+
+    trace, result = _huge()
+    report = tmp_path / "huge.html"
+    write_html(result, report, trace)
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    assert browser.evaluate("document.getElementById('tl-window').options.length") >= 3
+
+
+def test_diff_report_renders(browser, tmp_path):
+    from traceanalyzer.report.diff import diff_results
+    from traceanalyzer.report.diff import write_html as write_diff_html
+
+    trace, evil = hostile_trace_and_result()
+    report = tmp_path / "diff.html"
+    write_diff_html(diff_results(make_result(make_trace()), evil), report)
+    browser.open(report)
+    assert problems(browser, report) == []
+    assert browser.evaluate("typeof window.__pwned") == "undefined"
+    assert browser.evaluate("document.scripts.length") == 0
+    for sec in ("metrics", "findings", "categories", "kernels"):
+        assert browser.evaluate(f"!!document.getElementById('{sec}')"), sec
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "diff.png")

@@ -72,7 +72,7 @@ def render_html(result: AnalysisResult, trace: Trace | None = None) -> str:
         _header(result, name),
         _nav(),
         _headline(result),
-        _findings(findings, tl is not None),
+        _findings(findings, tl is not None, result.metrics.window_start_ns),
         _timeline(tl),
         _charts(result),
         _tables(result),
@@ -202,7 +202,7 @@ def _headline(result: AnalysisResult) -> str:
     return f'<section id="headline"><h2>Headline</h2><div class="cards">{"".join(cards)}</div></section>'
 
 
-def _evidence_table(rows: list[dict[str, Any]]) -> str:
+def _evidence_table(rows: list[dict[str, Any]], origin: int | None = None) -> str:
     if not rows:
         return ""
     cols: list[str] = []
@@ -214,7 +214,7 @@ def _evidence_table(rows: list[dict[str, Any]]) -> str:
     head = "".join(f'<th class="{_num_class(k, rows)}">{esc(k)}</th>' for k in cols)
     body = []
     for r in rows[:MAX_EVIDENCE_ROWS]:
-        cells = "".join(_evidence_cell(k, r.get(k)) for k in cols)
+        cells = "".join(_evidence_cell(k, r.get(k), origin) for k in cols)
         body.append(f"<tr>{cells}</tr>")
     more = (f'<p class="muted">{len(rows) - MAX_EVIDENCE_ROWS} more rows in the JSON '
             "report.</p>" if len(rows) > MAX_EVIDENCE_ROWS else "")
@@ -227,9 +227,13 @@ def _num_class(key: str, rows: list[dict[str, Any]]) -> str:
     return "num" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
 
 
-def _evidence_cell(key: str, value: Any) -> str:
+def _evidence_cell(key: str, value: Any, origin: int | None = None) -> str:
     if isinstance(value, bool) or value is None:
         return f"<td>{esc('' if value is None else value)}</td>"
+    if key in ("start_ns", "end_ns") and isinstance(value, int) and origin is not None:
+        # Trace clocks are huge absolute numbers; show the offset into the window instead.
+        return (f'<td class="num" title="{value} ns on the trace clock">'
+                f"+{esc(fmt_ns(value - origin))}</td>")
     if isinstance(value, (int, float)):
         if key.endswith("_ns") and key not in ("start_ns", "end_ns"):
             return f'<td class="num">{esc(fmt_ns(value))}</td>'
@@ -240,7 +244,7 @@ def _evidence_cell(key: str, value: Any) -> str:
     return f'<td class="name">{esc(value)}</td>'
 
 
-def _findings(findings: list[Finding], has_timeline: bool) -> str:
+def _findings(findings: list[Finding], has_timeline: bool, origin: int | None) -> str:
     if not findings:
         return ('<section id="findings"><h2>Findings</h2><p>No rule fired on this trace. See '
                 '<a href="#rules">rules</a> for what was checked.</p></section>')
@@ -265,7 +269,7 @@ def _findings(findings: list[Finding], has_timeline: bool) -> str:
             f"<div>{esc(f.message)}</div>"
             f'<div class="impact">{esc(impact)}{esc(rank)}</div>'
             f'<div class="fix"><b>Fix:</b> {esc(f.fix)}</div>'
-            f"{_evidence_table(f.evidence)}"
+            f"{_evidence_table(f.evidence, origin)}"
             f'<div class="links">{"".join(links)}</div></article>')
     out.append("</section>")
     return "".join(out)
