@@ -33,9 +33,10 @@ def _axis_ms(x0: float, x1: float, span_ns: float, ticks: int = 6) -> str:
     parts = []
     for i in range(ticks + 1):
         x = x0 + (x1 - x0) * i / ticks
+        anchor = "end" if i == ticks else "middle"
         parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" '
                      f'y2="{H - PAD_B}"/><text class="tick" x="{x:.1f}" y="{H - 8}" '
-                     f'text-anchor="middle">{esc(fmt_ns(span_ns * i / ticks))}</text>')
+                     f'text-anchor="{anchor}">{esc(fmt_ns(span_ns * i / ticks))}</text>')
     return "".join(parts)
 
 

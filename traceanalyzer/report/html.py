@@ -292,7 +292,7 @@ def _timeline(tl: dict[str, Any] | None) -> str:
     legend = "".join(f'<span class="key {cat_class(c)}"></span>{esc(c)}' for c in tl["categories"])
     return (
         '<section id="timeline"><h2>GPU timeline</h2>'
-        '<p class="muted">Per-stream GPU activity. Shaded: the whole GPU is idle. Orange marks: '
+        '<p class="muted">Per-stream GPU activity. Shaded: no stream shown is busy. Orange marks: '
         "where findings occur (their stream's lane is outlined).</p>"
         '<div class="tl-controls" id="tl-controls" hidden><label>Window <select id="tl-window">'
         '</select></label><button type="button" id="tl-in">Zoom in</button>'

@@ -33,9 +33,7 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
     """The timeline's JSON-able payload, or None when there is no GPU activity to draw."""
     if trace is None or trace.gpu.is_empty():
         return None
-    gpu = trace.gpu
-    if result.meta.rank is not None and gpu["rank"].n_unique() > 1:
-        gpu = gpu.filter(pl.col("rank") == result.meta.rank)
+    gpu = trace.gpu  # every rank the trace holds: a peer's stream explains a wait
     origin = int(result.metrics.window_start_ns or gpu["start_ns"].min())
     names = _Names()
     windows = []
@@ -54,8 +52,9 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
                 continue
             marks.append({"f": i, "s": s - origin, "e": max(e, s) - origin,
                           "label": f"{f.rule_id} {f.title}",
-                          "stream": row.get("stream") if isinstance(row.get("stream"), int)
-                          else None})
+                          "stream": _int_or_none(row.get("stream")),
+                          "device": _int_or_none(row.get("device")),
+                          "rank": _int_or_none(row.get("rank", f.rank))})
     return {
         "origin_ns": origin,
         "categories": list(CATEGORIES),
@@ -65,6 +64,10 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
         "marks": marks,
         "finding_windows": _finding_window_index(result, windows, origin),
     }
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _interval(row: dict[str, Any]) -> tuple[int | None, int]:
@@ -132,13 +135,15 @@ def _window(gpu: pl.DataFrame, w0: int, w1: int, origin: int, names: _Names) -> 
     if w1 <= w0:
         return None
     acts = gpu.filter((pl.col("end_ns") > w0) & (pl.col("start_ns") < w1)).select(
-        "device", "stream", "name", pl.col("category").cast(pl.String),
+        "rank", "device", "stream", "name", pl.col("category").cast(pl.String),
         pl.col("start_ns").clip(lower_bound=w0), pl.col("end_ns").clip(upper_bound=w1),
     )
-    lanes = acts.select("device", "stream").unique().sort("device", "stream", nulls_last=True)
+    keys = ["rank", "device", "stream"]
+    lanes = acts.select(keys).unique().sort(keys, nulls_last=True)
     if lanes.is_empty():
         return None
-    acts = acts.join(lanes.with_row_index("lane"), on=["device", "stream"], nulls_equal=True)
+    acts = acts.join(lanes.with_row_index("lane"), on=keys, nulls_equal=True)
+    many_ranks = gpu["rank"].n_unique() > 1
     res = 0
     merged = _merge(acts, res)
     while merged.height > MAX_RECTS:
@@ -155,8 +160,9 @@ def _window(gpu: pl.DataFrame, w0: int, w1: int, origin: int, names: _Names) -> 
     return {
         "start": w0 - origin,
         "end": w1 - origin,
-        "lanes": [f"GPU {d} · stream {s}" for d, s in lanes.iter_rows()],
-        "lane_keys": [[d, s] for d, s in lanes.iter_rows()],
+        "lanes": [(f"rank {r} · " if many_ranks else "") + f"GPU {d} · stream {s}"
+                  for r, d, s in lanes.iter_rows()],
+        "lane_keys": [[r, d, s] for r, d, s in lanes.iter_rows()],
         "rects": rects,
         "gaps": _gaps(acts, w0, w1),
         "merged_ns": res,

@@ -37,6 +37,11 @@
     select.value = String(i);
     view0 = win.start; view1 = win.end;
     highlight = finding;
+    var ctx = canvas.getContext("2d");
+    ctx.font = "11px system-ui, sans-serif";
+    LABEL_W = 70;
+    win.lanes.forEach(function (l) { LABEL_W = Math.max(LABEL_W, ctx.measureText(l).width + 14); });
+    LABEL_W = Math.min(LABEL_W, 260);
     var txt = win.rects.length + " rectangles from " + win.activities + " GPU activities";
     if (win.merged_ns > 0) txt += "; activities closer than " + fmtNs(win.merged_ns) +
       " on a stream are merged";
@@ -74,7 +79,11 @@
 
   function laneOfMark(m) {
     if (m.stream === null || m.stream === undefined) return -1;
-    for (var i = 0; i < win.lane_keys.length; i++) if (win.lane_keys[i][1] === m.stream) return i;
+    for (var i = 0; i < win.lane_keys.length; i++) {
+      var k = win.lane_keys[i];
+      if (k[2] === m.stream && (m.device === null || m.device === undefined || k[1] === m.device) &&
+          (m.rank === null || m.rank === undefined || k[0] === m.rank)) return i;
+    }
     return -1;
   }
 
