@@ -98,7 +98,7 @@ def fp32_matmul(views, p: Params) -> Detection | None:
             "kernel_count": fp32.height,
             "tf32_pct": pct(fp32.filter("tf32")["dur"].sum(), fp32_ns),
             "top_kernel": by_name["name"][0],
-            "top_op": ops["input_op"][0] if ops.height else None,
+            "top_op": ops["input_op"][0] if ops.height else "an unrecorded operator",
         },
         evidence=evidence,
     )

@@ -169,7 +169,7 @@ def sync_memcpy(views, p: Params) -> Detection | None:
             "call_count": calls.height,
             "blocked_ms": ms(blocked),
             "top_api": apis["name"][0],
-            "top_op": ops["op"][0] if ops.height else None,
+            "top_op": ops["op"][0] if ops.height else "an unrecorded operator",
         },
         evidence=evidence,
     )
@@ -230,7 +230,7 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
             "htod_ms": ms(htod["dur"].sum()),
             "exposed_htod_ms": ms(htod["exposed_ns"].sum()),
             "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
-            "top_op": ops["op_name"][0] if ops.height else None,
+            "top_op": ops["op_name"][0] if ops.height else "an unrecorded operator",
         },
         evidence=evidence,
     )
