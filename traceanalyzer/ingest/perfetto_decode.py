@@ -19,7 +19,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import numpy as np
 import polars as pl
+
+from traceanalyzer.ingest import perfetto_wire as wire
 
 #: Placeholder for an interned id that the sequence never defined.
 UNKNOWN_NAME = "<unknown>"
@@ -103,37 +106,107 @@ class RawTables:
     bytes_read: int = 0
 
 
+_LIGHT: dict[str, Any] = {}
+
+#: Fields of TracePacket and TrackEvent the reader looks at. Everything else is skipped by the C
+#: parser without ever becoming a Python object.
+_PACKET_FIELDS = (
+    "timestamp", "timestamp_clock_id", "track_event", "track_descriptor", "clock_snapshot",
+    "trusted_packet_sequence_id", "interned_data", "sequence_flags", "incremental_state_cleared",
+    "trace_packet_defaults", "previous_packet_dropped", "compressed_packets",
+)
+_EVENT_FIELDS = (
+    "category_iids", "categories", "name_iid", "name", "type", "track_uuid", "counter_value",
+    "double_counter_value", "extra_counter_track_uuids", "extra_counter_values",
+    "extra_double_counter_track_uuids", "extra_double_counter_values", "flow_ids_old", "flow_ids",
+    "terminating_flow_ids_old", "terminating_flow_ids", "correlation_id", "debug_annotations",
+    "legacy_event",
+)
+
+
+def _light_classes() -> tuple[Any, Any]:
+    """``Trace``/``TracePacket`` look-alikes that keep only the fields we read.
+
+    They are built from the ``perfetto`` package's own descriptors, with two changes: fields we do
+    not read are left out (the parser skips them in C), and ``debug_annotations`` is declared as
+    ``bytes`` so that annotations stay raw for :mod:`traceanalyzer.ingest.perfetto_wire`.
+    """
+    if not _LIGHT:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as real
+
+        source = descriptor_pb2.FileDescriptorProto()
+        real.DESCRIPTOR.CopyToProto(source)
+        messages = {m.name: m for m in source.message_type}
+        light = descriptor_pb2.FileDescriptorProto(
+            name="traceanalyzer/perfetto_light.proto",
+            package="traceanalyzer.perfetto_light",
+            dependency=[real.DESCRIPTOR.name],
+        )
+        for name, keep in (("TracePacket", _PACKET_FIELDS), ("TrackEvent", _EVENT_FIELDS)):
+            msg = light.message_type.add(name=name)
+            for f in messages[name].field:
+                if f.name not in keep:
+                    continue
+                copy = msg.field.add()
+                copy.CopyFrom(f)
+                copy.ClearField("oneof_index")
+                copy.ClearField("json_name")
+                if f.name == "debug_annotations":
+                    copy.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    copy.ClearField("type_name")
+                elif f.name == "type":
+                    copy.type = descriptor_pb2.FieldDescriptorProto.TYPE_INT32
+                    copy.ClearField("type_name")
+                elif f.name == "track_event":
+                    copy.type_name = ".traceanalyzer.perfetto_light.TrackEvent"
+        trace = light.message_type.add(name="Trace")
+        trace.field.add(
+            name="packet",
+            number=1,
+            label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED,
+            type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+            type_name=".traceanalyzer.perfetto_light.TracePacket",
+        )
+        pool = descriptor_pool.Default()
+        try:
+            fd = pool.FindFileByName(light.name)
+        except KeyError:
+            fd = pool.Add(light)
+            fd = pool.FindFileByName(light.name)
+        _LIGHT["trace"] = message_factory.GetMessageClass(fd.message_types_by_name["Trace"])
+        _LIGHT["annotation"] = real.DebugAnnotation
+    return _LIGHT["trace"], _LIGHT["annotation"]
+
+
 @dataclass
 class _Sequence:
     """Incremental state of one ``trusted_packet_sequence_id``."""
 
+    gen: int  # changes at every incremental-state reset; keys interned annotation names
     names: dict[int, str] = field(default_factory=dict)
     categories: dict[int, str] = field(default_factory=dict)
-    annotation_names: dict[int, str] = field(default_factory=dict)
-    annotation_strings: dict[int, str] = field(default_factory=dict)
     default_track: int = 0
     default_counter_tracks: list[int] = field(default_factory=list)
     clock_id: int = 0
     # sequence-scoped clocks: id -> [is_incremental, unit_ns, current_value, global_base, local_base]
     clocks: dict[int, list[Any]] = field(default_factory=dict)
 
-    def clear(self) -> None:
-        self.names.clear()
-        self.categories.clear()
-        self.annotation_names.clear()
-        self.annotation_strings.clear()
+    def clear(self, gen: int) -> None:
+        self.gen = gen
+        self.names = {}
+        self.categories = {}
         self.default_track = 0
         self.default_counter_tracks = []
         self.clock_id = 0
-        self.clocks.clear()
+        self.clocks = {}
 
 
 class _Decoder:
     def __init__(self) -> None:
-        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
-
-        self._trace_cls = Trace
+        self._trace_cls, self._annotation_cls = _light_classes()
         self.seqs: dict[int, _Sequence] = {}
+        self._gens = 0
         # events
         self.ev_ts: list[int] = []
         self.ev_type: list[int] = []
@@ -141,11 +214,20 @@ class _Decoder:
         self.ev_name: list[str | None] = []
         self.ev_cat: list[str | None] = []
         self.ev_flow: list[int | None] = []
-        # debug annotations, long format
+        # raw debug annotations of the current chunk, and which event and sequence state own them
+        self.blobs: list[bytes] = []
+        self.blob_event: list[int] = []
+        self.blob_gen: list[int] = []
+        self.blob_count: list[int] = []
+        # interned annotation names and string values, by (generation, iid)
+        self.ann_names: dict[int, dict[int, str]] = {}
+        self.ann_strings: dict[int, dict[int, str]] = {}
+        # debug annotations, long format: Python-built rows plus per-chunk decoded frames
         self.an_idx: list[int] = []
         self.an_key: list[str] = []
         self.an_int: list[int | None] = []
         self.an_str: list[str | None] = []
+        self.an_parts: list[pl.DataFrame] = []
         # counters
         self.ct_track: list[int] = []
         self.ct_ts: list[int] = []
@@ -156,53 +238,161 @@ class _Decoder:
         self.unknown_clock = 0
         self.packets = 0
 
+    def _new_gen(self) -> int:
+        self._gens += 1
+        return self._gens
+
     # -- packets -----------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
         """Decode a buffer holding only complete packet records."""
         trace = self._trace_cls.FromString(data)
         self._packets(trace.packet)
+        self.flush_annotations()
 
     def _packets(self, packets: Any) -> None:
+        # The hot loop: one iteration per packet, so attribute look-ups are hoisted into locals.
         seqs = self.seqs
+        ev_ts, ev_type, ev_track = self.ev_ts.append, self.ev_type.append, self.ev_track.append
+        ev_name, ev_cat, ev_flow = self.ev_name.append, self.ev_cat.append, self.ev_flow.append
+        blobs_extend = self.blobs.extend
+        blob_event, blob_gen = self.blob_event.append, self.blob_gen.append
+        blob_count = self.blob_count.append
+        last_seq_id = -1
+        seq = None
+        count = 0
         for pkt in packets:
-            self.packets += 1
+            count += 1
             seq_id = pkt.trusted_packet_sequence_id
-            seq = seqs.get(seq_id)
-            if seq is None:
-                seq = seqs[seq_id] = _Sequence()
-            if pkt.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED or pkt.incremental_state_cleared:
-                seq.clear()
+            if seq_id != last_seq_id:
+                seq = seqs.get(seq_id)
+                if seq is None:
+                    seq = seqs[seq_id] = _Sequence(self._new_gen())
+                last_seq_id = seq_id
+            flags = pkt.sequence_flags
+            if flags & SEQ_INCREMENTAL_STATE_CLEARED or pkt.incremental_state_cleared:
+                seq.clear(self._new_gen())
             if pkt.previous_packet_dropped:
                 self.dropped += 1
             if pkt.HasField("interned_data"):
                 self._intern(seq, pkt.interned_data)
-            if pkt.HasField("trace_packet_defaults"):
+            if not pkt.HasField("track_event"):
+                self._other_packet(seq, pkt)
+                continue
+            if flags & SEQ_INCREMENTAL_STATE_CLEARED and pkt.HasField("trace_packet_defaults"):
                 self._defaults(seq, pkt.trace_packet_defaults)
-            which = pkt.WhichOneof("data")
-            if which == "track_event":
-                self._track_event(seq, pkt)
-            elif which == "track_descriptor":
-                self._track_descriptor(pkt.track_descriptor)
-            elif which == "clock_snapshot":
-                self._clock_snapshot(seq, pkt.clock_snapshot)
-            elif which == "compressed_packets":
-                try:
-                    inner = self._trace_cls.FromString(zlib.decompress(pkt.compressed_packets))
-                except Exception:  # noqa: BLE001 - a corrupt blob is a warning, not a crash
-                    self.dropped += 1
-                else:
-                    self._packets(inner.packet)
+            te = pkt.track_event
+            ts = pkt.timestamp
+            if pkt.timestamp_clock_id or seq.clock_id:
+                ts = self._timestamp(seq, pkt)
+            etype = te.type
+            track = te.track_uuid or seq.default_track
+            if etype == TYPE_SLICE_END:
+                ev_ts(ts)
+                ev_type(etype)
+                ev_track(track)
+                ev_name(None)
+                ev_cat(None)
+                ev_flow(None)
+                continue
+            if etype == TYPE_COUNTER or etype == 0 or te.extra_counter_values or (
+                te.extra_double_counter_values
+            ):
+                etype = self._unusual_event(seq, te, ts, etype)
+                if etype is None:
+                    continue
+            idx = len(self.ev_ts)
+            iid = te.name_iid
+            if iid:
+                name = seq.names.get(iid)
+                if name is None:
+                    self.unknown_iids += 1
+                    name = UNKNOWN_NAME
+            else:
+                name = te.name
+            cat_iids = te.category_iids
+            if cat_iids:
+                cat = seq.categories.get(cat_iids[0])
+                if cat is None:
+                    self.unknown_iids += 1
+                    cat = UNKNOWN_NAME
+            else:
+                cats = te.categories
+                cat = cats[0] if cats else None
+            flows = te.flow_ids or te.terminating_flow_ids or te.flow_ids_old
+            ev_ts(ts)
+            ev_type(etype)
+            ev_track(track)
+            ev_name(name)
+            ev_cat(cat)
+            ev_flow(flows[0] if flows else None)
+            anns = te.debug_annotations
+            if anns:
+                blobs_extend(anns)
+                blob_event(idx)
+                blob_gen(seq.gen)
+                blob_count(len(anns))
+            if te.HasField("correlation_id"):
+                self._annotation(idx, "correlation", te.correlation_id, None)
+            if etype == TYPE_COMPLETE:
+                self._annotation(idx, "_dur", te.legacy_event.duration_us * 1000, None)
+        self.packets += count
+
+    def _other_packet(self, seq: _Sequence, pkt: Any) -> None:
+        if pkt.HasField("trace_packet_defaults"):
+            self._defaults(seq, pkt.trace_packet_defaults)
+        if pkt.HasField("track_descriptor"):
+            self._track_descriptor(pkt.track_descriptor)
+        elif pkt.HasField("clock_snapshot"):
+            self._clock_snapshot(seq, pkt.clock_snapshot)
+        elif pkt.HasField("compressed_packets"):
+            try:
+                inner = self._trace_cls.FromString(zlib.decompress(pkt.compressed_packets))
+            except Exception:  # noqa: BLE001 - a corrupt blob is a warning, not a crash
+                self.dropped += 1
+            else:
+                self._packets(inner.packet)
+
+    def _unusual_event(self, seq: _Sequence, te: Any, ts: int, etype: int) -> int | None:
+        """Counters, extra counter values and legacy events: the type to record, or None."""
+        if etype == TYPE_COUNTER:
+            value = (
+                te.double_counter_value
+                if te.HasField("double_counter_value")
+                else float(te.counter_value)
+            )
+            self.ct_track.append(te.track_uuid or seq.default_track)
+            self.ct_ts.append(ts)
+            self.ct_value.append(value)
+            return None
+        if te.extra_counter_values or te.extra_double_counter_values:
+            self._extra_counters(seq, te, ts)
+        if etype == 0:
+            if not te.HasField("legacy_event"):
+                return None
+            phase = te.legacy_event.phase
+            if phase == 88:  # 'X': complete event
+                return TYPE_COMPLETE
+            if phase == 66:  # 'B'
+                return TYPE_SLICE_BEGIN
+            if phase == 69:  # 'E'
+                return TYPE_SLICE_END
+            return None
+        return etype
 
     def _intern(self, seq: _Sequence, data: Any) -> None:
         for entry in data.event_names:
             seq.names[entry.iid] = entry.name
         for entry in data.event_categories:
             seq.categories[entry.iid] = entry.name
-        for entry in data.debug_annotation_names:
-            seq.annotation_names[entry.iid] = entry.name
-        for entry in data.debug_annotation_string_values:
-            seq.annotation_strings[entry.iid] = entry.str.decode("utf-8", "replace")
+        if data.debug_annotation_names:
+            names = self.ann_names.setdefault(seq.gen, {})
+            for entry in data.debug_annotation_names:
+                names[entry.iid] = entry.name
+        if data.debug_annotation_string_values:
+            strings = self.ann_strings.setdefault(seq.gen, {})
+            for entry in data.debug_annotation_string_values:
+                strings[entry.iid] = entry.str.decode("utf-8", "replace")
 
     def _defaults(self, seq: _Sequence, defaults: Any) -> None:
         seq.clock_id = defaults.timestamp_clock_id
@@ -264,77 +454,6 @@ class _Decoder:
             desc.HasField("counter"),
         )
 
-    def _track_event(self, seq: _Sequence, pkt: Any) -> None:
-        te = pkt.track_event
-        ts = self._timestamp(seq, pkt)
-        etype = te.type
-        track = te.track_uuid or seq.default_track
-        if etype == TYPE_SLICE_END:
-            self.ev_ts.append(ts)
-            self.ev_type.append(etype)
-            self.ev_track.append(track)
-            self.ev_name.append(None)
-            self.ev_cat.append(None)
-            self.ev_flow.append(None)
-            return
-        if etype == TYPE_COUNTER:
-            value = (
-                te.double_counter_value
-                if te.WhichOneof("counter_value_field") == "double_counter_value"
-                else float(te.counter_value)
-            )
-            self.ct_track.append(track)
-            self.ct_ts.append(ts)
-            self.ct_value.append(value)
-            return
-        extra_values = te.extra_counter_values or te.extra_double_counter_values
-        if extra_values:
-            self._extra_counters(seq, te, ts)
-        if etype == 0:
-            if not te.HasField("legacy_event"):
-                return
-            legacy = te.legacy_event
-            phase = legacy.phase
-            if phase == 88:  # 'X': complete event
-                etype = TYPE_COMPLETE
-            elif phase == 66:  # 'B'
-                etype = TYPE_SLICE_BEGIN
-            elif phase == 69:  # 'E'
-                etype = TYPE_SLICE_END
-            else:
-                return
-        idx = len(self.ev_ts)
-        iid = te.name_iid
-        if iid:
-            name = seq.names.get(iid)
-            if name is None:
-                self.unknown_iids += 1
-                name = UNKNOWN_NAME
-        else:
-            name = te.name
-        cat = None
-        cat_iids = te.category_iids
-        if cat_iids:
-            cat = seq.categories.get(cat_iids[0])
-            if cat is None:
-                self.unknown_iids += 1
-                cat = UNKNOWN_NAME
-        elif te.categories:
-            cat = te.categories[0]
-        flows = te.flow_ids or te.terminating_flow_ids or te.flow_ids_old
-        self.ev_ts.append(ts)
-        self.ev_type.append(etype)
-        self.ev_track.append(track)
-        self.ev_name.append(name)
-        self.ev_cat.append(cat)
-        self.ev_flow.append(flows[0] if flows else None)
-        if etype == TYPE_COMPLETE:
-            self._annotation(idx, "_dur", te.legacy_event.duration_us * 1000, None)
-        if te.WhichOneof("correlation_id_field") == "correlation_id":
-            self._annotation(idx, "correlation", te.correlation_id, None)
-        if te.debug_annotations:
-            self._debug_annotations(seq, idx, te.debug_annotations)
-
     def _extra_counters(self, seq: _Sequence, te: Any, ts: int) -> None:
         tracks = list(te.extra_counter_track_uuids) + list(te.extra_double_counter_track_uuids)
         tracks = tracks or seq.default_counter_tracks
@@ -350,47 +469,168 @@ class _Decoder:
         self.an_int.append(int_value)
         self.an_str.append(str_value)
 
-    def _debug_annotations(self, seq: _Sequence, idx: int, annotations: Any) -> None:
-        for ann in annotations:
-            iid = ann.name_iid
-            if iid:
-                raw = seq.annotation_names.get(iid)
-                if raw is None:
-                    self.unknown_iids += 1
-                    continue
-            else:
-                raw = ann.name
-            key = ANNOTATION_KEYS.get(raw)
-            if key is None:
-                continue
-            which = ann.WhichOneof("value")
-            if which == "int_value":
-                self._annotation(idx, key, ann.int_value, None)
-            elif which == "uint_value":
-                value = ann.uint_value
-                self._annotation(idx, key, value if value < 1 << 63 else None, str(value))
-            elif which == "bool_value":
-                self._annotation(idx, key, int(ann.bool_value), None)
-            elif which == "string_value":
-                self._annotation(idx, key, None, ann.string_value)
-            elif which == "string_value_iid":
-                text = seq.annotation_strings.get(ann.string_value_iid)
-                if text is None:
-                    self.unknown_iids += 1
-                    text = UNKNOWN_NAME
-                self._annotation(idx, key, None, text)
-            elif which == "double_value":
-                value = ann.double_value
-                self._annotation(idx, key, int(value) if value.is_integer() else None, repr(value))
-            elif which == "legacy_json_value":
-                self._annotation(idx, key, None, ann.legacy_json_value)
-            elif ann.array_values:
-                ints = [a.int_value or a.uint_value for a in ann.array_values]
-                self._annotation(idx, key, None, "[" + ", ".join(map(str, ints)) + "]")
+    # -- debug annotations, a chunk at a time ------------------------------------------------
+
+    def flush_annotations(self) -> None:
+        if not self.blobs:
+            return
+        counts = np.asarray(self.blob_count, dtype=np.int64)
+        owner = np.repeat(np.asarray(self.blob_event, dtype=np.int64), counts)
+        gen = np.repeat(np.asarray(self.blob_gen, dtype=np.int64), counts)
+        blobs = self.blobs
+        self.blobs, self.blob_event, self.blob_gen, self.blob_count = [], [], [], []
+        buf, starts, ends = wire.concat(blobs)
+        fields, bad = wire.scan(buf, starts, ends, max_fields=8)
+        msg, fno, value = fields["msg"], fields["field"], fields["value"]
+        n = starts.size
+        # Arrays, dicts and nested values are rare: decode those annotations one by one.
+        slow = bad.copy()
+        slow[msg[np.isin(fno, (8, 11, 12))]] = True
+        for i in np.nonzero(slow)[0]:
+            self._slow_annotation(blobs[i], int(owner[i]), int(gen[i]))
+
+        # Name of each annotation: an interned id (field 1) or a string (field 10).
+        rows = np.arange(msg.size)
+        iid = np.zeros(n, dtype=np.uint64)
+        sel = fno == 1
+        iid[msg[sel]] = value[sel]
+        text_row = np.full(n, -1, dtype=np.int64)
+        sel = fno == 10
+        text_row[msg[sel]] = rows[sel]
+        # First value field of each annotation (assigning in reverse makes the first one win).
+        value_row = np.full(n, -1, dtype=np.int64)
+        sel = np.nonzero(np.isin(fno, _VALUE_FIELDS))[0][::-1]
+        value_row[msg[sel]] = sel
+
+        key_code, unknown = self._key_codes(gen, iid)
+        self.unknown_iids += int((unknown & ~slow).sum())
+        named = np.nonzero(text_row >= 0)[0]
+        if named.size:
+            texts = wire.strings(buf, fields["dstart"][text_row[named]],
+                                 fields["dlen"][text_row[named]])
+            codes = texts.replace_strict(_RAW_CODE, default=-1, return_dtype=pl.Int64)
+            key_code[named] = np.where(iid[named] == 0, codes.to_numpy(), key_code[named])
+        use = np.nonzero((key_code >= 0) & (value_row >= 0) & ~slow)[0]
+        if use.size == 0:
+            return
+        vrow = value_row[use]
+        frame = pl.DataFrame(
+            {
+                "idx": owner[use].astype(np.uint32),
+                "key": pl.Series(_KEY_NAMES).gather(key_code[use]),
+                "gen": gen[use],
+                "field": fno[vrow],
+                "value": value[vrow],
+                "double": value[vrow].view(np.float64),
+                "dstart": fields["dstart"][vrow],
+                "dlen": fields["dlen"][vrow],
+            }
+        )
+        self.an_parts.append(self._typed_values(frame, buf))
+
+    def _key_codes(self, gen: np.ndarray, iid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Code (index in _KEY_NAMES, -1 if not read) of each interned annotation name, and
+        which ids the sequence never defined."""
+        combos = [
+            (g << 32 | i, _RAW_CODE.get(name, -1))
+            for g, names in self.ann_names.items()
+            for i, name in names.items()
+        ]
+        key_code = np.full(gen.size, -1, dtype=np.int64)
+        unknown = iid != 0
+        if combos:
+            combos.sort()
+            known = np.array([c[0] for c in combos], dtype=np.int64)
+            codes = np.array([c[1] for c in combos], dtype=np.int64)
+            wanted = (gen << 32) | iid.astype(np.int64)
+            pos = np.clip(np.searchsorted(known, wanted), 0, known.size - 1)
+            found = (known[pos] == wanted) & (iid != 0)
+            key_code = np.where(found, codes[pos], -1)
+            unknown &= ~found
+        return key_code, unknown
+
+    def _typed_values(self, values: pl.DataFrame, buf: np.ndarray) -> pl.DataFrame:
+        text_rows = values.with_row_index("row").filter(pl.col("field").is_in((6, 9)))
+        texts = text_rows.select("row").with_columns(
+            text=wire.strings(buf, text_rows["dstart"].to_numpy(), text_rows["dlen"].to_numpy())
+        )
+        values = values.with_row_index("row").join(texts, on="row", how="left")
+        if (values["field"] == 17).any():
+            string_rows = [(g, i, s) for g, d in self.ann_strings.items() for i, s in d.items()]
+            interned = pl.DataFrame(
+                string_rows,
+                schema={"gen": pl.Int64, "value": pl.UInt64, "interned": pl.String},
+                orient="row",
+            )
+            values = values.join(interned, on=["gen", "value"], how="left")
+            self.unknown_iids += values.filter(
+                (pl.col("field") == 17) & pl.col("interned").is_null()
+            ).height
+        else:
+            values = values.with_columns(interned=pl.lit(None, pl.String))
+        field_no = pl.col("field")
+        signed = pl.col("value").reinterpret(signed=True)
+        double = pl.col("double")
+        whole = double.is_finite() & (double.round() == double) & (double.abs() < 2.0**63)
+        return values.select(
+            idx=pl.col("idx").cast(pl.UInt32),
+            key=pl.col("key"),
+            int_value=pl.when(field_no.is_in((2, 4, 7)))
+            .then(signed)
+            .when((field_no == 3) & (pl.col("value") < 2**63))
+            .then(signed)
+            .when((field_no == 5) & whole)
+            .then(double.cast(pl.Int64, strict=False)),
+            str_value=pl.when(field_no.is_in((6, 9)))
+            .then(pl.col("text"))
+            .when(field_no == 17)
+            .then(pl.col("interned").fill_null(UNKNOWN_NAME))
+            .when(field_no == 3)
+            .then(pl.when(pl.col("value") >= 2**63).then(pl.col("value").cast(pl.String)))
+            .when(field_no == 5)
+            .then(double.cast(pl.String)),
+        )
+
+    def _slow_annotation(self, blob: bytes, idx: int, gen: int) -> None:
+        try:
+            ann = self._annotation_cls.FromString(blob)
+        except Exception:  # noqa: BLE001 - one corrupt annotation is skipped, not fatal
+            return
+        iid = ann.name_iid
+        if iid:
+            raw = self.ann_names.get(gen, {}).get(iid)
+            if raw is None:
+                self.unknown_iids += 1
+                return
+        else:
+            raw = ann.name
+        key = ANNOTATION_KEYS.get(raw)
+        if key is None:
+            return
+        which = ann.WhichOneof("value")
+        if which in ("int_value", "uint_value", "bool_value", "pointer_value"):
+            self._annotation(idx, key, int(getattr(ann, which)) & ((1 << 63) - 1), None)
+        elif which == "double_value":
+            value = ann.double_value
+            self._annotation(idx, key, int(value) if value.is_integer() else None, repr(value))
+        elif which == "string_value":
+            self._annotation(idx, key, None, ann.string_value)
+        elif which == "legacy_json_value":
+            self._annotation(idx, key, None, ann.legacy_json_value)
+        elif which == "string_value_iid":
+            text = self.ann_strings.get(gen, {}).get(ann.string_value_iid)
+            if text is None:
+                self.unknown_iids += 1
+                text = UNKNOWN_NAME
+            self._annotation(idx, key, None, text)
+        elif ann.array_values:
+            ints = [a.int_value or a.uint_value for a in ann.array_values]
+            self._annotation(idx, key, None, "[" + ", ".join(map(str, ints)) + "]")
 
     # -- result ------------------------------------------------------------------------------
 
     def tables(self) -> RawTables:
+        self.flush_annotations()
         track_rows = list(self.tracks.values())
         tracks = pl.DataFrame(
             track_rows,
@@ -416,7 +656,7 @@ class _Decoder:
                 "flow": pl.Series(self.ev_flow, dtype=pl.UInt64),
             }
         ).with_row_index("idx")
-        annotations = pl.DataFrame(
+        python_rows = pl.DataFrame(
             {
                 "idx": pl.Series(self.an_idx, dtype=pl.UInt32),
                 "key": pl.Series(self.an_key, dtype=pl.String),
@@ -424,6 +664,7 @@ class _Decoder:
                 "str_value": pl.Series(self.an_str, dtype=pl.String),
             }
         )
+        annotations = pl.concat([python_rows, *self.an_parts])
         counters = pl.DataFrame(
             {
                 "track": pl.Series(self.ct_track, dtype=pl.UInt64),
@@ -445,6 +686,15 @@ class _Decoder:
                 "their timestamps were taken as-is"
             )
         return RawTables(tracks, events, annotations, counters, warnings, self.packets)
+
+
+#: DebugAnnotation value fields: bool, uint, int, double, string, pointer, legacy JSON, string iid.
+_VALUE_FIELDS = (2, 3, 4, 5, 6, 7, 9, 17)
+#: Columns annotations feed, numbered for the vectorised name look-up.
+_KEY_NAMES = sorted(set(ANNOTATION_KEYS.values()))
+_KEY_CODE = {name: code for code, name in enumerate(_KEY_NAMES)}
+#: Raw annotation name -> code of the column it feeds.
+_RAW_CODE = {raw: _KEY_CODE[key] for raw, key in ANNOTATION_KEYS.items()}
 
 
 #: Bytes read from the file per step; a packet larger than this grows the buffer.
