@@ -1,0 +1,240 @@
+"""Batch mode: pool and Dask give the same outputs, bad files and dead workers do not stop a
+batch, re-runs skip what is up to date, and the index escapes hostile file names."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import KinetoBuilder
+
+from traceanalyzer.batch import expand_inputs, read_manifest, report_name, run_batch
+from traceanalyzer.batch.summary import finding_column
+from traceanalyzer.errors import UsageError
+
+HOSTILE = "<script>alert('x')&.json"  # "/" cannot be in a file name
+
+
+def make_trace(path: Path, seed: int, steps: int = 3) -> Path:
+    """A small Kineto trace whose numbers depend on ``seed`` (so rows differ per trace)."""
+    b = KinetoBuilder()
+    t = 1_000.0
+    for s in range(steps):
+        b.step(s, t, 400.0 + seed)
+        for k in range(4):
+            ts = t + 10 + k * 60
+            b.launch(f"void gemm_kernel_{k}<float>", ts, 5, ts + 20 + seed, 30 + k + seed)
+        # a gap the idle rule can see, longer for higher seeds
+        t += 400.0 + seed * 50
+    return b.write(path)
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    for i in range(7):
+        make_trace((folder if i % 2 else folder / "sub") / f"rank{i}.json", seed=i)
+    make_trace(folder / HOSTILE, seed=9)
+    (folder / "corrupt.json").write_text('{"traceEvents": 5}')  # JSON, but no events array
+    (folder / "not_a_trace.json").write_bytes(b"\x00\x01 definitely not a trace")
+    # hidden folders (caches) are not inputs
+    (folder / ".traceanalyzer-cache").mkdir()
+    (folder / ".traceanalyzer-cache" / "meta.json").write_text("{}")
+    return folder
+
+
+def _reports(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / "reports").glob("*.json"))}
+
+
+def test_expand_inputs(inputs: Path, tmp_path: Path) -> None:
+    paths = expand_inputs([inputs])
+    assert len(paths) == 10
+    assert paths == sorted(paths) and all(os.path.isabs(p) for p in paths)
+    assert not any(".traceanalyzer-cache" in p for p in paths)
+    assert expand_inputs([str(inputs / "sub" / "*.json")]) == sorted(
+        str(p) for p in (inputs / "sub").glob("*.json"))
+    # the same file through a folder and a glob is analyzed once
+    assert len(expand_inputs([inputs, str(inputs / "*.json")])) == 10
+    with pytest.raises(UsageError, match="no file matches"):
+        expand_inputs([str(tmp_path / "nope*.json")])
+    with pytest.raises(UsageError, match="no such file"):
+        expand_inputs([tmp_path / "missing.json"])
+
+
+def test_pool_batch_outputs(inputs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_batch([inputs], out, workers=2, use_cache=False)
+    assert (result.analyzed, result.skipped, result.failed) == (8, 0, 2)
+    summary = pl.read_csv(out / "summary.csv")
+    parquet = pl.read_parquet(out / "summary.parquet")
+    assert summary.height == parquet.height == 10
+    assert summary["path"].to_list() == sorted(summary["path"].to_list())
+    assert parquet.equals(result.summary)
+    failed = parquet.filter(pl.col("status") == "failed")
+    assert sorted(Path(p).name for p in failed["path"]) == ["corrupt.json", "not_a_trace.json"]
+    assert all(e and "\n" not in e for e in failed["error"])
+    assert failed["busy_pct"].is_null().all()
+    ok = parquet.filter(pl.col("status") == "ok")
+    assert ok["format"].unique().to_list() == ["kineto"]
+    assert ok["step_count"].to_list() == [3] * 8
+    # metrics agree with the per-trace JSON report, field for field
+    for row in ok.iter_rows(named=True):
+        doc = json.loads((out / row["report"]).with_suffix(".json").read_text())
+        for key, value in doc["metrics"].items():
+            assert row[key] == value, key
+        assert row["findings"] == len(doc["findings"])
+        for outcome in doc["rule_outcomes"]:
+            fired = sum(f["slug"] == outcome["slug"] for f in doc["findings"])
+            assert row[finding_column(outcome["slug"])] == fired
+        assert (out / row["report"]).is_file()
+    # seeds make traces differ: the summary is not the same row ten times
+    assert ok["span_ns"].n_unique() == 8
+
+
+def test_pool_and_dask_identical(inputs: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    pool_out, dask_out = tmp_path / "pool", tmp_path / "dask"
+    run_batch([inputs], pool_out, workers=2, use_cache=False)
+    result = run_batch([inputs], dask_out, workers=2, dask="local", use_cache=False)
+    assert (result.analyzed, result.failed) == (8, 2)
+    assert (pool_out / "summary.csv").read_bytes() == (dask_out / "summary.csv").read_bytes()
+    pool_reports = _reports(pool_out)
+    assert len(pool_reports) == 8
+    assert pool_reports == _reports(dask_out)
+
+
+def test_rerun_skips_up_to_date(inputs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_batch([inputs], out, workers=2, use_cache=False)
+    csv = (out / "summary.csv").read_bytes()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "reports").iterdir()}
+    again = run_batch([inputs], out, workers=2, use_cache=False)
+    # failed traces are retried (a dead worker may have been transient); good ones are skipped
+    assert (again.analyzed, again.skipped, again.failed) == (0, 8, 2)
+    assert {p: p.stat().st_mtime_ns for p in (out / "reports").iterdir()} == stamps
+    assert (out / "summary.csv").read_bytes() == csv
+    # a changed trace is analyzed again, and only that one
+    make_trace(inputs / "rank1.json", seed=20)
+    changed = run_batch([inputs], out, workers=2, use_cache=False)
+    assert (changed.analyzed, changed.skipped) == (1, 7)
+    assert (out / "summary.csv").read_bytes() != csv
+    # a deleted report is rebuilt
+    name = report_name(str(inputs / "rank3.json"))
+    (out / "reports" / f"{name}.html").unlink()
+    rebuilt = run_batch([inputs], out, workers=2, use_cache=False)
+    assert (rebuilt.analyzed, rebuilt.skipped) == (1, 7)
+    # other settings (rules off) invalidate every report; --force redoes everything
+    assert run_batch([inputs], out, workers=2, use_cache=False, rules=False).analyzed == 8
+    assert run_batch([inputs], out, workers=2, use_cache=False, rules=False,
+                     force=True).analyzed == 8
+    manifest = read_manifest(out)
+    assert len(manifest) == 10
+
+
+def test_index_escapes_hostile_names(inputs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    run_batch([inputs], out, workers=1, use_cache=False)
+    html = (out / "index.html").read_text()
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&amp;.json" in html
+    assert "Content-Security-Policy" in html
+    # every link points at a report that exists, with a sanitized name
+    hrefs = [part.split('"', 1)[0] for part in html.split('href="')[1:]]
+    assert len(hrefs) == 8
+    for href in hrefs:
+        assert href.startswith("reports/") and "<" not in href
+        assert (out / href).is_file()
+    # failed traces are listed with their one-line error
+    assert "corrupt.json" in html and "not_a_trace.json" in html
+    assert html.count('class="failed"') == 2
+
+
+def test_cli_batch(inputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.cli.main import main
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["batch", *args])
+        return int(exit_info.value.code)
+
+    out = tmp_path / "out"
+    assert run(str(inputs), "--out", str(out), "-j", "2", "--no-cache") == 0
+    captured = capsys.readouterr()
+    assert "10 traces: 8 analyzed, 0 up to date, 2 failed" in captured.out
+    assert "\r" not in captured.err  # no progress bar off a terminal
+    assert run(str(inputs), "--out", str(out), "--no-cache", "--fail-on-error", "-q") == 2
+    assert capsys.readouterr().out == ""
+    assert run(str(tmp_path / "none*.json"), "--out", str(out)) == 2
+    assert "no file matches this pattern" in capsys.readouterr().err
+
+
+def test_timed_out_worker_is_killed_and_batch_continues(inputs: Path, tmp_path: Path) -> None:
+    """A FIFO with no writer blocks the worker that opens it, like a hung read on a network
+    filesystem. --timeout kills that worker for real (SIGKILL), which breaks the process pool;
+    the batch must rebuild the pool, record the trace as failed and finish the others."""
+    fifo = inputs / "hangs.json"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    result = run_batch([inputs], out, workers=2, use_cache=False, timeout_s=3)
+    assert (result.analyzed, result.failed) == (8, 3)
+    assert result.pool_restarts >= 1
+    row = result.summary.filter(pl.col("path") == str(fifo)).row(0, named=True)
+    assert row["status"] == "failed" and "timed out after 3 s" in row["error"]
+
+
+def _workers_blocked_on_fifo() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            wchan = (entry / "wchan").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        # a process blocked opening a FIFO waits in the kernel's wait_for_partner/fifo_open
+        if ppid == os.getpid() and b"multiprocessing" in cmdline and (
+                "partner" in wchan or "fifo_open" in wchan):
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+def test_worker_killed_from_outside_is_survived(inputs: Path, tmp_path: Path) -> None:
+    """A worker killed by someone else (as the OOM killer does): the pool breaks with no known
+    culprit, the in-flight traces are re-run one by one, and only the one whose worker dies
+    again is recorded as failed."""
+    if not Path("/proc/self/wchan").exists():
+        pytest.skip("needs /proc/PID/wchan to find the blocked worker")
+    fifo = inputs / "hangs.json"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    kills: list[int] = []
+
+    def killer() -> None:
+        while not stop.is_set():
+            for pid in _workers_blocked_on_fifo():
+                os.kill(pid, 9)
+                kills.append(pid)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        result = run_batch([inputs], tmp_path / "out", workers=2, use_cache=False)
+    finally:
+        stop.set()
+        thread.join()
+    if not kills:
+        pytest.skip("could not see the worker blocked on the FIFO (wchan hidden here)")
+    assert (result.analyzed, result.failed) == (8, 3)
+    row = result.summary.filter(pl.col("path") == str(fifo)).row(0, named=True)
+    assert "worker process died" in row["error"]
