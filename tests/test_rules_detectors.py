@@ -528,3 +528,19 @@ def test_impact_never_exceeds_window(kernels, with_steps, with_sync):
         s.api("cudaDeviceSynchronize", 1000, 900)
         s.annotation("data_load", 0, 4000)
     run(s)  # run() checks impact <= window, pct <= 100, sorted, and that no rule crashed
+
+
+def test_dataloader_stall_from_python_frames_without_a_dataloader():
+    # A loop that builds its batch itself: only with_stack=True Python frames show the loading.
+    s = Synth()
+    for step in range(3):
+        t = step * 3000
+        s.step(step, t, 3000)
+        s.op("train.py(60): step", t, 2990, kind="python")
+        for j in range(8):
+            s.op("data/images.py(24): __getitem__", t + 5 + j * 250, 240, kind="python")
+        s.op("torch/nn/modules/container.py(330): __getitem__", t + 2005, 5, kind="python")
+        busy_loop(s, n=4, start=t + 2010)
+    f = run(s)[0]["dataloader-stall"]
+    assert "__getitem__" in f.message and "train.py" not in f.message
+    assert f.impact_ns == 2 * 8 * 240 * US

@@ -22,6 +22,11 @@ from traceanalyzer.rules.detectors._common import (
 #: with a data/batch/load word in its name ("load_batch", "data", "get_batch", "wait_for_batch").
 DATALOADER_OP = r"(?i)dataloader"
 DATALOADER_RANGE = r"(?i)(^|[^a-z])(data|batch|batches|load|loader|loading|dataloader|prefetch)([^a-z]|$)|dataloader"
+#: Python frames (``with_stack=True``) that build batches: a data set's ``__getitem__``, a collate
+#: function, or the DataLoader iterator, for loops that load data without a DataLoader.
+DATALOADER_FRAME = r"\): (__getitem__|__getitems__|_?collate\w*|fetch)$|dataloader\.py\(\d+\): __next__$"
+#: ...but not indexing of framework containers (nn.Sequential[i], ModuleList, ParameterDict).
+NOT_DATALOADER_FRAME = r"^<|torch/nn/|torch/_|torch/fx/|torch/distributed/"
 
 
 def _evidence_gaps(views, gaps: pl.DataFrame) -> pl.DataFrame:
@@ -110,10 +115,15 @@ def loader_ranges(views) -> pl.DataFrame:
         pl.col("kind").is_in(["user", "nvtx"]), pl.col("name").str.contains(DATALOADER_RANGE),
         pl.col("end_ns") > pl.col("start_ns"),
     ).select("rank", "name", "start_ns", "end_ns")
-    cpu = views.cpu.filter(
-        pl.col("kind") != "runtime", pl.col("name").str.contains(DATALOADER_OP),
-        pl.col("end_ns") > pl.col("start_ns"),
-    ).select("rank", "name", "start_ns", "end_ns")
+    is_op = pl.col("kind").is_in(["op", "other"]) & pl.col("name").str.contains(DATALOADER_OP)
+    is_frame = (
+        (pl.col("kind") == "python")
+        & pl.col("name").str.contains(DATALOADER_FRAME)
+        & ~pl.col("name").str.contains(NOT_DATALOADER_FRAME)
+    )
+    cpu = views.cpu.filter(is_op | is_frame, pl.col("end_ns") > pl.col("start_ns")).select(
+        "rank", "name", "start_ns", "end_ns"
+    )
     return own_rank(views, pl.concat([ann, cpu]))
 
 
@@ -128,8 +138,8 @@ def dataloader_stall(views, p: Params) -> Detection | None:
     ranges = loader_ranges(views)
     if ranges.height == 0:
         raise NotApplicable(
-            "no data-loading ranges were recorded (DataLoader __next__ or a user/NVTX range "
-            "named like data, batch or load)"
+            "no data loading was recorded (a DataLoader, a user/NVTX range named like data, "
+            "batch or load, or a Dataset __getitem__ in a with_stack=True trace)"
         )
     window = window_length(views)
     gaps = own_rank(views, views.gpu_idle_gaps)
