@@ -190,3 +190,30 @@ def test_shifted_copy_of_real_kineto_trace() -> None:
     assert set(job.collectives["skew_ns"].to_list()) == {late}
     row = job.ranks.filter(pl.col("rank") == 0).row(0, named=True)
     assert row["lateness_mean_ns"] == late and row["late_share"] == 1.0
+
+
+def test_batch_job_section_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from traceanalyzer.batch import run_batch
+    from traceanalyzer.cli.main import main
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rank_trace(folder / "r0.json", 0, [0] * 5)
+    rank_trace(folder / "<b>r1.json", 1, [300] * 5)
+    (folder / "broken.json").write_text('{"traceEvents": 5}')
+    result = run_batch([folder], tmp_path / "out", workers=2, use_cache=False, rules=False,
+                       job=True)
+    assert result.failed == 1 and result.job is not None and result.job.stragglers == [1]
+    index = (tmp_path / "out" / "index.html").read_text()
+    assert '<section id="job">' in index and "Straggler: rank 1" in index
+    assert "<b>" not in index and "&lt;b&gt;r1.json" in index
+    doc = json.loads((tmp_path / "out" / "job.json").read_text())
+    assert doc["stragglers"] == [1] and len(doc["ranks"]) == 2
+
+    page = tmp_path / "job.html"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["job", str(folder / "r0.json"), str(folder / "<b>r1.json"), "--html", str(page),
+              "--no-cache", "--no-rules"])
+    assert exit_info.value.code == 0
+    html = page.read_text()
+    assert "Straggler: rank 1" in html and "<b>" not in html and "<script" not in html

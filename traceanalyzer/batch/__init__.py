@@ -53,6 +53,8 @@ class BatchResult:
     seconds: float = 0.0
     pool_restarts: int = 0
     errors: list[str] = field(default_factory=list)
+    #: The multi-rank job analysis, when asked for (``job=True``).
+    job: Any = None
 
 
 def expand_inputs(items: Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -160,6 +162,7 @@ def run_batch(
     cache_dir: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
     progress: bool = False,
+    job: bool = False,
     index_sections: list[str] | None = None,
 ) -> BatchResult:
     """Analyze every trace in ``inputs`` into ``out_dir``; see the module doc for the layout."""
@@ -217,9 +220,38 @@ def run_batch(
     from traceanalyzer.batch.summary import write_summary
 
     write_summary(result.summary, out)
-    write_index(result.summary, out / "index.html", index_sections)
+    sections = list(index_sections or [])
+    if job:
+        sections.append(_job_section(out, result, rules, rule_config, use_cache, cache_dir))
+    write_index(result.summary, out / "index.html", sections)
     result.seconds = time.monotonic() - t0
     return result
+
+
+def _job_section(out: Path, result: BatchResult, rules: bool, rule_config: Any,
+                 use_cache: bool, cache_dir: str | os.PathLike[str] | None) -> str:
+    """Analyze the batch's good traces as one multi-rank job: ``job.json`` and an index section.
+
+    Runs in this process after the batch, reading the traces through the cache the workers
+    filled, so the ranks can be compared side by side.
+    """
+    from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
+    from traceanalyzer.batch.index import esc, job_section
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.report._common import write_text_atomic
+    from traceanalyzer.report.jsonout import dumps
+
+    ok = result.summary.filter(pl.col("status") == "ok")["path"].to_list()
+    if not ok:
+        return '<section id="job"><h2>Job</h2><p>No trace could be analyzed.</p></section>'
+    try:
+        job = analyze_job(load_job(ok, use_cache=use_cache, cache_dir=cache_dir),
+                          rule_config=rule_config, rules=rules)
+    except TraceAnalyzerError as exc:
+        return f'<section id="job"><h2>Job</h2><p class="failed">{esc(exc)}</p></section>'
+    write_text_atomic(out / "job.json", dumps(job_to_dict(job)))
+    result.job = job
+    return job_section(job)
 
 
 def _prior_key(out: Path, entry: dict[str, Any] | None, path: str) -> str | None:

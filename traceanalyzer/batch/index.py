@@ -81,12 +81,64 @@ def render_index(summary: pl.DataFrame, sections: list[str] | None = None) -> st
         parts.append("<h2>Failed</h2><table><tr><th>trace</th><th>error</th></tr>"
                      f"{''.join(body)}</table>")
     parts.extend(sections or [])
+    return render_page("traceanalyzer batch", parts)
+
+
+def job_section(job: Any, top: int = 10) -> str:
+    """An HTML section for a multi-rank job (:class:`traceanalyzer.analysis.job.JobResult`)."""
+    head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
+            "<th class=n>comm</th><th class=n>exposed comm</th><th class=n>collectives</th>"
+            "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
+            "<th class=n>HTA late iters</th></tr>")
+    rows = []
+    for r in job.ranks.iter_rows(named=True):
+        mark = ' class="failed"' if r["straggler"] else ""
+        share = "" if r["late_share"] is None else f" ({100 * r['late_share']:.0f}%)"
+        hta = "-" if r["hta_late_iterations"] is None else r["hta_late_iterations"]
+        rows.append(
+            f"<tr{mark}><td class=n>{esc(r['rank'])}{' (straggler)' if r['straggler'] else ''}"
+            f"</td><td>{esc(PurePath(r['source'] or '').name)}</td>"
+            f"<td class=n>{_ms(r['span_ns'])}</td><td class=n>{_pct(r['busy_pct'])}</td>"
+            f"<td class=n>{_ms(r['communication_ns'])}</td>"
+            f"<td class=n>{_ms(r['exposed_communication_ns'])}</td>"
+            f"<td class=n>{esc(r['collectives'])}</td><td class=n>{_us(r['lateness_mean_ns'])}</td>"
+            f"<td class=n>{_us(r['lateness_max_ns'])}</td>"
+            f"<td class=n>{esc(r['late_count'])}{share}</td><td class=n>{esc(hta)}</td></tr>"
+        )
+    verdict = (f"Straggler: rank {', '.join(map(str, job.stragglers))}: it starts its collectives "
+               "last, and the other ranks wait for it." if job.stragglers
+               else "No straggler stands out.")
+    parts = [f'<section id="job"><h2>Job: {job.ranks.height} ranks</h2><p>{esc(verdict)}</p>',
+             f"<table>{head}{''.join(rows)}</table>"]
+    coll = job.collectives
+    if coll.height:
+        skew = coll["skew_ns"]
+        parts.append(f"<p>Collective skew over {coll.height} matched collectives: mean "
+                     f"{_us(skew.mean())}, median {_us(skew.median())}, max {_us(skew.max())}.</p>")
+        worst = coll.sort(["skew_ns", "first_start_ns"], descending=[True, False]).head(top)
+        body = "".join(
+            f"<tr><td class=n>{esc('-' if w['step'] is None else w['step'])}</td>"
+            f"<td><code>{esc(w['name'])}</code></td><td class=n>{esc(w['ordinal'])}</td>"
+            f"<td class=n>{_us(w['skew_ns'])}</td><td class=n>{esc(w['latest_rank'])}</td></tr>"
+            for w in worst.iter_rows(named=True))
+        parts.append("<table><tr><th class=n>step</th><th>collective</th><th class=n>#</th>"
+                     f"<th class=n>skew</th><th class=n>last rank</th></tr>{body}</table>")
+    parts += [f'<p class="muted">warning: {esc(w)}</p>' for w in job.warnings]
+    return "".join(parts) + "</section>"
+
+
+def _us(value: Any) -> str:
+    return "-" if value is None else f"{value / 1e3:.1f} µs"
+
+
+def render_page(title: str, sections: list[str]) -> str:
+    """A bare self-contained page around ``sections`` (already escaped HTML)."""
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f'<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">'
         '<meta name="referrer" content="no-referrer">'
-        f"<title>traceanalyzer batch</title><style>{_CSS}</style></head>\n<body>\n"
-        + "\n".join(parts) + "\n</body></html>\n"
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head>\n<body>\n"
+        + "\n".join(sections) + "\n</body></html>\n"
     )
 
 

@@ -26,6 +26,9 @@ from traceanalyzer.cli.rules import rule_options
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Kill a worker that spends more than this many seconds on one trace and "
                    "record the trace as failed (local pool only).")
+@click.option("--job", "as_job", is_flag=True,
+              help="Also analyze the traces as the ranks of one distributed job: job.json and "
+                   "a job section (stragglers, collective skew) in index.html.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @click.option("--fail-on-error", is_flag=True,
               help="Exit with code 2 if any trace failed (they are always listed in the index).")
@@ -33,7 +36,7 @@ from traceanalyzer.cli.rules import rule_options
 @rule_options
 @cache_options
 def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_address: str | None,
-          force: bool, timeout_s: float | None, no_rules: bool, fail_on_error: bool, quiet: bool,
+          force: bool, timeout_s: float | None, as_job: bool, no_rules: bool, fail_on_error: bool, quiet: bool,
           rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
     """Analyze INPUTS (trace files, folders or glob patterns, any mix of formats) in parallel.
 
@@ -48,7 +51,7 @@ def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_addr
         raise click.UsageError("--timeout applies to the local pool only, not to --dask")
     result = run_batch(inputs, out_dir, workers=workers, dask=dask_address, force=force,
                        rules=not no_rules, rule_config=rule_config, use_cache=use_cache,
-                       cache_dir=cache_dir, timeout_s=timeout_s,
+                       cache_dir=cache_dir, timeout_s=timeout_s, job=as_job,
                        progress=not quiet and sys.stderr.isatty())
     if not quiet:
         total = result.analyzed + result.skipped + result.failed
@@ -56,6 +59,10 @@ def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_addr
                    f"{result.failed} failed in {result.seconds:.1f} s")
         for error in result.errors:
             click.echo(f"  failed: {safe(error)}")
+        if result.job is not None:
+            from traceanalyzer.cli.job import render_job
+
+            click.echo(render_job(result.job))
         click.echo(f"wrote {safe(result.out_dir / 'index.html')}")
     if fail_on_error and result.failed:
         raise SystemExit(2)

@@ -16,13 +16,16 @@ from traceanalyzer.cli.rules import rule_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the job (per-rank table, stragglers, collective skew, the combined "
                    "analysis) as JSON here.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write a self-contained HTML page of the job here.")
 @click.option("--min-lateness-us", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="A straggler must start its collectives at least this late on average.")
 @click.option("--top", default=5, show_default=True, help="Most skewed collectives to list.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @rule_options
 @cache_options
-def job(inputs: tuple[str, ...], json_path: Path | None, min_lateness_us: float, top: int,
+def job(inputs: tuple[str, ...], json_path: Path | None, html_path: Path | None,
+        min_lateness_us: float, top: int,
         no_rules: bool, rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
     """Analyze INPUTS (per-rank traces: files, a folder or globs; Kineto or Nsight Systems) as one
     distributed job: per-rank metrics side by side, straggler ranks, collective skew and exposed
@@ -41,6 +44,12 @@ def job(inputs: tuple[str, ...], json_path: Path | None, min_lateness_us: float,
 
         write_text_atomic(json_path, dumps(job_to_dict(result)))
         click.echo(f"wrote {safe(json_path)}")
+    if html_path:
+        from traceanalyzer.batch.index import job_section, render_page
+        from traceanalyzer.report._common import write_text_atomic
+
+        write_text_atomic(html_path, render_page("traceanalyzer job", [job_section(result, top)]))
+        click.echo(f"wrote {safe(html_path)}")
 
 
 def render_job(result: Any, top: int = 5) -> str:
