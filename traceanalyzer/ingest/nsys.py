@@ -31,9 +31,18 @@ import polars as pl
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.sqlite_columns import connect_readonly, read_table
-from traceanalyzer.model import Device, Trace, TraceMeta, conform, empty_frame
+from traceanalyzer.model import (
+    ANNOTATION_KINDS,
+    CPU_KINDS,
+    Device,
+    Trace,
+    TraceMeta,
+    conform,
+    empty_frame,
+)
 
 I64, STR = pl.Int64, pl.String
+ANNOTATION_KIND, CPU_KIND = pl.Enum(ANNOTATION_KINDS), pl.Enum(CPU_KINDS)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -189,28 +198,25 @@ def _read(db: _Db) -> Trace:
     version = export.get("EXPORT_PRODUCT_VERSION")
     meta.profiler = f"Nsight Systems {version}" if version else "Nsight Systems"
 
-    kernels = db.read(KERNEL)
-    memcpy = db.read(MEMCPY)
-    memset = db.read(MEMSET)
-    runtime = db.read(RUNTIME)
-    driver = db.read(DRIVER)
-    syncs = db.read(SYNC)
-    nvtx = db.read(NVTX, where=f"eventType IN ({NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, "
-                              f"{NVTX_DOMAIN_CREATE})")
     strings = db.read("StringIds")
     if strings is None:
         strings = pl.DataFrame(schema={"id": I64, "value": STR})
-
-    gpu_raw = _gpu_rows(kernels, memcpy, memset)
+    present = [t for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX) if t in db.tables]
+    # One table (or family) at a time, each raw frame dropped once its canonical frame is
+    # built, so peak memory is about the output plus the largest table, not every table.
+    gpu_raw = _gpu_rows(db.read(KERNEL), db.read(MEMCPY), db.read(MEMSET))
     ranks = _rank_map(gpu_raw)
     rank_of_pid = ranks.select("pid", "rank")
-    cpu = _cpu_frame(runtime, driver, strings, rank_of_pid)
     gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
-    syn = _sync_frame(syncs, cpu, rank_of_pid)
-    ann = _annotation_frame(nvtx, strings, rank_of_pid, meta)
+    del gpu_raw
+    cpu = _cpu_frame(db.read(RUNTIME), db.read(DRIVER), strings, rank_of_pid)
+    syn = _sync_frame(db.read(SYNC), cpu, rank_of_pid)
+    nvtx_types = f"{NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE}"
+    ann = _annotation_frame(db.read(NVTX, where=f"eventType IN ({nvtx_types})"), strings,
+                            rank_of_pid, meta)
 
     _fill_meta(db, meta, export, ranks, gpu)
-    if all(t is None for t in (kernels, memcpy, memset, runtime, driver, nvtx)):
+    if not present:
         meta.warnings.append("the export holds no CUDA or NVTX events")
     if ranks.height == 1 and meta.rank:
         # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
@@ -384,35 +390,39 @@ def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: p
                       meta: TraceMeta) -> pl.DataFrame:
     if nvtx is None or nvtx.height == 0:
         return empty_frame("annotations")
-    domains = nvtx.filter(pl.col("eventType") == NVTX_DOMAIN_CREATE).select(
-        "domainId", domain_name="text"
-    ).unique("domainId", keep="last")
-    events = nvtx.filter(pl.col("eventType") != NVTX_DOMAIN_CREATE)
+    is_domain = pl.col("eventType") == NVTX_DOMAIN_CREATE
+    domains = nvtx.filter(is_domain).select("domainId", domain_name="text").unique(
+        "domainId", keep="last"
+    )
     ranges = pl.col("eventType") != NVTX_MARK
-    unfinished = events.filter(ranges & pl.col("end").is_null()).height
+    unfinished = nvtx.filter(~is_domain & ranges & pl.col("end").is_null()).height
     if unfinished:
         meta.warnings.append(f"dropped {unfinished} NVTX ranges that never ended")
-    events = events.filter(~ranges | pl.col("end").is_not_null())
-    text_ids = _names(strings, events["textId"]).select(textId="id", id_text="value")
-    events = _sorted(events, "start")
+    events = _sorted(nvtx.filter(~is_domain, ~ranges | pl.col("end").is_not_null()), "start")
+    # Millions of rows here: every string column built per row costs, so build only those the
+    # export needs (registered strings, named domains).
+    name: pl.Expr = pl.col("text")
+    if events["textId"].null_count() < events.height:
+        text_ids = _names(strings, events["textId"]).select(textId="id", id_text="value")
+        events = events.join(text_ids, on="textId", how="left", maintain_order="left")
+        name = pl.coalesce("text", "id_text")
+    domain: pl.Expr = pl.when(pl.col("domainId") != 0).then(pl.col("domainId").cast(STR))
+    if domains.height:
+        events = events.join(domains, on="domainId", how="left", maintain_order="left")
+        domain = pl.coalesce("domain_name", domain)
+    step = pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(
+        pl.col("name").str.extract(STEP_NAME).cast(I64, strict=False))
     ann = (
         _with_rank(events.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
-        .join(text_ids, on="textId", how="left", maintain_order="left")
-        .join(domains, on="domainId", how="left", maintain_order="left")
         .with_columns(
-            name=pl.coalesce("text", "id_text", pl.lit("")),
+            name=name.fill_null(""),
             start_ns="start",
             end_ns=pl.when(ranges).then(pl.col("end")).otherwise(pl.col("start")),
-            domain=pl.coalesce(
-                "domain_name",
-                pl.when(pl.col("domainId") != 0).then(pl.col("domainId").cast(STR)),
-            ),
+            domain=domain,
         )
-        # starts_with first: a regex over millions of range names costs more than the read.
-        .with_columns(step=pl.when(pl.col("name").str.starts_with(STEP_PREFIX)).then(
-            pl.col("name").str.extract(STEP_NAME).cast(I64, strict=False)))
-        .with_columns(kind=pl.when(pl.col("step").is_not_null()).then(pl.lit("step"))
-                      .otherwise(pl.lit("nvtx")))
+        .with_columns(step=step)
+        .with_columns(kind=pl.when(pl.col("step").is_not_null())
+                      .then(pl.lit("step", ANNOTATION_KIND)).otherwise(pl.lit("nvtx", ANNOTATION_KIND)))
     )
     return conform(ann, "annotations")
 
