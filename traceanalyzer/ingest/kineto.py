@@ -16,6 +16,8 @@ import io
 import json
 import os
 import zlib
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -66,6 +68,15 @@ CPU_CATEGORIES = {
     "python_function": "python",
 }
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
+KEPT_PHASES = ["X", "i", "I"]
+
+try:  # ISA-L inflates gzip about twice as fast as zlib; optional
+    from isal import isal_zlib as _inflate
+
+    INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, _inflate.error)
+except ImportError:  # pragma: no cover - depends on the environment
+    _inflate = zlib  # type: ignore[no-redef]
+    INFLATE_ERRORS = (zlib.error,)
 
 
 def read_kineto(path: str | os.PathLike[str]) -> Trace:
@@ -77,7 +88,7 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
             events = _decode_events(stream, scan, path)
     except NotATrace as exc:
         raise InputError(path, str(exc)) from None
-    except (OSError, EOFError, zlib.error) as exc:
+    except (OSError, EOFError, *INFLATE_ERRORS) as exc:
         raise InputError(path, f"cannot be decompressed or read ({exc})") from None
     meta = _read_metadata(path, scan)
     return _build_trace(events, meta)
@@ -96,38 +107,58 @@ class GzipStream(io.RawIOBase):
 
     ``gzip.GzipFile`` discards a whole ``read()`` worth of output when the stream ends early; a
     profiler killed mid-write leaves exactly such a file, and its events must not be lost.
+    ``readinto`` inflates straight into the caller's buffer (one copy per byte), with ISA-L's
+    inflate when ``isal`` is installed (about twice zlib's speed).
     """
 
-    def __init__(self, raw: BinaryIO, block: int = 4 << 20) -> None:
+    def __init__(self, raw: BinaryIO, block: int = 1 << 20) -> None:
         self.raw, self.block = raw, block
-        self.decomp = zlib.decompressobj(wbits=31)
-        self.pending = b""
+        self.decomp = _inflate.decompressobj(wbits=31)
+        self.pending = memoryview(b"")
         self.truncated = False
         self.done = False
 
     def readable(self) -> bool:
         return True
 
+    def _refill(self) -> None:
+        data = self.raw.read(self.block)
+        if not data:
+            if not self.decomp.eof:
+                self.truncated = True
+            self.done = True
+            return
+        out = self.decomp.decompress(data)
+        while self.decomp.eof and self.decomp.unused_data:  # concatenated gzip members
+            rest = self.decomp.unused_data
+            self.decomp = _inflate.decompressobj(wbits=31)
+            out += self.decomp.decompress(rest)
+        self.pending = memoryview(out)
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        have = 0
+        while have < len(view):
+            if not self.pending:
+                if self.done:
+                    break
+                self._refill()
+                continue
+            take = min(len(self.pending), len(view) - have)
+            view[have : have + take] = self.pending[:take]
+            self.pending = self.pending[take:]
+            have += take
+        return have
+
     def read(self, size: int = -1) -> bytes:
-        size = size if size >= 0 else 1 << 62
-        parts, have = [self.pending], len(self.pending)
-        while have < size and not self.done:
-            data = self.raw.read(self.block)
-            if not data:
-                if not self.decomp.eof:
-                    self.truncated = True
-                self.done = True
-                break
-            out = self.decomp.decompress(data)
-            while self.decomp.eof and self.decomp.unused_data:  # concatenated gzip members
-                rest = self.decomp.unused_data
-                self.decomp = zlib.decompressobj(wbits=31)
-                out += self.decomp.decompress(rest)
-            parts.append(out)
-            have += len(out)
-        joined = b"".join(parts)
-        self.pending = joined[size:]
-        return joined[:size]
+        if size < 0:
+            parts = []
+            while chunk := self.read(64 << 20):
+                parts.append(chunk)
+            return b"".join(parts)
+        buf = bytearray(size)
+        del buf[self.readinto(buf) :]
+        return bytes(buf)
 
     def close(self) -> None:
         self.raw.close()
@@ -135,9 +166,16 @@ class GzipStream(io.RawIOBase):
 
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> pl.DataFrame:
-    frames = []
-    for chunk in _chunks_until_damage(stream, scan):
-        frames.append(_decode_chunk(chunk, scan))
+    # Polars decodes a chunk on its own threads, without the GIL, while this thread scans the
+    # next one; at most two decoded-or-decoding chunks wait, which bounds memory.
+    frames: list[pl.DataFrame] = []
+    pending: deque[Future[pl.DataFrame]] = deque()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ndjson") as pool:
+        for chunk in _chunks_until_damage(stream, scan):
+            pending.append(pool.submit(_decode_chunk, chunk, scan))
+            while len(pending) > 1:
+                frames.append(pending.popleft().result())
+        frames.extend(f.result() for f in pending)
     if getattr(stream, "truncated", False):
         scan.warnings.append("the gzip stream ends early; kept the events it holds")
     if not frames:
@@ -149,7 +187,7 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
     """Yield NDJSON chunks; a gzip stream cut short counts as truncation, not as an error."""
     try:
         yield from iter_ndjson_chunks(stream, scan)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except (EOFError, gzip.BadGzipFile, *INFLATE_ERRORS) as exc:
         if not scan.found_events_array:
             raise
         scan.truncated = True
@@ -158,9 +196,12 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
 
 def _decode_chunk(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
     try:
-        return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
+        frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
     except pl.exceptions.PolarsError:
-        return _decode_chunk_slowly(chunk, scan)
+        frame = _decode_chunk_slowly(chunk, scan)
+    # Only complete and instant events become canonical rows (flows, metadata and counters do
+    # not): dropping the rest per chunk keeps them from ever piling up in memory.
+    return frame.filter(pl.col("ph").is_in(KEPT_PHASES))
 
 
 def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
@@ -270,7 +311,7 @@ def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
     rank = meta.rank
     ev = (
         events.lazy()
-        .filter(pl.col("ph").is_in(["X", "i", "I"]))
+        .filter(pl.col("ph").is_in(KEPT_PHASES))
         .with_columns(
             cat=pl.col("cat").str.to_lowercase(),
             start_ns=_ns("ts"),
