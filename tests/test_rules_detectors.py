@@ -544,3 +544,32 @@ def test_dataloader_stall_from_python_frames_without_a_dataloader():
     f = run(s)[0]["dataloader-stall"]
     assert "__getitem__" in f.message and "train.py" not in f.message
     assert f.impact_ns == 2 * 8 * 240 * US
+
+
+def test_unfused_attention_ignores_the_loss_log_softmax_in_training():
+    # Linear -> log-softmax (bf16 warp kernel with is_log_softmax=true) -> NLL -> backward GEMM
+    s = Synth()
+    t = 0.0
+    for _ in range(3):
+        for name, op in (("sm90_xmma_gemm_bf16bf16", "aten::addmm"),
+                         ("softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, true, false>",
+                          "aten::_log_softmax"),
+                         ("nll_loss_forward_reduce_cuda_kernel_2d", "aten::nll_loss_forward"),
+                         ("nll_loss_backward_reduce_cuda_kernel_2d", "aten::nll_loss_backward"),
+                         ("sm90_xmma_gemm_bf16bf16", "aten::mm")):
+            s.kernel(name, t, 50, launch=t - 10, op=op)
+            t += 52
+    assert "unfused-attention" not in run(s)[0]
+
+
+def test_unfused_elementwise_chain_skips_generated_kernels():
+    # One fused Triton kernel per layer, six layers in a row: already fused, not a chain.
+    s = Synth()
+    for i in range(6):
+        s.kernel("swiglu_bias_gelu_residual_kernel", i * 52, 50, launch=i * 52 - 10,
+                 api="cuLaunchKernel")
+    assert "unfused-elementwise-chain" not in run(s)[0]
+    s = Synth()
+    for i in range(6):
+        s.kernel(f"triton_poi_fused_add_mul_{i}", i * 52, 50, launch=i * 52 - 10)
+    assert "unfused-elementwise-chain" not in run(s)[0]

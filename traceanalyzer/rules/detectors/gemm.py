@@ -8,9 +8,11 @@ from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, dete
 from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct
 
 #: Kernel names that say the GEMM runs in 16-bit or 8-bit precision (checked first).
-HALF_KERNEL = r"(?i)bf16|f16|fp16|half|hgemm|h1688|h16816|h884|e4m3|e5m2|fp8|imma|int8"
+HALF_KERNEL = r"(?i)bf16|f16|fp16|half|hgemm|h1688|h16816|h884|e4m3|e5m2|fp8|imma|int8|^nvjet_[htqe]"
 #: Kernel names that say FP32 (SIMT) or TF32 tensor-core math.
-FP32_KERNEL = r"(?i)sgemm|tf32|s1688|s16816|s884|s161616|f32f32_f32|gemm_f32|_fp32|gemmsn|gemv2t|gemvnsp|dgemm"
+FP32_KERNEL = r"(?i)sgemm|tf32|s1688|s16816|s884|s161616|f32f32_f32|gemm_f32|_fp32|gemmsn|gemv2t|gemvnsp|dgemm|^nvjet_s"
+#: GEMM kernels the shared categories may not know yet (cuBLAS's nvjet kernels on Hopper).
+EXTRA_GEMM = r"(?i)^nvjet"
 #: Recorded operator input types that are 32/64-bit floating point.
 FP32_TYPES = r'"(float|double)"'
 HALF_TYPES = r"BFloat16|Half|Float8"
@@ -64,7 +66,7 @@ def fp32_matmul(views, p: Params) -> Detection | None:
             pass
     kernels = _kernels_with_ops(views)
     total = int(kernels["dur"].sum() or 0)
-    gemm = kernels.filter(pl.col("category") == "gemm")
+    gemm = kernels.filter((pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM))
     if gemm.height == 0 or not total:
         return None
     by_types = pl.col("input_types").fill_null("").str.contains(FP32_TYPES) & ~pl.col(

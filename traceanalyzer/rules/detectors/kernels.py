@@ -11,11 +11,23 @@ from traceanalyzer.rules.detectors.gemm import first_input_dims, op_inputs
 
 #: Softmax kernels of an unfused attention (fused attention kernels and backward passes are not).
 SOFTMAX_KERNEL = r"(?i)softmax"
-NOT_UNFUSED_SOFTMAX = r"(?i)flash|fmha|sdpa|attention|attn|backward|bwd|logsoftmax|log_softmax"
+NOT_UNFUSED_SOFTMAX = (
+    r"(?i)flash|fmha|sdpa|attention|attn|backward|bwd|logsoftmax|log_softmax"
+    # softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, ...>: the loss's log-softmax
+    r"|softmax_warp_forward<[^,<>]+,[^,<>]+,[^,<>]+,\s*\d+,\s*true"
+)
+#: Operators whose softmax is a loss, not attention.
+LOSS_OP = r"(?i)log_softmax|cross_entropy|nll_loss"
 #: Optimizer step ranges (PyTorch records ``Optimizer.step#AdamW.step``).
 OPTIMIZER_RANGE = r"(?i)^optimizer\.step#|(^|[^a-z])(optimizer|opt)[_. ]?step([^a-z]|$)"
 #: Kernels of multi-tensor (foreach) and fused optimizers: a few launches for all parameters.
 BATCHED_OPTIMIZER_KERNEL = r"(?i)multi_tensor_apply|foreach|fused_adam|fusedadam|fused_sgd|_fused_|fused.*(adam|sgd|lamb)"
+#: Kernels that are already the output of a fusing compiler (Triton, from torch.compile or by
+#: hand): their names, or a launch through the driver API (cuLaunchKernel) instead of the runtime.
+GENERATED_KERNEL = r"^triton_|^triton__|^fused_"
+DRIVER_LAUNCH = r"^cu[A-Z]"
+#: GEMM kernels the shared categories may not know yet (cuBLAS's nvjet kernels on Hopper).
+EXTRA_GEMM = r"(?i)^nvjet|gemm|gemv"
 _DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "c10::Float8_e4m3fn": 1,
                 "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
 
@@ -182,11 +194,14 @@ def unfused_optimizer(views, p: Params) -> Detection | None:
 def _first_input_bytes(frame: pl.DataFrame) -> pl.DataFrame:
     """Add ``tensor_bytes``: size of the operator's first input, from recorded shapes and types."""
     if "input_dims" not in frame.columns:
-        return frame.with_columns(pl.lit(None, pl.Int64).alias("tensor_bytes"))
+        return frame.with_columns(pl.lit(None, pl.Int64).alias("numel"),
+                                  pl.lit(None, pl.Int64).alias("tensor_bytes"))
     dims = first_input_dims(pl.col("input_dims"))
     dtype = pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1)
     return frame.with_columns(
-        tensor_bytes=dims.list.eval(pl.element().product()).list.first()
+        numel=dims.list.eval(pl.element().product()).list.first()
+    ).with_columns(
+        tensor_bytes=pl.col("numel")
         * dtype.replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
     )
 
@@ -208,23 +223,35 @@ def elementwise_chain(views, p: Params) -> Detection | None:
     kernels = _in_ranges(kernels, ranges, "_opt") if ranges.height else kernels.with_columns(
         pl.lit(None, pl.Int64).alias("_opt"))
     keys = ["rank", "device", "stream"]
+    sizes = _first_input_bytes(op_inputs(views)).select(
+        "rank", "external_id", pl.col("numel").alias("_numel")
+    ).unique(["rank", "external_id"])
+    kernels = kernels.join(sizes, on=["rank", "external_id"], how="left")
     threads = (
         pl.col("grid_x").cast(pl.Int64).fill_null(1) * pl.col("grid_y").fill_null(1)
         * pl.col("grid_z").fill_null(1) * pl.col("block_x").fill_null(1)
         * pl.col("block_y").fill_null(1) * pl.col("block_z").fill_null(1)
     )
     prev = pl.col("_threads").shift(1).over(keys)
+    prev_numel = pl.col("_numel").shift(1).over(keys)
+    generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
+        "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
     k = (
         kernels.sort(*keys, "start_ns")
         .with_columns(
-            _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null(),
+            _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
+            & ~generated,
             _threads=threads,
             _gap=pl.col("start_ns") - pl.col("end_ns").shift(1).over(keys),
         )
         .with_columns(
             _break=~pl.col("_ew")
             | ~pl.col("_ew").shift(1).over(keys).fill_null(False)
-            | (pl.col("_threads") > 2 * prev) | (prev > 2 * pl.col("_threads"))
+            # same-sized data: recorded input sizes within 2x, else launch sizes within 16x
+            # (vectorized and unrolled kernels over the same tensor differ in grid by up to 8x)
+            | (pl.col("_numel") > 2 * prev_numel).fill_null(False)
+            | (prev_numel > 2 * pl.col("_numel")).fill_null(False)
+            | (pl.col("_threads") > 16 * prev) | (prev > 16 * pl.col("_threads"))
             | (pl.col("step").ne_missing(pl.col("step").shift(1).over(keys)))
             | (pl.col("_gap") > p["max_gap_us"] * NS_PER_US)
         )
@@ -294,7 +321,7 @@ def unfused_attention(views, p: Params) -> Detection | None:
     window_k = int(p["max_distance_count"])
     k = kernels.sort(*keys, "start_ns").with_columns(
         _idx=pl.int_range(pl.len()).over(keys),
-        _gemm=pl.col("category") == "gemm",
+        _gemm=(pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM),
         _softmax=pl.col("name").str.contains(SOFTMAX_KERNEL)
         & ~pl.col("name").str.contains(NOT_UNFUSED_SOFTMAX),
     )
@@ -303,11 +330,19 @@ def unfused_attention(views, p: Params) -> Detection | None:
         _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
         _next_gemm=pl.when("_gemm").then("_idx").shift(-1).backward_fill().over(keys),
     )
+    ndim = op_inputs(views).select(
+        "rank", "external_id",
+        _ndim=first_input_dims(pl.col("input_dims")).list.len(),
+    ).unique(["rank", "external_id"])
     soft = k.filter(
         "_softmax",
         pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
         pl.col("_next_gemm") - pl.col("_idx") <= window_k,
-    )
+        ~pl.col("op_name").fill_null("").str.contains(LOSS_OP),
+    ).join(ndim, on=["rank", "external_id"], how="left").filter(
+        # attention scores are [batch, (heads,) T, T]; a 2-D softmax is a classifier's
+        pl.col("_ndim").is_null() | (pl.col("_ndim") >= 3)
+    ).drop("_ndim")
     if soft.height == 0:
         return None
     # The kernels strictly between the two GEMMs work on the materialized scores.
