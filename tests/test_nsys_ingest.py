@@ -343,3 +343,31 @@ def test_kernel_rows_keep_pid_only_through_rank(tmp_path):
     assert trace.gpu.filter(pl.col("kind") == "kernel").height == 4
     assert trace.gpu["rank"].unique().to_list() == [0]
     assert global_pid(100) >> 24 & 0xFFFFFF == 100
+
+
+def test_tables_present_but_empty(tmp_path, engine):
+    b = basic_export()
+    path = b.write(tmp_path / "emptytables.sqlite")
+    con = sqlite3.connect(path)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "NVTX_EVENTS",
+                  "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+        con.execute(f"DELETE FROM {table}")
+    con.commit()
+    con.close()
+    trace = read_nsys(path)
+    trace.validate()
+    assert trace.gpu["kind"].to_list() == ["memset"]
+    assert trace.annotations.height == 0 and trace.syncs.height == 0
+    assert trace.cpu.height > 0
+
+
+def test_undecodable_text_is_replaced_not_fatal(tmp_path, engine):
+    b = basic_export()
+    path = b.write(tmp_path / "utf8.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(X'666f72ff77617264' AS TEXT) "
+                "WHERE text = 'ncclSend'")
+    con.commit()
+    con.close()
+    names = read_nsys(path).annotations["name"].to_list()
+    assert "for\ufffdward" in names

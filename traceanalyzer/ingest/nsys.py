@@ -149,6 +149,8 @@ class _Db:
             )
         wanted = {c: (STR if c in TEXT_COLUMNS else I64) for c in (*required, *optional)
                   if c in have}
+        if table == KERNEL and "demangledName" in have:
+            wanted.pop("shortName", None)  # only a fallback for exports without demangled names
         frame = read_table(self.con, self.path, table, wanted, where)
         absent = {c: pl.lit(None, I64) for c in optional if c not in have}
         return frame.with_columns(**absent) if absent else frame

@@ -45,7 +45,10 @@ def engine() -> str:
 def connect_readonly(path: Path) -> sqlite3.Connection:
     """Open ``path`` read-only (never creates or modifies the file)."""
     uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    return sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, check_same_thread=False)
+    con = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, check_same_thread=False)
+    # Trace strings are untrusted: undecodable bytes become U+FFFD instead of an exception.
+    con.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    return con
 
 
 def read_table(
@@ -89,7 +92,10 @@ def _read_connectorx(
 ) -> pl.DataFrame | None:
     import connectorx as cx
 
-    lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+    try:
+        lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+    except sqlite3.OperationalError:  # a view, or a WITHOUT ROWID table: no ranges to split
+        return None
     if lo is None:
         return pl.DataFrame(schema=schema)
     base = f'SELECT {select} FROM "{table}" WHERE ' + (f"({where}) AND " if where else "")
