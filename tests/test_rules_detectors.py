@@ -573,3 +573,26 @@ def test_unfused_elementwise_chain_skips_generated_kernels():
     for i in range(6):
         s.kernel(f"triton_poi_fused_add_mul_{i}", i * 52, 50, launch=i * 52 - 10)
     assert "unfused-elementwise-chain" not in run(s)[0]
+
+
+def test_unfused_optimizer_without_ranges_from_adam_kernels():
+    # An Nsight Systems trace has no Optimizer.step range: the per-parameter Adam kernels
+    # (lerp, addcmul, addcdiv, one each per parameter) still show the unfused step.
+    s = Synth()
+    s.step(0, 0, 5000)
+    t = 10.0
+    for _ in range(30):  # 30 parameters
+        for name in ("vectorized_elementwise_kernel<mul>", "lerp_kernel_scalar_weight",
+                     "vectorized_elementwise_kernel<mul>", "addcmul_cuda_kernel",
+                     "vectorized_elementwise_kernel<sqrt>", "addcdiv_cuda_kernel"):
+            s.kernel(name, t, 4, launch=t - 8)
+            t += 15
+    f = run(s)[0]["unfused-optimizer"]
+    assert "no optimizer range recorded" in f.message
+    s = Synth()
+    s.step(0, 0, 500)
+    for i in range(3):
+        s.kernel("multi_tensor_apply_kernel<FusedAdamMathFunctor, lerp>", 10 + i * 100, 90,
+                 launch=5 + i)
+    _, outcomes = run(s)
+    assert outcomes["unfused-optimizer"].status == "quiet"

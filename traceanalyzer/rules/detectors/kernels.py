@@ -21,6 +21,8 @@ LOSS_OP = r"(?i)log_softmax|cross_entropy|nll_loss"
 #: Optimizer step ranges (PyTorch records ``Optimizer.step#AdamW.step``).
 OPTIMIZER_RANGE = r"(?i)^optimizer\.step#|(^|[^a-z])(optimizer|opt)[_. ]?step([^a-z]|$)"
 #: Kernels of multi-tensor (foreach) and fused optimizers: a few launches for all parameters.
+#: Kernels only an Adam/AdamW step launches, one of each per parameter when not batched.
+ADAM_KERNEL = r"(?i)lerp|addcdiv|addcmul"
 BATCHED_OPTIMIZER_KERNEL = r"(?i)multi_tensor_apply|foreach|fused_adam|fusedadam|fused_sgd|_fused_|fused.*(adam|sgd|lamb)"
 #: Kernels that are already the output of a fusing compiler (Triton, from torch.compile or by
 #: hand): their names, or a launch through the driver API (cuLaunchKernel) instead of the runtime.
@@ -150,8 +152,14 @@ def unfused_optimizer(views, p: Params) -> Detection | None:
     multi-tensor / fused ones); impact = the step's wall time beyond its kernels' run time."""
     ranges = optimizer_ranges(views)
     if ranges.height == 0:
-        raise NotApplicable("no optimizer step was recorded (an Optimizer.step#... range)")
-    kernels = _in_ranges(_kernels(views), ranges, "_opt").filter(pl.col("_opt").is_not_null())
+        kernels, ranges = _adam_regions(views)
+        if kernels is None:
+            raise NotApplicable(
+                "no optimizer step was recorded (an Optimizer.step#... range) and no per-parameter "
+                "Adam kernels (lerp, addcmul, addcdiv) were found"
+            )
+    else:
+        kernels = _in_ranges(_kernels(views), ranges, "_opt").filter(pl.col("_opt").is_not_null())
     if kernels.height == 0:
         return None
     per = kernels.group_by("_opt").agg(
@@ -189,6 +197,36 @@ def unfused_optimizer(views, p: Params) -> Detection | None:
         },
         evidence=evidence,
     )
+
+
+def _adam_regions(views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
+    """Without optimizer ranges (e.g. an Nsight Systems trace without NVTX for them): the GPU span,
+    per step, from the first to the last per-parameter Adam kernel (lerp, addcmul, addcdiv), and
+    every kernel inside it, tagged as ``_opt`` like :func:`_in_ranges` does."""
+    kernels = _kernels(views)
+    has_steps = views.steps.height > 0
+    step = pl.col("step") if has_steps else pl.lit(0, pl.Int64).alias("step")
+    kernels = kernels.with_columns(step)
+    marks = kernels.filter(
+        pl.col("name").str.contains(ADAM_KERNEL),
+        ~pl.col("name").str.contains(BATCHED_OPTIMIZER_KERNEL),
+        pl.col("step").is_not_null(),
+    )
+    if marks.height == 0:
+        # a multi-tensor or fused optimizer is visible: that is the good case, not "unknown"
+        batched = kernels.filter(pl.col("name").str.contains(BATCHED_OPTIMIZER_KERNEL))
+        return (kernels.clear() if batched.height else None), pl.DataFrame()
+    regions = marks.group_by("rank", "device", "step").agg(
+        _opt=pl.col("start_ns").min(), _opt_end=pl.col("end_ns").max()
+    )
+    inside = kernels.join(regions, on=["rank", "device", "step"], how="inner").filter(
+        pl.col("start_ns") >= pl.col("_opt"), pl.col("end_ns") <= pl.col("_opt_end")
+    )
+    names = regions.select(
+        pl.col("_opt").alias("start_ns"),
+        pl.lit("per-parameter Adam kernels (no optimizer range recorded)").alias("name"),
+    )
+    return inside, names
 
 
 def _first_input_bytes(frame: pl.DataFrame) -> pl.DataFrame:
