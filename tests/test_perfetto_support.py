@@ -59,15 +59,19 @@ class RocprofLikeBuilder:
         return table[value]
 
     def thread(self, tid: int) -> int:
+        """The main thread gets a thread descriptor (the SDK's ThreadTrack::Current()); other
+        threads get a plain top-level track named "THREAD <n> (<tid>)", as rocprofv3 does."""
         if tid not in self._threads:
             self._next += 1
             pkt = self.packet()
             desc = pkt.track_descriptor
             desc.uuid = self._threads[tid] = self._next
-            desc.parent_uuid = self.process_uuid
-            desc.thread.pid = self.pid
-            desc.thread.tid = tid
-            desc.name = f"THREAD {len(self._threads) - 1} ({tid})"
+            if tid == self.pid:
+                desc.parent_uuid = self.process_uuid
+                desc.thread.pid = self.pid
+                desc.thread.tid = tid
+            else:
+                desc.name = f"THREAD {len(self._threads) - 1} ({tid})"
         return self._threads[tid]
 
     def stream(self, agent: int, stream: int, copy: bool = False) -> int:

@@ -56,6 +56,9 @@ _GPU_TRACK = re.compile(r"^(?:COMPUTE|COPY)\b|\bGPU\b|\bAGENT\s*\[", re.IGNORECA
 _DEVICE = re.compile(r"(?:AGENT|GPU)\s*\[?\s*(-?\d+)", re.IGNORECASE)
 _STREAM = re.compile(r"(?:STREAM|QUEUE)\s*\[?\s*#?\s*(\d+)", re.IGNORECASE)
 _COPY_TRACK = re.compile(r"^COPY\b")
+#: rocprofv3 names the tracks of threads other than the main one "THREAD <n> (<tid>)" and gives
+#: them no thread descriptor.
+_ROCPROF_THREAD = re.compile(r"^THREAD \d+ \((\d+)\)")
 
 #: Annotation columns read as integers (the rest stay text).
 INT_KEYS = (
@@ -113,9 +116,14 @@ def resolve_tracks(tracks: pl.DataFrame) -> pl.DataFrame:
     Tracks are few (one per thread, stream or counter), so a plain walk up the parents is fine.
     """
     rows = {r["uuid"]: r for r in tracks.iter_rows(named=True)}
+    pids = {r["pid"] for r in rows.values() if r["pid"] is not None}
+    only_pid = pids.pop() if len(pids) == 1 else None
     out: list[TrackInfo] = []
     for uuid, row in rows.items():
         pid, tid = row["pid"], row["tid"]
+        named_thread = _ROCPROF_THREAD.match(row["name"] or "") if tid is None else None
+        if named_thread:
+            tid = int(named_thread.group(1))
         names: list[str] = []
         seen: set[int] = set()
         cur: dict[str, Any] | None = row
@@ -126,6 +134,8 @@ def resolve_tracks(tracks: pl.DataFrame) -> pl.DataFrame:
                 pid = cur["pid"]
             parent = cur["parent_uuid"]
             cur = rows.get(parent) if parent else None
+        if pid is None and named_thread:
+            pid = only_pid  # rocprofv3 writes one process per file
         text = " | ".join(names)
         device = _DEVICE.search(text)
         stream = _STREAM.search(text)
