@@ -1,0 +1,431 @@
+"""The performance benchmark of issue 7: ingest, analysis, rules, report, cache, HTA, nsys, batch.
+
+    python bench/run.py                          # default sizes (10MB,100MB,300MB), ~10 min here
+    python bench/run.py --sizes 1GB,2GB          # the big points (run once for RESULTS.md)
+    python bench/run.py --sizes 10MB --no-hta --no-batch --results /tmp/r.md   # smoke
+
+Every measurement is its own child process (fresh interpreter; peak RSS and CPU time come from
+``os.wait4``'s rusage of exactly that child; wall time is timed inside the child around the work,
+so interpreter and import start-up are excluded, except for the end-to-end CLI rows which time
+the whole command). MB/s is always *uncompressed* trace bytes per wall second.
+
+Inputs are tiled from a real trace by bench/make_big_trace.py into ``--out-dir`` (git-ignored)
+and reused when already there. HTA (bench/hta_load.py, its own venv) runs on the same files in
+the same run, up to ``--hta-max`` with ``--hta-timeout``. Results go to ``--results`` (Markdown,
+with the machine, versions, a table and every target marked met/missed) and ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import hta_load  # noqa: E402
+from make_big_trace import parse_size, tile_kineto, tile_nsys  # noqa: E402
+
+PUBLIC = REPO.parent / "shared" / "traces" / "public"
+KINETO_SEED = PUBLIC / "kineto" / "hta_a100_rank3of8_control.json.gz"
+NSYS_SEED = PUBLIC / "nsys" / "nsysai_2gpu_sendrecv_before.sqlite"
+DEFAULT_SIZES = "10MB,100MB,300MB"
+
+# Child programs. argv[1] is the trace; each prints one JSON object as its last line.
+INGEST = r"""
+import json, resource, sys, time
+import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
+import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from traceanalyzer.ingest import read_any
+t = time.perf_counter()
+trace = read_any(sys.argv[1])
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "import_rss_mb": RSS0,
+                  "rows": {k: v.height for k, v in trace.frames().items()}}))
+"""
+
+CACHED_LOAD = r"""
+import json, resource, sys, time
+import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
+import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from traceanalyzer.ingest import load
+t = time.perf_counter()
+trace = load(sys.argv[1], cache_dir=sys.argv[2])
+print(json.dumps({"wall_s": time.perf_counter() - t, "gpu_rows": trace.gpu.height}))
+"""
+
+# Ingest, metrics, rules and HTML, each timed on its own, in one process.
+STAGES = r"""
+import json, resource, sys, time
+import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
+import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from traceanalyzer.ingest import read_any
+from traceanalyzer.analysis import analyze_trace
+out = {}
+t = time.perf_counter(); trace = read_any(sys.argv[1]); out["ingest_s"] = time.perf_counter() - t
+t = time.perf_counter(); result = analyze_trace(trace, rules=False)
+out["analysis_s"] = time.perf_counter() - t
+try:
+    import traceanalyzer.rules.engine  # noqa: F401
+    t = time.perf_counter(); result = analyze_trace(trace, rules=True)
+    out["analysis_rules_s"] = time.perf_counter() - t
+    out["findings"] = len(result.findings or [])
+except ImportError:
+    out["analysis_rules_s"] = None
+try:
+    from traceanalyzer.report.html import write_html
+    t = time.perf_counter(); write_html(result, sys.argv[2], trace)
+    out["html_s"] = time.perf_counter() - t
+except ImportError:
+    out["html_s"] = None
+print(json.dumps(out))
+"""
+
+
+def child(args: list[str], timeout_s: float = 3600, env: dict[str, str] | None = None) -> dict:
+    """Run ``args``; return its last JSON line plus wall, CPU and peak RSS of exactly that child."""
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
+                            env=env)
+    killed = False
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() - t0 > timeout_s:
+            proc.kill()
+            killed = True
+            pid, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.01)
+    wall = time.perf_counter() - t0
+    stdout = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    rec: dict[str, Any] = {"proc_wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                           "peak_rss_mb": ru.ru_maxrss / 1024, "load_before": load0,
+                           "exit": os.waitstatus_to_exitcode(status), "error": None}
+    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+    if lines:
+        try:
+            rec.update(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            pass
+    if killed:
+        rec["error"] = f"timeout after {timeout_s:.0f} s"
+    elif rec["exit"] != 0:
+        rec["error"] = (stderr.strip() or stdout.strip())[-400:]
+    return rec
+
+
+def py(code: str, *argv: str, **kw: Any) -> dict:
+    return child([sys.executable, "-c", code, *argv], **kw)
+
+
+def label(size: int) -> str:
+    return f"{size / 1e9:g}GB" if size >= 1e9 else f"{size / 1e6:g}MB"
+
+
+def ensure_kineto(size: int, out_dir: Path, gz: bool) -> Path:
+    path = out_dir / f"kineto_{label(size)}.json{'.gz' if gz else ''}"
+    if not path.exists():
+        tmp = path.with_name(".tmp-" + path.name)
+        tile_kineto(KINETO_SEED, tmp, size)
+        tmp.rename(path)
+    return path
+
+
+def ensure_nsys(size: int, out_dir: Path) -> Path:
+    path = out_dir / f"nsys_{label(size)}.sqlite"
+    if not path.exists():
+        tmp = path.with_name(".tmp-" + path.name)
+        tile_nsys(NSYS_SEED, tmp, size)
+        tmp.rename(path)
+    return path
+
+
+def measure_size(size: int, a: argparse.Namespace, hta_py: Path | None) -> dict[str, Any]:
+    out_dir: Path = a.out_dir
+    js = ensure_kineto(size, out_dir, gz=False)
+    nbytes = js.stat().st_size
+    row: dict[str, Any] = {"size": label(size), "bytes": nbytes}
+    say(f"[{label(size)}] ingest .json")
+    row["ingest"] = py(INGEST, str(js))
+    if not a.no_gzip:
+        gz = ensure_kineto(size, out_dir, gz=True)
+        row["gz_bytes"] = gz.stat().st_size
+        say(f"[{label(size)}] ingest .json.gz")
+        row["ingest_gz"] = py(INGEST, str(gz))
+    say(f"[{label(size)}] stages (ingest, metrics, rules, html)")
+    with tempfile.TemporaryDirectory(prefix="bench-", dir=out_dir) as tmp:
+        row["stages"] = py(STAGES, str(js), str(Path(tmp) / "report.html"))
+        cache = Path(tmp) / "cache"
+        cli = [sys.executable, "-m", "traceanalyzer", "analyze", str(js), "--html",
+               str(Path(tmp) / "cli.html"), "--cache-dir", str(cache)]
+        say(f"[{label(size)}] end-to-end CLI, first run (fills the cache)")
+        row["e2e"] = child(cli)
+        say(f"[{label(size)}] end-to-end CLI, cached re-run")
+        row["e2e_cached"] = child(cli)
+        row["cached_load"] = py(CACHED_LOAD, str(js), str(cache))
+    if hta_py is not None and nbytes <= a.hta_max:
+        say(f"[{label(size)}] HTA load (timeout {a.hta_timeout:.0f} s)")
+        row["hta"] = hta_load.time_load(hta_py, js, a.hta_timeout)
+    if not a.no_nsys and nsys_available():
+        db = ensure_nsys(size, out_dir)
+        say(f"[{label(size)}] nsys SQLite ingest")
+        row["nsys"] = py(INGEST, str(db))
+        row["nsys"]["bytes"] = db.stat().st_size
+    return row
+
+
+def nsys_available() -> bool:
+    return (REPO / "traceanalyzer" / "ingest" / "nsys.py").exists()
+
+
+def measure_batch(a: argparse.Namespace) -> dict[str, Any] | None:
+    probe = child([sys.executable, "-m", "traceanalyzer", "batch", "--help"])
+    if probe["exit"] != 0:
+        return None
+    src = ensure_kineto(a.batch_trace_size, a.out_dir, gz=False)
+    res: dict[str, Any] = {"traces": a.batch, "trace_bytes": src.stat().st_size}
+    with tempfile.TemporaryDirectory(prefix="batch-", dir=a.out_dir) as tmp:
+        inputs = Path(tmp) / "in"
+        inputs.mkdir()
+        for i in range(a.batch):
+            os.link(src, inputs / f"rank{i:03d}.json") if i else shutil.copy(src, inputs / "rank000.json")
+        for workers in (1, 2):
+            say(f"[batch] {a.batch} traces, {workers} worker(s)")
+            res[f"w{workers}"] = child([sys.executable, "-m", "traceanalyzer", "batch",
+                                        str(inputs), "--out", str(Path(tmp) / f"out{workers}"),
+                                        "-j", str(workers), "--force", "--no-cache", "-q"])
+    return res
+
+
+def say(text: str) -> None:
+    print(f"{datetime.now(timezone.utc):%H:%M:%S} {text}", file=sys.stderr, flush=True)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    versions = {"python": platform.python_version()}
+    for mod in ("polars", "numpy", "pyarrow", "isal", "traceanalyzer"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except (ImportError, AttributeError):
+            versions[mod] = "absent"
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=REPO).stdout.strip()
+    return {"nproc": os.cpu_count(), "mem_gib": round(mem, 1), "cpu": cpu, "versions": versions,
+            "git": rev, "kernel": platform.release()}
+
+
+def f(x: Any, fmt: str = ".2f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def mbps(nbytes: int, seconds: float | None) -> float | None:
+    return nbytes / 1e6 / seconds if seconds else None
+
+
+def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.Namespace,
+                  started: str) -> str:
+    L: list[str] = []
+    v = info["versions"]
+    L += ["# Benchmark results (issue 7)", "",
+          f"Run {started} UTC, `python bench/run.py {' '.join(a.argv)}`, git `{info['git']}`.", "",
+          f"- machine: {info['nproc']} CPUs ({info['cpu']}), {info['mem_gib']} GiB RAM, "
+          f"Linux {info['kernel']}",
+          f"- versions: Python {v['python']}, polars {v['polars']}, numpy {v['numpy']}, "
+          f"pyarrow {v['pyarrow']}, isal {v['isal']}, traceanalyzer {v['traceanalyzer']}",
+          f"- seed: `{KINETO_SEED.name}` tiled by bench/make_big_trace.py "
+          f"(nsys seed `{NSYS_SEED.name}`)", ""]
+    hta_v = next((r["hta"].get("hta_version") for r in rows if r.get("hta")), None)
+    if hta_v:
+        pv = next(r["hta"].get("pandas_version") for r in rows if r.get("hta"))
+        L += [f"- HTA: holistictraceanalysis {hta_v}, pandas {pv} (venv {a.hta_venv})", ""]
+    loads = [r["ingest"]["load_before"] for r in rows]
+    L += [f"- 1-minute load average before the ingest runs: {', '.join(f(x, '.1f') for x in loads)}"
+          " (this box is shared with other jobs: wall times include waiting for a CPU; the CPU "
+          "column shows the work itself)", ""]
+    L += ["## Kineto JSON", "",
+          "| size | events kept | ingest s | MB/s | CPU s | peak RSS MB | RSS/size | .gz ingest s "
+          "| .gz MB/s | metrics s | rules s | HTML s | e2e CLI s | e2e RSS MB | cached e2e s | "
+          "speed-up | cached load s |",
+          "|" + "---|" * 17]
+    for r in rows:
+        ing, st = r["ingest"], r["stages"]
+        gz = r.get("ingest_gz") or {}
+        e2e, e2c = r["e2e"], r["e2e_cached"]
+        events = sum((ing.get("rows") or {}).values()) if ing.get("rows") else None
+        rules = None
+        if st.get("analysis_rules_s") is not None:
+            rules = st["analysis_rules_s"]
+        L.append("| " + " | ".join([
+            r["size"], f(events, ","), f(ing.get("wall_s")), f(mbps(r["bytes"], ing.get("wall_s")), ".0f"),
+            f(ing["cpu_s"]), f(ing["peak_rss_mb"], ".0f"), f(ing["peak_rss_mb"] * 2**20 / r["bytes"]),
+            f(gz.get("wall_s")), f(mbps(r["bytes"], gz.get("wall_s")), ".0f"),
+            f(st.get("analysis_s")), f(rules), f(st.get("html_s")),
+            f(e2e["proc_wall_s"]), f(e2e["peak_rss_mb"], ".0f"), f(e2c["proc_wall_s"]),
+            f(e2e["proc_wall_s"] / e2c["proc_wall_s"], ".1f") + "×",
+            f(r["cached_load"].get("wall_s")),
+        ]) + " |")
+    errors = [(r["size"], k, m["error"]) for r in rows for k, m in r.items()
+              if isinstance(m, dict) and m.get("error")]
+    L += ["", "ingest = `read_any(path)` in a child (no cache); metrics = `analyze_trace(rules=False)`;"
+          " rules = `analyze_trace(rules=True)` (metrics again plus all default rules); HTML = "
+          "`write_html`; e2e = the whole `traceanalyzer analyze TRACE --html R.html` command "
+          "(interpreter start-up included) with a fresh cache folder, cached = the same command "
+          "again; cached load = `ingest.load(path, cache_dir=...)` from the Parquet cache.", ""]
+    hta_rows = [r for r in rows if r.get("hta")]
+    if hta_rows:
+        L += ["## Against HTA (same files, same run)", "",
+              "| size | HTA load s | HTA peak RSS MB | ours ingest s | ours RSS MB | faster | less RSS |",
+              "|---|---|---|---|---|---|---|"]
+        for r in hta_rows:
+            h, ing = r["hta"], r["ingest"]
+            ok = h.get("load_s") is not None and not h.get("error")
+            L.append("| " + " | ".join([
+                r["size"], f(h.get("load_s")) if ok else f"failed: {h.get('error', '')[:60]}",
+                f(h.get("peak_rss_mb"), ".0f"), f(ing.get("wall_s")), f(ing["peak_rss_mb"], ".0f"),
+                (f(h["load_s"] / ing["wall_s"], ".1f") + "×") if ok else "–",
+                (f(h["peak_rss_mb"] / ing["peak_rss_mb"], ".1f") + "×") if ok else "–",
+            ]) + " |")
+        L += ["", f"HTA runs only up to {label(a.hta_max)} (timeout {a.hta_timeout:.0f} s): on "
+              "bigger files it takes minutes and many GB.", ""]
+    nsys_rows = [r for r in rows if r.get("nsys")]
+    if nsys_rows:
+        L += ["## nsys SQLite", "", "| size | file MB | ingest s | MB/s | CPU s | peak RSS MB |",
+              "|---|---|---|---|---|---|"]
+        for r in nsys_rows:
+            n = r["nsys"]
+            L.append(f"| {r['size']} | {n['bytes'] / 1e6:.0f} | {f(n.get('wall_s'))} | "
+                     f"{f(mbps(n['bytes'], n.get('wall_s')), '.0f')} | {f(n['cpu_s'])} | "
+                     f"{f(n['peak_rss_mb'], '.0f')} |")
+        L.append("")
+    if batch:
+        w1, w2 = batch["w1"], batch["w2"]
+        L += ["## Batch", "", f"{batch['traces']} traces of {batch['trace_bytes'] / 1e6:.0f} MB, "
+              f"`traceanalyzer batch --force --no-cache`: 1 worker {w1['proc_wall_s']:.1f} s, "
+              f"2 workers {w2['proc_wall_s']:.1f} s, speed-up "
+              f"{w1['proc_wall_s'] / w2['proc_wall_s']:.2f}×.", ""]
+    L += targets(rows, batch, a)
+    if errors:
+        L += ["## Errors", ""] + [f"- {s} {k}: `{e[:300]}`" for s, k, e in errors] + [""]
+    L += ["Where the time goes, and what each change bought: bench/NOTES.md.", ""]
+    return "\n".join(L)
+
+
+def targets(rows: list[dict], batch: dict | None, a: argparse.Namespace) -> list[str]:
+    big = [r for r in rows if r["bytes"] >= 0.9e9]
+    ref = min(big, key=lambda r: abs(r["bytes"] - 1e9)) if big else (rows[-1] if rows else None)
+    if ref is None:
+        return []
+    note = "" if big else f" (only measured up to {ref['size']}; run `--sizes 1GB`)"
+    T = ["## Targets", "", f"Measured on the {ref['size']} trace{note}.", "",
+         "| target | measured | status |", "|---|---|---|"]
+
+    def add(name: str, value: str, ok: bool | None) -> None:
+        T.append(f"| {name} | {value} | {'–' if ok is None else ('met' if ok else '**missed**')} |")
+
+    ing = ref["ingest"]
+    rate = mbps(ref["bytes"], ing.get("wall_s"))
+    add("Kineto JSON ingest ≥ 200 MB/s", f"{f(rate, '.0f')} MB/s", rate is not None and rate >= 200)
+    ratio = ing["peak_rss_mb"] * 2**20 / ref["bytes"]
+    add("peak RSS ≤ 1.0 × file size", f"{ratio:.2f}×", ratio <= 1.0)
+    gz = ref.get("ingest_gz") or {}
+    gzr = mbps(ref["bytes"], gz.get("wall_s"))
+    add(".json.gz ≥ 150 MB/s (uncompressed)", f"{f(gzr, '.0f')} MB/s",
+        None if gzr is None else gzr >= 150)
+    e2e = ref["e2e"]["proc_wall_s"]
+    add("full analyze (ingest, rules, HTML) of 1 GB ≤ 15 s", f"{e2e:.1f} s", e2e <= 15 if big else None)
+    sp = e2e / ref["e2e_cached"]["proc_wall_s"]
+    add("cached re-analysis ≥ 10× faster", f"{sp:.1f}×", sp >= 10)
+    hta = [r for r in rows if r.get("hta") and r["hta"].get("load_s") and not r["hta"].get("error")]
+    if hta:
+        h = max(hta, key=lambda r: r["bytes"])
+        fast = h["hta"]["load_s"] / h["ingest"]["wall_s"]
+        mem = h["hta"]["peak_rss_mb"] / h["ingest"]["peak_rss_mb"]
+        add(f"vs HTA ≥ 20× faster load (at {h['size']})", f"{fast:.1f}×", fast >= 20)
+        add(f"vs HTA ≥ 3× less peak RSS (at {h['size']})", f"{mem:.1f}×", mem >= 3)
+    else:
+        add("vs HTA ≥ 20× faster, ≥ 3× less RSS", "not measured", None)
+    nbig = [r for r in rows if r.get("nsys") and r["nsys"]["bytes"] >= 0.9e9]
+    if nbig:
+        n = nbig[0]["nsys"]
+        nr = mbps(n["bytes"], n.get("wall_s"))
+        add("nsys SQLite ingest, 1 GB ≥ 150 MB/s", f"{f(nr, '.0f')} MB/s", nr is not None and nr >= 150)
+    else:
+        add("nsys SQLite ingest, 1 GB ≥ 150 MB/s", "not measured at 1 GB", None)
+    if batch:
+        s = batch["w1"]["proc_wall_s"] / batch["w2"]["proc_wall_s"]
+        add("batch: 2 workers ≥ 1.7× of 1", f"{s:.2f}×", s >= 1.7)
+    else:
+        add("batch: 2 workers ≥ 1.7× of 1", "not measured", None)
+    rates = [(r["size"], mbps(r["bytes"], r["ingest"].get("wall_s"))) for r in rows]
+    rates = [(s, x) for s, x in rates if x]
+    if len(rates) > 1:
+        lo, hi = min(x for _, x in rates), max(x for _, x in rates)
+        add("MB/s roughly flat 10 MB → 2 GB (min/max ≥ 0.67)",
+            ", ".join(f"{s}: {x:.0f}" for s, x in rates), lo / hi >= 0.67)
+    return T + [""]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list [{DEFAULT_SIZES}]")
+    ap.add_argument("--out-dir", type=Path, default=HERE / "out")
+    ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--json", type=Path, default=None, help="also dump raw measurements here")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--hta-venv", type=Path, default=Path("/tmp/hta-venv"))
+    ap.add_argument("--hta-max", type=parse_size, default=parse_size("500MB"))
+    ap.add_argument("--hta-timeout", type=float, default=900)
+    ap.add_argument("--no-gzip", action="store_true")
+    ap.add_argument("--no-nsys", action="store_true")
+    ap.add_argument("--no-batch", action="store_true")
+    ap.add_argument("--batch", type=int, default=100, help="traces in the batch test [100]")
+    ap.add_argument("--batch-trace-size", type=parse_size, default=parse_size("2MB"))
+    a = ap.parse_args(argv)
+    a.argv = argv if argv is not None else sys.argv[1:]
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    started = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
+    hta_py = None if a.no_hta else hta_load.ensure_venv(a.hta_venv)
+    rows = []
+    for text in a.sizes.split(","):
+        rows.append(measure_size(parse_size(text), a, hta_py))
+        say(json.dumps(rows[-1]["ingest"]))
+    batch = None if a.no_batch else measure_batch(a)
+    info = machine()
+    if a.json:
+        a.json.write_text(json.dumps({"machine": info, "rows": rows, "batch": batch}, indent=1))
+    text = write_results(rows, batch, info, a, started)
+    a.results.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
