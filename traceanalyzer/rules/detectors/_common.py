@@ -79,29 +79,39 @@ def source_line(call_stack: pl.Expr) -> pl.Expr:
 
 
 def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") -> pl.DataFrame:
-    """Add ``name``: the outermost framework operator on the same thread that encloses each call.
+    """Add ``name``: the outermost framework operator on the same thread that encloses each call
+    (e.g. ``aten::item`` around a ``cudaStreamSynchronize``), else the ingestor's ``parent_op``.
 
-    Falls back to the ingestor's ``parent_op``. Meant for the few calls a rule cares about (syncs,
-    copies), not for every event.
+    Operators nest, so the outermost ones of a thread do not overlap: an as-of join on their
+    starts finds the candidate, O(n log n) however many calls there are.
     """
-    ops = cpu.filter(pl.col("kind") == "op").select(
-        "rank", "pid", "tid", pl.col("name").alias("_op"),
-        pl.col("start_ns").alias("_os"), pl.col("end_ns").alias("_oe"),
+    thread = ["rank", "pid", "tid"]
+    top = (
+        cpu.filter(pl.col("kind") == "op")
+        .select(*thread, pl.col("name").alias("_op"), pl.col("start_ns").alias("_os"),
+                pl.col("end_ns").alias("_oe"))
+        .sort(*thread, "_os")
+        .filter(
+            pl.col("_os") >= pl.col("_oe").cum_max().shift(1).over(thread).fill_null(pl.col("_os"))
+        )
+        .sort("_os")
     )
-    indexed = calls.with_row_index("_row")
-    if ops.height == 0 or indexed.height == 0:
-        out = indexed
-        found = None
-    else:
-        pairs = indexed.select("_row", "rank", "pid", "tid", "start_ns", "end_ns").join(
-            ops, on=["rank", "pid", "tid"], how="inner"
-        ).filter((pl.col("_os") <= pl.col("start_ns")) & (pl.col("_oe") >= pl.col("end_ns")))
-        found = pairs.sort("_os").group_by("_row").agg(pl.col("_op").first())
-        out = indexed.join(found, on="_row", how="left")
-    if found is None:
-        out = out.with_columns(pl.lit(None, dtype=pl.String).alias("_op"))
-    fallback = pl.col("parent_op") if "parent_op" in out.columns else pl.lit(None, dtype=pl.String)
-    return out.with_columns(pl.coalesce("_op", fallback).alias(name)).drop("_row", "_op")
+    fallback = pl.col("parent_op") if "parent_op" in calls.columns else pl.lit(None, pl.String)
+    if top.height == 0 or calls.height == 0:
+        return calls.with_columns(fallback.alias(name))
+    out = (
+        calls.with_row_index("_row")
+        .sort("start_ns")
+        .join_asof(top, left_on="start_ns", right_on="_os", by=thread, strategy="backward",
+                   check_sortedness=False)
+        .with_columns(
+            pl.coalesce(pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_op")), fallback)
+            .alias(name)
+        )
+        .sort("_row")
+        .drop("_row", "_op", "_os", "_oe")
+    )
+    return out
 
 
 def window_length(views: object) -> int:

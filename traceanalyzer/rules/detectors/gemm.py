@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
@@ -31,14 +33,42 @@ def first_input_dims(dims: pl.Expr) -> pl.Expr:
     return dims.str.extract(r"(\[[0-9,\s-]*\])", 1).str.json_decode(pl.List(pl.Int64))
 
 
+_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8,
+                "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
+_SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def op_inputs(views) -> pl.DataFrame:
-    """Operators with recorded inputs, one per (rank, external_id): the innermost (last started)."""
-    return (
+    """Operators with recorded inputs, one per (rank, external_id), the innermost (last started):
+    input_op, input_dims, input_types, and for the first input numel, ndim, last_dim and
+    tensor_bytes. Computed once per views; shapes are parsed once per distinct text."""
+    try:
+        return _SHAPES[views]
+    except (KeyError, TypeError):
+        pass
+    ops = (
         views.cpu.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
         .sort("start_ns")
         .unique(["rank", "external_id"], keep="last", maintain_order=True)
         .select("rank", "external_id", pl.col("name").alias("input_op"), "input_dims", "input_types")
     )
+    shapes = ops.select("input_dims", "input_types").unique().filter(
+        pl.col("input_dims").is_not_null()
+    ).with_columns(_first=first_input_dims(pl.col("input_dims"))).with_columns(
+        numel=pl.col("_first").list.eval(pl.element().product()).list.first(),
+        ndim=pl.col("_first").list.len().cast(pl.Int64),
+        last_dim=pl.col("_first").list.last(),
+        _dtype=pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1),
+    ).with_columns(
+        tensor_bytes=pl.col("numel")
+        * pl.col("_dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+    ).drop("_first", "_dtype")
+    out = ops.join(shapes, on=["input_dims", "input_types"], how="left", nulls_equal=True)
+    try:
+        _SHAPES[views] = out
+    except TypeError:
+        pass
+    return out
 
 
 def _kernels_with_ops(views) -> pl.DataFrame:
@@ -114,11 +144,15 @@ def gemm_shapes(views) -> pl.DataFrame:
     )
     if ops.height == 0:
         return ops.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("m", "n", "k")))
-    dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
     first = pl.col("name").replace_strict({k: v[0] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
     second = pl.col("name").replace_strict({k: v[1] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
+    # Parse each distinct shape text once: a training loop repeats the same few shapes.
+    decoded = ops.select("input_dims").unique().with_columns(
+        _dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
+    )
     return (
-        ops.with_columns(_dims=dims, _a=first, _b=second)
+        ops.join(decoded, on="input_dims", how="left")
+        .with_columns(_a=first, _b=second)
         .with_columns(
             _ma=pl.col("_dims").list.get(pl.col("_a"), null_on_oob=True),
             _mb=pl.col("_dims").list.get(pl.col("_b"), null_on_oob=True),

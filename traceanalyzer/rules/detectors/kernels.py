@@ -7,7 +7,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct, window_length
-from traceanalyzer.rules.detectors.gemm import first_input_dims, op_inputs
+from traceanalyzer.rules.detectors.gemm import op_inputs
 
 #: Softmax kernels of an unfused attention (fused attention kernels and backward passes are not).
 SOFTMAX_KERNEL = r"(?i)softmax"
@@ -30,8 +30,6 @@ GENERATED_KERNEL = r"^triton_|^triton__|^fused_"
 DRIVER_LAUNCH = r"^cu[A-Z]"
 #: GEMM kernels the shared categories may not know yet (cuBLAS's nvjet kernels on Hopper).
 EXTRA_GEMM = r"(?i)^nvjet|gemm|gemv"
-_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8, "c10::Float8_e4m3fn": 1,
-                "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
 
 
 def _kernels(views) -> pl.DataFrame:
@@ -126,18 +124,16 @@ def _in_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame, tag: str) -> pl.Data
     if kernels.height == 0 or marks.height == 0:
         return kernels.with_columns(pl.lit(None, pl.Int64).alias(tag),
                                     pl.lit(None, pl.Int64).alias(f"{tag}_end"))
+    # Kernels with no known launch get a time before every range, so they match none.
     return (
         kernels.with_row_index("_row")
-        .filter(pl.col("launch_start_ns").is_not_null())
-        .sort("launch_start_ns")
-        .join_asof(marks, left_on="launch_start_ns", right_on=tag, by=["rank", "launch_tid"],
+        .with_columns(_at=pl.col("launch_start_ns").fill_null(-(2**62)))
+        .sort("_at")
+        .join_asof(marks, left_on="_at", right_on=tag, by=["rank", "launch_tid"],
                    strategy="backward", check_sortedness=False)
-        .with_columns(
-            pl.when(pl.col("launch_start_ns") < pl.col(f"{tag}_end")).then(pl.col(tag)).alias(tag)
-        )
-        .join(kernels.with_row_index("_row").select("_row"), on="_row", how="right")
+        .with_columns(pl.when(pl.col("_at") < pl.col(f"{tag}_end")).then(pl.col(tag)).alias(tag))
         .sort("_row")
-        .drop("_row")
+        .drop("_row", "_at")
     )
 
 
@@ -229,21 +225,6 @@ def _adam_regions(views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
     return inside, names
 
 
-def _first_input_bytes(frame: pl.DataFrame) -> pl.DataFrame:
-    """Add ``tensor_bytes``: size of the operator's first input, from recorded shapes and types."""
-    if "input_dims" not in frame.columns:
-        return frame.with_columns(pl.lit(None, pl.Int64).alias("numel"),
-                                  pl.lit(None, pl.Int64).alias("tensor_bytes"))
-    dims = first_input_dims(pl.col("input_dims"))
-    dtype = pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1)
-    return frame.with_columns(
-        numel=dims.list.eval(pl.element().product()).list.first()
-    ).with_columns(
-        tensor_bytes=pl.col("numel")
-        * dtype.replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    )
-
-
 @detector(
     "elementwise_chain",
     params=("min_chain_count", "max_gap_us", "min_saving_pct"),
@@ -261,9 +242,7 @@ def elementwise_chain(views, p: Params) -> Detection | None:
     kernels = _in_ranges(kernels, ranges, "_opt") if ranges.height else kernels.with_columns(
         pl.lit(None, pl.Int64).alias("_opt"))
     keys = ["rank", "device", "stream"]
-    sizes = _first_input_bytes(op_inputs(views)).select(
-        "rank", "external_id", pl.col("numel").alias("_numel")
-    ).unique(["rank", "external_id"])
+    sizes = op_inputs(views).select("rank", "external_id", pl.col("numel").alias("_numel"))
     kernels = kernels.join(sizes, on=["rank", "external_id"], how="left")
     threads = (
         pl.col("grid_x").cast(pl.Int64).fill_null(1) * pl.col("grid_y").fill_null(1)
@@ -313,7 +292,7 @@ def elementwise_chain(views, p: Params) -> Detection | None:
     if chains.height == 0 or not window or pct(saving, window) < p["min_saving_pct"]:
         return None
     chains = chains.join(
-        _first_input_bytes(op_inputs(views)).select(
+        op_inputs(views).select(
             "rank", pl.col("external_id").alias("first_ext"), "tensor_bytes"
         ),
         on=["rank", "first_ext"], how="left",
@@ -368,10 +347,7 @@ def unfused_attention(views, p: Params) -> Detection | None:
         _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
         _next_gemm=pl.when("_gemm").then("_idx").shift(-1).backward_fill().over(keys),
     )
-    ndim = op_inputs(views).select(
-        "rank", "external_id",
-        _ndim=first_input_dims(pl.col("input_dims")).list.len(),
-    ).unique(["rank", "external_id"])
+    ndim = op_inputs(views).select("rank", "external_id", _ndim=pl.col("ndim"))
     soft = k.filter(
         "_softmax",
         pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
@@ -402,7 +378,7 @@ def unfused_attention(views, p: Params) -> Detection | None:
         return None
     shapes = op_inputs(views).select(
         "rank", pl.col("external_id").alias("_ext"),
-        first_input_dims(pl.col("input_dims")).list.last().alias("seq_len"),
+        pl.col("last_dim").alias("seq_len"),
     )
     per = per.join(shapes, on=["rank", "_ext"], how="left").sort("score_ns", descending=True)
     evidence = per.select(
