@@ -32,13 +32,14 @@ GROUP BY s.value
 """
 
 
-def sample_pairs() -> list[tuple[Path, Path]]:
-    """(export, kern_sum CSV) pairs; a CSV belongs to the export with the longest stem in its path."""
+def sample_pairs(report: str = "cuda_gpu_kern_sum") -> list[tuple[Path, Path]]:
+    """(export, CSV of ``report``) pairs; a CSV belongs to the export with the longest stem in
+    its path."""
     if not SAMPLE_NSYS.is_dir():
         return []
     exports = sorted(SAMPLE_NSYS.rglob("*.sqlite"))
     pairs = []
-    for csv in sorted(SAMPLE_NSYS.rglob("*cuda_gpu_kern_sum*.csv")):
+    for csv in sorted(SAMPLE_NSYS.rglob(f"*{report}*.csv")):
         rel = str(csv.relative_to(SAMPLE_NSYS))
         owners = [e for e in exports if e.stem in rel]
         if owners:
@@ -51,24 +52,38 @@ def all_exports() -> list[Path]:
     return found + (sorted(SAMPLE_NSYS.rglob("*.sqlite")) if SAMPLE_NSYS.is_dir() else [])
 
 
-def read_stats_csv(path: Path) -> pl.DataFrame:
-    """An ``nsys stats`` CSV as (name, instances, total_ns), whatever the header's units say.
+def read_raw_csv(path: Path, *header_words: str) -> pl.DataFrame | None:
+    """The table of an ``nsys stats``/``nsys analyze`` CSV, all columns as text.
 
-    nsys may print lines before the header; numbers may carry thousands separators.
+    nsys may print lines before the header (or only a "no problems" message: then None).
     """
     lines = path.read_text(errors="replace").splitlines()
-    start = next(i for i, line in enumerate(lines) if "Instances" in line and "Name" in line)
-    raw = pl.read_csv(io.StringIO("\n".join(lines[start:])), infer_schema=False)
+    start = next((i for i, line in enumerate(lines)
+                  if all(w in line for w in header_words)), None)
+    if start is None:
+        return None
+    return pl.read_csv(io.StringIO("\n".join(lines[start:])), infer_schema=False)
 
-    def col(prefix: str) -> str:
-        return next(c for c in raw.columns if c.strip().startswith(prefix))
 
-    number = lambda c: pl.col(c).str.replace_all(",", "").cast(pl.Float64).cast(pl.Int64)  # noqa: E731
-    total = col("Total Time")
+def _number(column: str) -> pl.Expr:
+    return pl.col(column).str.replace_all(",", "").cast(pl.Float64).cast(pl.Int64)
+
+
+def _column(raw: pl.DataFrame, prefix: str) -> str:
+    return next(c for c in raw.columns if c.strip().startswith(prefix))
+
+
+def read_stats_csv(path: Path) -> pl.DataFrame:
+    """An ``nsys stats`` kernel summary CSV as (name, instances, total_ns), whatever the
+    header's units say; numbers may carry thousands separators."""
+    raw = read_raw_csv(path, "Instances", "Name")
+    assert raw is not None, f"{path}: no kernel summary table"
+
+    total = _column(raw, "Total Time")
     scale = 1_000 if "(us)" in total else 1_000_000 if "(ms)" in total else 1
     return (
-        raw.select(name=pl.col(col("Name")), instances=number(col("Instances")),
-                   total_ns=number(total) * scale)
+        raw.select(name=pl.col(_column(raw, "Name")), instances=_number(_column(raw, "Instances")),
+                   total_ns=_number(total) * scale)
         .group_by("name")
         .agg(pl.col("instances").sum(), pl.col("total_ns").sum())
     )
@@ -137,3 +152,179 @@ def test_parity_on_a_built_export_with_duplicate_name_ids(tmp_path):
     expected = {"void gemm<(int)128>(float *)": (2, 120), "relu": (1, 5)}
     assert {n: (i, t) for n, i, t in rows} == expected
     assert as_dict(ours(path)) == expected
+
+
+# --- nsys analyze rules, at the level of our frames ------------------------------------------
+# Each rule's rows are recomputed from our canonical frames and compared with (a) the rule's own
+# SQL restated on every export and (b) the CSV `nsys analyze` wrote next to each H200 export.
+# (Whether the project's rules then flag the same rows is tested with the rules.)
+
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize")
+# nsys's cuda_api_sync.
+API_SYNC_SQL = """
+SELECT r.start, r.end - r.start, (r.globalTid >> 24) & 0xFFFFFF, r.globalTid & 0xFFFFFF
+FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+WHERE s.value LIKE 'cudaDeviceSynchronize%' OR s.value LIKE 'cudaStreamSynchronize%'
+"""
+# nsys's cuda_memcpy_async, joined on the pid as well: nsys joins on correlationId alone, which
+# can pair a copy with another process's call.
+MEMCPY_ASYNC_SQL = """
+SELECT DISTINCT m.start, m.end - m.start, m.bytes, m.deviceId, m.streamId
+FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+    AND ((r.globalTid >> 24) & 0xFFFFFF) = ((m.globalPid >> 24) & 0xFFFFFF)
+JOIN StringIds s ON s.id = r.nameId
+WHERE (m.srcKind = 0 OR m.dstKind = 0) AND s.value LIKE 'cudaMemcpy%Async%'
+"""
+#: nsys analyze's default gpu_gaps threshold (gap=500 ms).
+GPU_GAP_NS = 500_000_000
+#: Rows nsys analyze prints by default; a CSV of exactly this many rows may be cut.
+ROW_LIMIT = 50
+
+
+def our_sync_calls(trace) -> set[tuple[int, ...]]:
+    calls = trace.cpu.filter(pl.col("name").is_in(SYNC_APIS))
+    return set(calls.select("start_ns", pl.col("end_ns") - pl.col("start_ns"), "pid", "tid").rows())
+
+
+def our_pageable_async_copies(trace) -> set[tuple[int, ...]]:
+    copies = trace.gpu.filter(
+        pl.col("kind") == "memcpy",
+        (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"),
+    )
+    calls = trace.cpu.filter(pl.col("name").str.contains(r"^cudaMemcpy.*Async")).select(
+        "rank", "correlation")
+    rows = copies.join(calls, on=["rank", "correlation"], how="semi")
+    return set(rows.select("start_ns", pl.col("end_ns") - pl.col("start_ns"), "bytes", "device",
+                           "stream").rows())
+
+
+def our_gpu_gaps(trace, threshold_ns: int) -> set[tuple[int, ...]]:
+    """GPU idle gaps per process and device, as gpu_gaps finds them: the j-th end (ordered by
+    end) paired with the (j+1)-th start (ordered by start), kept when start > end + threshold."""
+    pid_of_rank = {p["rank"]: p["pid"] for p in trace.meta.extra["nsys"]["processes"]}
+    ops = trace.gpu.filter(pl.col("start_ns") > 0).select("rank", "device", "start_ns", "end_ns")
+    key = ["rank", "device"]
+    starts = ops.select(*key, s="start_ns").sort(*key, "s").with_columns(
+        i=pl.int_range(pl.len()).over(key))
+    ends = ops.select(*key, e="end_ns").sort(*key, "e").with_columns(
+        i=pl.int_range(1, pl.len() + 1).over(key))
+    gaps = starts.join(ends, on=[*key, "i"]).filter(pl.col("s") - pl.col("e") > threshold_ns)
+    return {(e, s - e, pid_of_rank.get(r, 0), d)
+            for r, d, s, _, e in gaps.select(*key, "s", "i", "e").rows()}
+
+
+def _sql_rows(export: Path, query: str) -> set[tuple[int, ...]]:
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    try:
+        return set(con.execute(query).fetchall())
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # a table the run did not produce
+            return set()
+        raise
+    finally:
+        con.close()
+
+
+GAPS_SQL = """
+WITH ops AS ({ops}),
+starts AS (SELECT ROW_NUMBER() OVER (ORDER BY pid, deviceId, start) AS n, start, pid, deviceId
+           FROM ops),
+ends AS (SELECT ROW_NUMBER() OVER (ORDER BY pid, deviceId, end) AS n, end, pid, deviceId FROM ops)
+SELECT ends.end, starts.start - ends.end, ends.pid, ends.deviceId
+FROM starts JOIN ends ON starts.n - 1 = ends.n AND starts.pid = ends.pid
+    AND starts.deviceId = ends.deviceId
+WHERE starts.start - ends.end > {threshold}
+"""
+
+
+def gaps_sql(export: Path, threshold_ns: int) -> str:
+    """nsys's gpu_gaps query over the GPU tables this export has."""
+    con = sqlite3.connect(f"file:{export}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    con.close()
+    ops = " UNION ALL ".join(
+        f"SELECT start, end, (globalPid >> 24) & 0xFFFFFF AS pid, deviceId FROM {t} "
+        "WHERE start > 0"
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+    return GAPS_SQL.format(ops=ops, threshold=threshold_ns)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export", all_exports(), ids=lambda p: p.name)
+def test_analyze_rules_restated_on_our_frames(export):
+    trace = read_nsys(export)
+    assert our_sync_calls(trace) == _sql_rows(export, API_SYNC_SQL)
+    assert our_pageable_async_copies(trace) == _sql_rows(export, MEMCPY_ASYNC_SQL)
+    # The public windows are short: compare at 100 us as well as at nsys's default.
+    for threshold in (100_000, GPU_GAP_NS):
+        assert our_gpu_gaps(trace, threshold) == _sql_rows(
+            export, gaps_sql(export, threshold)), threshold
+
+
+def test_restated_rules_are_not_vacuous_on_the_public_exports():
+    path = PUBLIC_NSYS / "nsysai_2gpu_sendrecv_before.sqlite"
+    if not path.is_file():
+        pytest.skip("public nsys traces not available")
+    trace = read_nsys(path)
+    assert len(our_sync_calls(trace)) == 33
+    assert len(our_pageable_async_copies(trace)) >= 30
+    assert len(our_gpu_gaps(trace, 100_000)) > 0
+
+
+def _analyze_rows(csv: Path, columns: list[str]) -> list[tuple[int, ...]] | None:
+    raw = read_raw_csv(csv, "Duration", "Start")
+    if raw is None:
+        return None  # "There were no problems detected ..."
+    return raw.select(*(_number(_column(raw, c)) for c in columns)).rows()
+
+
+def _compare_with_limit(ours: set, theirs: list[tuple[int, ...]], duration_at: int) -> None:
+    if len(theirs) >= ROW_LIMIT:  # the CSV holds the longest ROW_LIMIT rows only
+        assert set(theirs) <= ours
+        cut = min(row[duration_at] for row in theirs)
+        assert {r for r in ours if r[duration_at] > cut} <= set(theirs)
+    else:
+        assert ours == set(theirs)
+
+
+def _pairs_or_skip(report: str):
+    return sample_pairs(report) or [pytest.param(None, None, marks=pytest.mark.skip(
+        reason=f"no H200 nsys samples with {report} CSVs yet"))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("cuda_api_sync"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_sync_calls_match_cuda_api_sync(export, csv):
+    theirs = _analyze_rows(csv, ["Start", "Duration", "PID", "TID"]) or []
+    ours = {(s, d, p, t) for s, d, p, t in our_sync_calls(read_nsys(export))}
+    _compare_with_limit(ours, theirs, duration_at=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("cuda_memcpy_async"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_pageable_copies_match_cuda_memcpy_async(export, csv):
+    theirs = _analyze_rows(csv, ["Start", "Duration", "Bytes", "Device ID", "Stream ID"]) or []
+    _compare_with_limit(our_pageable_async_copies(read_nsys(export)), theirs, duration_at=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("gpu_gaps"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_gpu_gaps_match_nsys_gpu_gaps(export, csv):
+    theirs = _analyze_rows(csv, ["Start", "Duration", "PID", "Device ID"]) or []
+    ours = our_gpu_gaps(read_nsys(export), GPU_GAP_NS)
+    _compare_with_limit(ours, theirs, duration_at=1)
+
+
+def test_analyze_csv_reader(tmp_path):
+    csv = tmp_path / "x_cuda_api_sync.csv"
+    csv.write_text('"Duration (ns)","Start (ns)","PID","TID","API Name"\n'
+                   '"1,500",1000,7,8,cudaStreamSynchronize_v3020\n')
+    assert _analyze_rows(csv, ["Start", "Duration", "PID", "TID"]) == [(1000, 1500, 7, 8)]
+    empty = tmp_path / "y_cuda_api_sync.csv"
+    empty.write_text("There were no problems detected related to synchronization APIs.\n")
+    assert _analyze_rows(empty, ["Start"]) is None
