@@ -255,7 +255,10 @@ def evidence_rows(evidence: pl.DataFrame | None, limit: int) -> list[dict[str, A
         return []
     top = evidence.head(limit)
     if "call_stack" in top.columns:
-        top = top.with_columns(source_line(pl.col("call_stack")).alias("source")).drop("call_stack")
+        from_stack = source_line(pl.col("call_stack"))
+        if "source" in top.columns:
+            from_stack = pl.coalesce("source", from_stack)
+        top = top.with_columns(from_stack.alias("source")).drop("call_stack")
     casts = []
     for col, dtype in top.schema.items():
         if isinstance(dtype, (pl.Enum, pl.Categorical)):

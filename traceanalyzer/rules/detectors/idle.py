@@ -11,6 +11,7 @@ from traceanalyzer.analysis import intervals
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
+    attach_source,
     ms,
     overlap_ns,
     own_rank,
@@ -32,16 +33,21 @@ NOT_DATALOADER_FRAME = r"^<|torch/nn/|torch/_|torch/fx/|torch/distributed/"
 def _evidence_gaps(views, gaps: pl.DataFrame) -> pl.DataFrame:
     """Gap rows as evidence, with the code that issued the work after the gap when recorded."""
     launches = views.launches.select(
-        "rank", pl.col("correlation").alias("next_correlation"), "call_stack"
+        "rank", pl.col("correlation").alias("next_correlation"), "call_stack",
+        pl.col("launch_tid").alias("tid"),
+        pl.col("launch_start_ns").fill_null(0).alias("_ls"),
+        pl.col("launch_end_ns").fill_null(0).alias("_le"),
     ).unique(["rank", "next_correlation"], keep="first")
     out = gaps.join(launches, on=["rank", "next_correlation"], how="left") if gaps.height else gaps
+    if out.height and "_ls" in out.columns:
+        # the line of Python that issued the work the GPU waited for (with_stack=True traces)
+        out = attach_source(out.head(20), views.cpu, start="_ls", end="_le")
     cols = [
         "start_ns", "end_ns", (pl.col("duration_ns") / NS_PER_US).alias("duration_us"), "cause",
         "step", "device", "stream", pl.col("prev_name").alias("prev_kernel"),
         pl.col("next_name").alias("next_kernel"), pl.col("next_op_name").alias("next_op"),
     ]
-    if "call_stack" in out.columns:
-        cols.append("call_stack")
+    cols += [c for c in ("source", "call_stack") if c in out.columns]
     return out.select(cols)
 
 
