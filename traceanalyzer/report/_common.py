@@ -116,6 +116,9 @@ def short_kernel_name(name: Any, limit: int = 90) -> str:
     """A readable kernel name: parameter lists dropped, common namespaces removed, and template
     arguments elided below the deepest level that still fits in ``limit`` characters."""
     s = str(name).replace("(anonymous namespace)::", "")
+    if "<" not in s and "(" not in s:  # plain names (most of them): nothing to elide
+        s = " ".join(s.split())
+        return s if len(s) <= limit else s[: limit - 1] + "…"
     for max_depth in (4, 3, 2, 1):
         short = _elide(s, max_depth)
         if len(short) <= limit:

@@ -24,6 +24,7 @@ MAX_WINDOWS = 6
 MAX_GAPS = 300
 MAX_MARKS_PER_FINDING = 50
 MAX_NAME_CHARS = 300
+MAX_NAME_BYTES = 600_000
 #: Resolution the merging aims at: about one rectangle per pixel of a wide screen.
 PIXELS = 2400
 FINDING_WINDOWS = 4
@@ -55,11 +56,17 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
                           "stream": _int_or_none(row.get("stream")),
                           "device": _int_or_none(row.get("device")),
                           "rank": _int_or_none(row.get("rank", f.rank))})
+    short = [short_kernel_name(n, 80) for n in names.table]
+    full = names.table
+    # Long C++ names are most of the payload when a window shows thousands of distinct kernels;
+    # past the budget, tooltips get the shortened names too.
+    if sum(map(len, full)) + sum(map(len, short)) > MAX_NAME_BYTES:
+        full = short
     return {
         "origin_ns": origin,
         "categories": list(CATEGORIES),
-        "names": names.table,
-        "short": [short_kernel_name(n, 80) for n in names.table],
+        "names": full,
+        "short": short,
         "windows": windows,
         "marks": marks,
         "finding_windows": _finding_window_index(result, windows, origin),
@@ -134,27 +141,44 @@ def _step_label(row: dict[str, Any]) -> str:
 def _window(gpu: pl.DataFrame, w0: int, w1: int, origin: int, names: _Names) -> dict | None:
     if w1 <= w0:
         return None
-    acts = gpu.filter((pl.col("end_ns") > w0) & (pl.col("start_ns") < w1)).select(
-        "rank", "device", "stream", "name", pl.col("category").cast(pl.String),
-        pl.col("start_ns").clip(lower_bound=w0), pl.col("end_ns").clip(upper_bound=w1),
-    )
-    keys = ["rank", "device", "stream"]
-    lanes = acts.select(keys).unique().sort(keys, nulls_last=True)
-    if lanes.is_empty():
+    acts = gpu.filter((pl.col("end_ns") > w0) & (pl.col("start_ns") < w1))
+    if acts.is_empty():
         return None
-    acts = acts.join(lanes.with_row_index("lane"), on=keys, nulls_equal=True)
+    # One sortable integer per (rank, device, stream); its index among the window's distinct
+    # keys is the lane. Names travel as row indices until the few surviving rectangles are known.
+    key = acts.select(k=pl.col("rank").cast(pl.Int64).fill_null(-1) * (1 << 48)
+                      + pl.col("device").cast(pl.Int64).fill_null(-1) * (1 << 40)
+                      + pl.col("stream").fill_null(-1))["k"]
+    keys = key.unique().sort()
+    iv = pl.DataFrame({
+        "lane": keys.search_sorted(key).cast(pl.UInt32),
+        "start_ns": acts["start_ns"].clip(lower_bound=w0),
+        "end_ns": acts["end_ns"].clip(upper_bound=w1),
+        "row": pl.int_range(acts.height, dtype=pl.UInt32, eager=True),
+    })
+    first = iv.select("lane").with_row_index("i").unique("lane").sort("lane")["i"]
+    lanes = acts.select("rank", "device", "stream")[first]
     many_ranks = gpu["rank"].n_unique() > 1
+    merged = iv.with_columns(count=pl.lit(1, pl.UInt32),
+                             longest=pl.col("end_ns") - pl.col("start_ns"))
+    # The merge needs each lane in start order. Ingestors usually give frames sorted by start,
+    # and then every lane already is; sort (by one combined key, the cheapest sort) only if not.
+    if not merged["start_ns"].is_sorted():
+        merged = merged.sort("start_ns")
     res = 0
-    merged = _merge(acts, res)
     while merged.height > MAX_RECTS:
+        # Merging merged rectangles with a coarser resolution equals merging the raw activities
+        # with it, so each round works on the previous round's (much smaller) output.
         res = max(1, (w1 - w0) // PIXELS) if res == 0 else res * 4
-        merged = _merge(acts, res)
+        merged = _merge(merged, res)
+    rows = merged["row"]
     cat_index = {c: i for i, c in enumerate(CATEGORIES)}
     rects = [
         [lane, s - w0, max(e - s, 0), n, cat_index.get(c, len(CATEGORIES) - 1), k]
         for lane, s, e, n, c, k in zip(
             merged["lane"].to_list(), merged["start_ns"].to_list(), merged["end_ns"].to_list(),
-            names.ids(merged["name"].to_list()), merged["category"].to_list(),
+            names.ids(acts["name"].gather(rows).to_list()),
+            acts["category"].cast(pl.String).gather(rows).to_list(),
             merged["count"].to_list(), strict=True)
     ]
     return {
@@ -164,32 +188,27 @@ def _window(gpu: pl.DataFrame, w0: int, w1: int, origin: int, names: _Names) -> 
                   for r, d, s in lanes.iter_rows()],
         "lane_keys": [[r, d, s] for r, d, s in lanes.iter_rows()],
         "rects": rects,
-        "gaps": _gaps(acts, w0, w1),
+        "gaps": _gaps(iv, w0, w1),
         "merged_ns": res,
         "activities": acts.height,
     }
 
 
-def _merge(acts: pl.DataFrame, res: int) -> pl.DataFrame:
-    """Merge activities on the same lane that are closer than ``res`` ns (0: keep all)."""
-    if res == 0:
-        return acts.select("lane", "start_ns", "end_ns", "name", "category",
-                           count=pl.lit(1, pl.UInt32)).sort("lane", "start_ns")
+def _merge(rects: pl.DataFrame, res: int) -> pl.DataFrame:
+    """Merge rectangles on the same lane less than ``res`` ns apart; a merged rectangle keeps
+    the name and category of its longest activity and counts its members."""
     return (
-        acts.sort("lane", "start_ns")
-        .with_columns(prev_end=pl.col("end_ns").cum_max().shift(1).over("lane"))
+        rects.with_columns(prev_end=pl.col("end_ns").cum_max().shift(1).over("lane"))
         .with_columns(
             grp=(pl.col("prev_end").is_null() | (pl.col("start_ns") - pl.col("prev_end") > res))
-            .cum_sum().over("lane"),
-            dur=pl.col("end_ns") - pl.col("start_ns"),
-        )
+            .cum_sum().over("lane"))
         .group_by("lane", "grp", maintain_order=True)
         .agg(
             start_ns=pl.col("start_ns").min(),
             end_ns=pl.col("end_ns").max(),
-            name=pl.col("name").sort_by("dur").last(),
-            category=pl.col("category").sort_by("dur").last(),
-            count=pl.len(),
+            row=pl.col("row").get(pl.col("longest").arg_max()),
+            count=pl.col("count").sum(),
+            longest=pl.col("longest").max(),
         )
         .drop("grp")
     )
@@ -197,7 +216,9 @@ def _merge(acts: pl.DataFrame, res: int) -> pl.DataFrame:
 
 def _gaps(acts: pl.DataFrame, w0: int, w1: int) -> list[list[int]]:
     """The longest stretches of the window where no stream of the GPU is busy."""
-    iv = acts.select("start_ns", "end_ns").sort("start_ns")
+    iv = acts.select("start_ns", "end_ns")
+    if not iv["start_ns"].is_sorted():
+        iv = iv.sort("start_ns")
     covered = iv.with_columns(prev_end=pl.col("end_ns").cum_max().shift(1).fill_null(w0))
     gaps = covered.filter(pl.col("start_ns") > pl.col("prev_end")).select(
         s=pl.col("prev_end"), e=pl.col("start_ns"))
