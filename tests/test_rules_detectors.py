@@ -596,3 +596,15 @@ def test_unfused_optimizer_without_ranges_from_adam_kernels():
                  launch=5 + i)
     _, outcomes = run(s)
     assert outcomes["unfused-optimizer"].status == "quiet"
+
+
+def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
+    # A merged trace: rank 1 idles a lot, rank 0 (the trace's own rank) is busy.
+    s = Synth()
+    busy_loop(s, n=20)
+    for i in range(10):
+        s.kernel("gemm_bf16", i * 1000, 50, launch=i * 1000 - 5)
+    for row in s.gpu[20:]:
+        row["rank"] = 1
+    findings, _ = run(s)  # run() checks every impact against rank 0's window
+    assert "gpu-idle-gaps" not in findings
