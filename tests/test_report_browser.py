@@ -120,14 +120,22 @@ def test_report_without_trace_has_no_timeline(browser, tmp_path):
     assert browser.evaluate("!!document.getElementById('tl-canvas')") is False
 
 
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".pftrace", ".perfetto-trace", ".pb")
+
+
 def _public_traces():
-    if not PUBLIC.is_dir():
-        return []
-    return sorted(p for p in PUBLIC.glob("*/*") if p.suffix in (".gz", ".json", ".sqlite"))
+    """Every public trace, and every sample trace of the reference workloads in the repo."""
+    found = []
+    if PUBLIC.is_dir():
+        found += PUBLIC.glob("*/*")
+    samples = REPO / "sample_traces"
+    if samples.is_dir():
+        found += samples.rglob("*")
+    return sorted(p for p in found if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", _public_traces(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _public_traces(), ids=lambda p: p.parent.name + "/" + p.name)
 def test_public_trace_reports_render(browser, tmp_path, path):
     import traceanalyzer
     from traceanalyzer.errors import TraceAnalyzerError
