@@ -35,9 +35,13 @@ def run_dask(tasks: Tasks, settings: Settings, address: str, workers: int,
     cluster = None
     try:
         if address == LOCAL:
-            cluster = distributed.LocalCluster(n_workers=max(1, workers), threads_per_worker=1,
-                                               processes=True, dashboard_address=None,
-                                               silence_logs=logging.ERROR)
+            from traceanalyzer.batch.pool import worker_threads_env
+
+            with worker_threads_env(workers):
+                cluster = distributed.LocalCluster(n_workers=max(1, workers),
+                                                   threads_per_worker=1, processes=True,
+                                                   dashboard_address=":0",
+                                                   silence_logs=logging.ERROR)
             client = distributed.Client(cluster)
         elif os.path.isfile(address):  # a scheduler file written by `dask scheduler`
             client = distributed.Client(scheduler_file=address, timeout="30s")

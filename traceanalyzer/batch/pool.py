@@ -16,13 +16,14 @@ report ``(task, pid)`` when they start a task, which is how a timed-out task's w
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_mod
 import signal
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -50,6 +51,24 @@ def _pool_task(index: int, path: str, prior_key: str | None, settings: Settings)
     if _started_queue is not None:
         _started_queue.put((index, os.getpid()))
     return analyze_one(path, prior_key, settings)
+
+
+@contextlib.contextmanager
+def worker_threads_env(workers: int) -> Iterator[None]:
+    """Give each of ``workers`` processes an equal share of the CPUs for Polars' thread pool.
+
+    Polars sizes its pool from ``POLARS_MAX_THREADS`` when the process starts using it, so the
+    variable must be in the environment the workers are spawned with. Without it, N workers
+    each start one thread per CPU and fight over the cores. A user's own setting wins.
+    """
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
+    try:
+        yield
+    finally:
+        os.environ.pop("POLARS_MAX_THREADS", None)
 
 
 def failed_outcome(path: str, error: str) -> dict[str, Any]:
@@ -107,6 +126,9 @@ class PoolRunner:
         started_q = self.ctx.SimpleQueue()
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=self.ctx,
                                    initializer=_init_worker, initargs=(started_q,))
+        with worker_threads_env(workers):
+            # Spawned workers start on the first submit and inherit this environment.
+            pool.submit(int).result()
         inflight: dict[Future[dict[str, Any]], int] = {}
         started: dict[int, tuple[int, float]] = {}  # index -> (pid, monotonic start)
         culprits: dict[int, str] = {}
