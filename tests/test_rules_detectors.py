@@ -608,3 +608,18 @@ def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
         row["rank"] = 1
     findings, _ = run(s)  # run() checks every impact against rank 0's window
     assert "gpu-idle-gaps" not in findings
+
+
+def test_pageable_copy_is_charged_the_gpu_idle_after_it():
+    # x.to("cuda") from pageable memory: the call returns when the copy is done (at 1310 µs);
+    # the next kernel is launched 500 µs later: the GPU idles as after a sync.
+    s = Synth()
+    end = busy_loop(s, n=5)
+    s.kernel("Memcpy HtoD (Pageable -> Device)", end + 10, 300, kind="memcpy", launch=end - 500,
+             bytes=64 << 20, copy_kind="HtoD", src_kind="pageable", dst_kind="device",
+             api="cudaMemcpyAsync")
+    s.cpu[-1]["end_ns"] = int((end + 312) * US)  # the host call blocks until the copy is done
+    s.kernel("gemm_bf16", end + 820, 100, launch=end + 810)
+    f = run(s)[0]["pageable-memcpy"]
+    assert f.evidence[0]["gpu_idle_after_us"] == pytest.approx(510)
+    assert f.impact_ns == (300 + 510) * US

@@ -11,6 +11,7 @@ from traceanalyzer.rules.detectors._common import (
     attach_source,
     enclosing_op,
     ms,
+    overlap_ns,
     own_rank,
     pct,
     window_length,
@@ -177,12 +178,15 @@ def sync_memcpy(views, p: Params) -> Detection | None:
 
 @detector(
     "pageable_memcpy",
-    params=("min_copy_pct",),
-    fields=("copy_count", "copy_ms", "htod_ms", "exposed_htod_ms", "bytes_mb", "top_op"),
+    params=("min_impact_pct",),
+    fields=("copy_count", "copy_ms", "idle_after_ms", "htod_ms", "exposed_htod_ms", "bytes_mb",
+            "top_op"),
 )
 def pageable_memcpy(views, p: Params) -> Detection | None:
     """Copies from or to pageable host memory (Nsight's cuda_memcpy_async: they are not really
-    asynchronous), when they take at least ``min_copy_pct`` of the window."""
+    asynchronous). A pageable copy waits for its stream to drain, so its cost is the copy plus
+    the GPU idle time after the copy call returns (each idle gap counted once); fires when that
+    is at least ``min_impact_pct`` of the window."""
     launches = own_rank(views, views.launches)
     copies = launches.filter(pl.col("kind") == "memcpy")
     if copies.height == 0:
@@ -194,14 +198,32 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     ).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
     if pageable.height == 0:
         return None
+    # The host call returns when the copy is done; the GPU then waits for new work.
+    calls = pageable.select(
+        "rank", pl.coalesce("launch_start_ns", "start_ns").alias("start_ns"),
+        pl.max_horizontal(pl.col("launch_end_ns").fill_null(0), pl.col("end_ns")).alias("end_ns"),
+    )
+    after = _idle_after(views, calls)
+    pageable = pageable.with_columns(
+        gpu_idle_after_ns=after["gpu_idle_after_ns"], _gap=after["_gap"]
+    )
+    # Device-to-host reads (.item(), .cpu()) come with an explicit sync that hidden-sync charges
+    # with the idle after it; here only host-to-device copies are.
+    pageable = pageable.with_columns(
+        gpu_idle_after_ns=pl.when(pl.col("copy_kind") == "HtoD").then("gpu_idle_after_ns")
+        .otherwise(0),
+        _gap=pl.when(pl.col("copy_kind") == "HtoD").then("_gap"),
+    )
+    idle_after = int(
+        pageable.filter(pl.col("_gap").is_not_null()).group_by("_gap")
+        .agg(pl.col("gpu_idle_after_ns").max())["gpu_idle_after_ns"].sum() or 0
+    )
     total = int(pageable["dur"].sum())
     window = window_length(views)
-    if not window or pct(total, window) < p["min_copy_pct"]:
+    if not window or pct(total + idle_after, window) < p["min_impact_pct"]:
         return None
     # Exposed: the part of a copy during which no kernel runs, i.e. on the critical path.
     kernels = launches.filter(pl.col("kind") == "kernel").select("rank", "start_ns", "end_ns")
-    from traceanalyzer.rules.detectors._common import overlap_ns
-
     pageable = overlap_ns(pageable, kernels, name="covered_ns").with_columns(
         exposed_ns=pl.col("dur") - pl.col("covered_ns")
     )
@@ -209,7 +231,9 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     ops = pageable.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
         pl.col("dur").sum()
     ).sort(["dur", "op_name"], descending=[True, False])
-    top = pageable.sort("dur", descending=True).head(_EVIDENCE_SOURCES)
+    top = pageable.sort(pl.col("dur") + pl.col("gpu_idle_after_ns"), descending=True).head(
+        _EVIDENCE_SOURCES
+    )
     top = attach_source(
         top.with_columns(pl.coalesce("launch_start_ns", "start_ns").alias("_ls"),
                          pl.coalesce("launch_end_ns", "end_ns").alias("_le"),
@@ -220,13 +244,15 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
         "start_ns", "end_ns", "name", "copy_kind", "src_kind", "dst_kind", "bytes", "stream",
         pl.col("launch_name").alias("api"), pl.col("op_name").alias("op"),
         (pl.col("dur") / NS_PER_US).alias("duration_us"),
-        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"), "source",
+        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"),
+        (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"), "source",
     )
     return Detection(
-        impact_ns=total,
+        impact_ns=total + idle_after,
         fields={
             "copy_count": pageable.height,
             "copy_ms": ms(total),
+            "idle_after_ms": ms(idle_after),
             "htod_ms": ms(htod["dur"].sum()),
             "exposed_htod_ms": ms(htod["exposed_ns"].sum()),
             "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
