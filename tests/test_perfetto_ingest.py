@@ -326,3 +326,35 @@ def test_nested_and_back_to_back_slices_pair_correctly(tmp_path: Path) -> None:
         "zero": (160, 160),
     }
     assert any("no matching begin" in w for w in trace.meta.warnings)
+
+
+def test_mutated_traces_never_raise_anything_but_input_error(tmp_path: Path) -> None:
+    import random
+
+    b = RocprofLikeBuilder()
+    for i in range(20):
+        b.hip_api(4242 + i % 2, i * 100, i * 100 + 50, "hipLaunchKernel", i)
+        b.kernel(0, i % 2, i * 100 + 60, i * 100 + 90, f"k{i % 3}", i)
+    data = b.serialize()
+    rng = random.Random(1234)
+    path = tmp_path / "mutant.pftrace"
+    outcomes = {"read": 0, "rejected": 0}
+    for step in range(240):
+        mutant = bytearray(data)
+        if step % 3 == 0:  # flip bytes
+            for _ in range(rng.randint(1, 5)):
+                mutant[rng.randrange(len(mutant))] = rng.randrange(256)
+        elif step % 3 == 1:  # cut
+            mutant = mutant[: rng.randrange(1, len(mutant))]
+        else:  # insert junk
+            at = rng.randrange(len(mutant))
+            mutant[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 20)))
+        path.write_bytes(bytes(mutant))
+        try:
+            trace = read_perfetto(path)
+        except InputError:
+            outcomes["rejected"] += 1
+        else:
+            trace.validate()
+            outcomes["read"] += 1
+    assert outcomes["read"] > 0

@@ -53,6 +53,8 @@ def read_perfetto_native(path: str | os.PathLike[str]) -> Trace:
         raise InputError(p, f"is not a Perfetto protobuf trace ({exc})") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise InputError(p, f"cannot be read ({exc})") from None
+    if raw.packets == 0:
+        raise InputError(p, "is not a Perfetto protobuf trace: no complete packet could be read")
     if raw.events.height == 0 and raw.tracks.height == 0 and raw.counters.height == 0:
         raise InputError(
             p,

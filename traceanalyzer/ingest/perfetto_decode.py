@@ -89,6 +89,20 @@ ANNOTATION_KEYS: dict[str, str] = {
 }
 
 
+def _text(value: Any) -> Any:
+    """Strings from the trace as ``str``: protobuf hands back ``bytes`` for invalid UTF-8."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _string_series(values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(values, dtype=pl.String)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        return pl.Series([_text(v) for v in values], dtype=pl.String)
+
+
 class DecodeError(Exception):
     """The bytes are not a Perfetto packet stream (raised before any packet was read)."""
 
@@ -631,7 +645,7 @@ class _Decoder:
 
     def tables(self) -> RawTables:
         self.flush_annotations()
-        track_rows = list(self.tracks.values())
+        track_rows = [tuple(_text(v) for v in row) for row in self.tracks.values()]
         tracks = pl.DataFrame(
             track_rows,
             schema={
@@ -651,8 +665,8 @@ class _Decoder:
                 "ts": pl.Series(self.ev_ts, dtype=pl.Int64),
                 "type": pl.Series(self.ev_type, dtype=pl.Int8),
                 "track": pl.Series(self.ev_track, dtype=pl.UInt64),
-                "name": pl.Series(self.ev_name, dtype=pl.String),
-                "category": pl.Series(self.ev_cat, dtype=pl.String),
+                "name": _string_series(self.ev_name),
+                "category": _string_series(self.ev_cat),
                 "flow": pl.Series(self.ev_flow, dtype=pl.UInt64),
             }
         ).with_row_index("idx")
@@ -661,7 +675,7 @@ class _Decoder:
                 "idx": pl.Series(self.an_idx, dtype=pl.UInt32),
                 "key": pl.Series(self.an_key, dtype=pl.String),
                 "int_value": pl.Series(self.an_int, dtype=pl.Int64),
-                "str_value": pl.Series(self.an_str, dtype=pl.String),
+                "str_value": _string_series(self.an_str),
             }
         )
         annotations = pl.concat([python_rows, *self.an_parts])
