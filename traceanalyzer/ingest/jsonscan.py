@@ -31,7 +31,7 @@ QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
 NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
 TRACE_EVENTS_KEY = b'"traceEvents"'
-DEFAULT_CHUNK_BYTES = 32 << 20
+DEFAULT_CHUNK_BYTES = 8 << 20
 
 
 @dataclass

@@ -219,12 +219,11 @@ def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
         try:
             event = json.loads(line.decode("utf-8", errors="replace"),
                                parse_constant=lambda _c: None, parse_int=_bounded_int)
-        except ValueError:
-            dropped += 1
-            continue
-        if isinstance(event, dict):
+            if not isinstance(event, dict):
+                dropped += 1
+                continue
             clean.append(json.dumps(event, allow_nan=False, default=str).encode())
-        else:
+        except (ValueError, RecursionError):  # RecursionError: args nested thousands deep
             dropped += 1
     if dropped:
         scan.warnings.append(f"skipped {dropped} malformed events")
@@ -342,7 +341,9 @@ def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
 
 
 def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
-    cpu = ev.filter(
+    # Lazy to the end: the optimizer carries only the canonical columns through the join and the
+    # sort, instead of copying every event column twice (this was the ingest's peak of memory).
+    cpu = ev.lazy().with_row_index("_order").filter(
         (pl.col("ph") == "X")
         & pl.col("cat").is_in(list(CPU_CATEGORIES))
         & ~pl.col("name").str.contains(STEP_PATTERN)
@@ -365,7 +366,9 @@ def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
     cpu = cpu.join(ops, on="external_id", how="left").with_columns(
         parent_op=pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(pl.col("parent_op"))
     )
-    return conform(cpu.sort("start_ns"), "cpu")
+    # A lazy join does not keep row order: sort on the event's position too, so ties in
+    # start_ns come out in file order, deterministically.
+    return conform(cpu.sort("start_ns", "_order"), "cpu")
 
 
 def _gpu_frame(ev: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
