@@ -122,10 +122,34 @@ def _analyze_into(out: dict[str, Any], path: str, prior_key: str | None,
     from traceanalyzer.report.jsonout import render_json
 
     trace = load(path, use_cache=settings.use_cache, cache_dir=settings.cache_dir)
-    result = analyze_trace(trace, rule_config=settings.rule_config, rules=settings.rules)
+    result = analyze_trace(trace, rule_config=_rule_config(settings), rules=settings.rules)
     out["json"] = render_json(result)
     out["html"] = render_html(result, trace)
     out["status"] = "ok"
+
+
+#: Resolved rule configurations of this worker process, by config hash.
+_RESOLVED: dict[str, Any] = {}
+
+
+def _rule_config(settings: Settings) -> Any:
+    """The batch's rule configuration, loaded once per worker process.
+
+    Settings arrive unpickled with each task, so their rule config has not read its rule files;
+    reading and checking the YAML again for every trace cost more than analyzing a small trace.
+    """
+    if not settings.rules:
+        return None
+    config = _RESOLVED.get(settings.config_hash)
+    if config is None:
+        config = settings.rule_config
+        if config is None:
+            from traceanalyzer.rules.loader import RuleConfig
+
+            config = RuleConfig()
+        config.active()  # resolve now: this object serves every later trace
+        _RESOLVED[settings.config_hash] = config
+    return config
 
 
 def one_line(text: str, limit: int = 500) -> str:
