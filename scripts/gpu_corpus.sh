@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Make the labelled trace corpus (sample_traces/) on a GPU machine, in as few calls as possible.
+#
+#   bash scripts/gpu_corpus.sh [smoke|torch|nsys|all] [WORKLOAD ...]
+#
+# torch: every runnable workload x variant under torch.profiler, in ONE python process
+#        (-> torch/<workload>_<variant>.json.gz + a record with the CUDA-event step time).
+# nsys:  each variant in its own `nsys profile` (capture range = the 5 NVTX-labelled steps), then
+#        QdstrmImporter, `nsys export --type sqlite`, and Nsight's own `stats`/`analyze` CSVs as
+#        reference answers (-> nsys/<workload>_<variant>.sqlite and nsys/<workload>_<variant>/).
+# Everything ends in $OUT/corpus-<phase>.tgz (split into <16 MiB parts if larger), ready to
+# unpack into sample_traces/ with scripts/... see sample_traces/README.md.
+#
+# Needs: .gpu-libs/ with libdw.so.1 and libelf.so.1 (carried; see ../shared/docs/GPU-TRACES.md).
+set -uo pipefail
+PHASE=${1:-all}; shift || true
+NAMES=("$@")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+W=${WORK:-/tmp/ta-corpus}
+RUN="$ROOT/traceanalyzer/workloads/run.py"
+NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
+QDI=${QDI:-/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter}
+export LD_LIBRARY_PATH=$ROOT/.gpu-libs:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1 TRACEANALYZER_EXT_DIR=/tmp/traceanalyzer_ext
+cd "$ROOT" || exit 2
+mkdir -p "$OUT" "$W/torch" "$W/nsys" "$W/records"
+LOG="$OUT/corpus-$PHASE.log"
+exec > >(tee -a "$LOG") 2>&1
+
+# workload:variant pairs to run (nccl_overlap needs 2+ GPUs and is skipped on one)
+pairs() {
+  python3 - "${NAMES[@]}" <<'PY'
+import importlib.util, sys, torch
+from pathlib import Path
+here = Path("traceanalyzer/workloads")
+spec = importlib.util.spec_from_file_location("workloads", here / "__init__.py",
+                                              submodule_search_locations=[str(here)])
+m = importlib.util.module_from_spec(spec); sys.modules["workloads"] = m; spec.loader.exec_module(m)
+names = sys.argv[1:] or list(m.WORKLOADS)
+later = []
+for n in names:
+    w = m.WORKLOADS[n]
+    if w.min_gpus > torch.cuda.device_count():
+        print(f"skip {n}: needs {w.min_gpus} GPUs", file=sys.stderr); continue
+    for v in w.variants:
+        (print(f"{n}:{v}") if v in ("bad", "good") else later.append(f"{n}:{v}"))
+print("\n".join(later))
+PY
+}
+
+postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs (CPU only; runs in background)
+  local s=$1 t0=$SECONDS
+  if [ -f "$W/nsys/$s.qdstrm" ] && [ ! -f "$W/nsys/$s.nsys-rep" ]; then
+    timeout -k 5 180 "$QDI" -i "$W/nsys/$s.qdstrm" > "$W/nsys/$s.import.log" 2>&1 || { echo "IMPORT FAILED $s"; tail -5 "$W/nsys/$s.import.log"; return 1; }
+  fi
+  [ -f "$W/nsys/$s.nsys-rep" ] || { echo "NO REPORT $s"; ls -la "$W/nsys" | grep "$s"; tail -5 "$W/nsys/$s.profile.log"; return 1; }
+  timeout -k 5 180 "$NSYS" export --type sqlite -o "$W/nsys/$s.sqlite" --force-overwrite true "$W/nsys/$s.nsys-rep" > /dev/null 2>&1 || { echo "EXPORT FAILED $s"; return 1; }
+  mkdir -p "$W/nsys/$s"
+  timeout -k 5 120 "$NSYS" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum -f csv -o "$W/nsys/$s/stats" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "stats failed $s"
+  timeout -k 5 120 "$NSYS" analyze -q -r gpu_gaps,gpu_time_util,cuda_api_sync,cuda_memcpy_sync,cuda_memcpy_async -f csv -o "$W/nsys/$s/analyze" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "analyze failed $s"
+  rm -f "$W/nsys/$s.qdstrm" "$W/nsys/$s.nsys-rep"
+  echo "post $s: $((SECONDS - t0)) s, sqlite $(du -h "$W/nsys/$s.sqlite" | cut -f1)"
+}
+
+run_torch() {
+  local t0=$SECONDS
+  local names=("${NAMES[@]}"); [ ${#names[@]} -eq 0 ] && names=(all)
+  timeout -k 5 "${TORCH_TIMEOUT:-500}" python3 "$RUN" "${names[@]}" --variant all --profiler torch --out "$W/torch"
+  mv "$W"/torch/*.record.json "$W/records/" 2>/dev/null
+  echo "torch phase: $((SECONDS - t0)) s"; ls -la "$W/torch"
+  pack torch torch records
+}
+
+run_nsys() {
+  local t0=$SECONDS p pids=()
+  for p in $(pairs); do
+    local n=${p%%:*} v=${p##*:} s=${p%%:*}_${p##*:} t1=$SECONDS
+    if [ $SECONDS -gt "${NSYS_DEADLINE:-99999}" ]; then echo "DEADLINE: skip $s"; continue; fi
+    timeout -k 5 90 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
+      --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
+      -o "$W/nsys/$s" --force-overwrite true \
+      python3 "$RUN" "$n" --variant "$v" --profiler nsys --out "$W/records" > "$W/nsys/$s.profile.log" 2>&1
+    echo "profile $s: rc=$? $((SECONDS - t1)) s; files: $(cd "$W/nsys" && ls -s --block-size=K "$s".* 2>/dev/null | tr "\n" " ")"
+    grep -E "ms/step|FAILED|Error|error" "$W/nsys/$s.profile.log" | head -5
+    postprocess "$s" &
+    pids+=($!)
+  done
+  # wait for these jobs only: a bare `wait` would also wait for the `tee` that logs this script
+  for p in "${pids[@]}"; do wait "$p"; done
+  echo "nsys phase: $((SECONDS - t0)) s"; ls -la "$W/nsys"
+  pack nsys nsys records
+}
+
+pack() {  # name dir...: one tarball per phase, written as soon as the phase ends
+  local tgz="$OUT/corpus-$1.tgz"; shift
+  tar czf "$tgz" --exclude="*.qdstrm" --exclude="*.nsys-rep" -C "$W" "$@"
+  local size; size=$(stat -c %s "$tgz")
+  echo "packed $tgz: $size bytes"
+  if [ "$size" -gt 15000000 ]; then
+    split -b 15000000 -d "$tgz" "$tgz.part-" && rm "$tgz" && ls -la "$OUT"
+  fi
+}
+
+smoke() {
+  nvidia-smi -L
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
+  local t0=$SECONDS
+  python3 -c "
+import importlib.util, sys, time
+from pathlib import Path
+here = Path('traceanalyzer/workloads')
+spec = importlib.util.spec_from_file_location('workloads', here / '__init__.py', submodule_search_locations=[str(here)])
+m = importlib.util.module_from_spec(spec); sys.modules['workloads'] = m; spec.loader.exec_module(m)
+from workloads import small_grid
+t = time.perf_counter(); small_grid.load_extension(); print('extension build', round(time.perf_counter() - t, 1), 's')
+"
+  echo "ext: $((SECONDS - t0)) s"
+  NAMES=(hidden_sync)
+  TORCH_TIMEOUT=240 run_torch
+  t0=$SECONDS
+  run_nsys
+  echo "nsys one pair: $((SECONDS - t0)) s"
+  "$NSYS" --version
+}
+
+case $PHASE in
+  smoke) smoke ;;
+  torch) run_torch ;;
+  nsys) run_nsys ;;
+  all) run_torch; run_nsys ;;
+  *) echo "unknown phase $PHASE"; exit 2 ;;
+esac

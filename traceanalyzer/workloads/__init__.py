@@ -1,0 +1,118 @@
+"""Reference workloads: small real GPU programs, each in a ``bad`` and a ``good`` variant.
+
+Every bad variant has one known performance problem (named by the slug of the rule that must
+catch it) and its good twin fixes it. Run on a GPU they make the labelled corpus in
+``sample_traces/`` that proves the rules on real traces.
+
+This package must stay importable without torch and without the analysis code (the GPU machine
+has no polars): it uses relative imports only, and torch/triton are imported inside functions.
+``python3 traceanalyzer/workloads/run.py`` therefore works with nothing but torch installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What a workload is and which rule its bad variant is made to trigger."""
+
+    name: str
+    summary: str
+    #: rule slugs the bad variant must trigger and the good variant must not
+    rules: tuple[str, ...]
+    variants: tuple[str, ...] = ("bad", "good")
+    min_gpus: int = 1
+    #: rules whose evidence needs what only torch.profiler records (input shapes, the operator
+    #: or DataLoader/optimizer span around a kernel): not required to fire on Nsight traces
+    torch_only_rules: tuple[str, ...] = ()
+
+
+WORKLOADS: dict[str, WorkloadInfo] = {
+    w.name: w
+    for w in (
+        WorkloadInfo(
+            "hidden_sync",
+            "training step calling loss.item() and .cpu() every step vs accumulating on device",
+            ("hidden-sync",),
+        ),
+        WorkloadInfo(
+            "dataloader_stall",
+            "slow CPU batch pipeline + pageable H2D copies vs DataLoader workers, pinned, prefetch",
+            ("dataloader-stall", "pageable-memcpy"),
+            torch_only_rules=("dataloader-stall",),
+        ),
+        WorkloadInfo(
+            "unfused_elementwise",
+            "eager SwiGLU/bias/GELU/residual chain vs one fused Triton kernel (or torch.compile)",
+            ("unfused-elementwise-chain",),
+            variants=("bad", "good", "compile"),
+        ),
+        WorkloadInfo(
+            "launch_bound",
+            "batch-1 decode-like stack of tiny ops launched eagerly vs replayed as a CUDA graph",
+            ("launch-overhead-bound",),
+        ),
+        WorkloadInfo(
+            "small_grid",
+            "CUDA C grid-stride kernel launched with fewer blocks than SMs vs a grid sized to the GPU",
+            ("small-grid",),
+        ),
+        WorkloadInfo(
+            "unfused_attention",
+            "attention materializing the T x T scores vs scaled_dot_product_attention (flash)",
+            ("unfused-attention",),
+            torch_only_rules=("unfused-attention",),
+        ),
+        WorkloadInfo(
+            "fp32_matmul",
+            "FP32 GEMMs (TF32 off) vs the same GEMMs in BF16 on tensor cores",
+            ("fp32-matmul",),
+        ),
+        WorkloadInfo(
+            "odd_matmul_shape",
+            "BF16 GEMMs with dimensions of 4095 vs padded to 4096 (multiple of 64)",
+            ("odd-matmul-shape",),
+            torch_only_rules=("odd-matmul-shape",),
+        ),
+        WorkloadInfo(
+            "unfused_optimizer",
+            "AdamW(foreach=False) over many parameters vs AdamW(fused=True)",
+            ("unfused-optimizer",),
+            torch_only_rules=("unfused-optimizer",),
+        ),
+        WorkloadInfo(
+            "nccl_overlap",
+            "all-reduce of every gradient after backward vs DDP buckets overlapping backward",
+            ("nccl-not-overlapped",),
+            min_gpus=2,
+        ),
+        WorkloadInfo(
+            "gpt_step",
+            "small GPT training step: naive (fp32, unfused attention, per-param AdamW, .item(), "
+            "pageable input) vs tuned (bf16, SDPA, fused AdamW, no sync, pinned input)",
+            ("fp32-matmul", "hidden-sync", "unfused-optimizer", "pageable-memcpy"),
+            torch_only_rules=("unfused-optimizer",),
+        ),
+    )
+}
+
+
+def get(name: str) -> WorkloadInfo:
+    """The registry entry for ``name``; KeyError names the known workloads."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
+
+
+def load_module(name: str) -> ModuleType:
+    """Import the module that builds workload ``name`` (this imports torch)."""
+    get(name)
+    return importlib.import_module(f".{name}", __name__)
+
+
+__all__ = ["WORKLOADS", "WorkloadInfo", "get", "load_module"]
