@@ -35,6 +35,9 @@ def _register() -> None:
 
     cli.add_command(batch.batch)
     cli.add_command(job.job)
+    from traceanalyzer.cli.workload import workload
+
+    cli.add_command(workload)
 
 
 _register()

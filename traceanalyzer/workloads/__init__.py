@@ -41,7 +41,8 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         ),
         WorkloadInfo(
             "dataloader_stall",
-            "slow CPU batch pipeline + pageable H2D copies vs DataLoader workers, pinned, prefetch",
+            "DataLoader defaults (slow batches built in-process, pageable H2D) vs workers, pinned, "
+            "prefetch, non_blocking",
             ("dataloader-stall", "pageable-memcpy"),
             torch_only_rules=("dataloader-stall",),
         ),
