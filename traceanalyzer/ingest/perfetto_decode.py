@@ -494,9 +494,22 @@ class _Decoder:
         blobs = self.blobs
         self.blobs, self.blob_event, self.blob_gen, self.blob_count = [], [], [], []
         buf, starts, ends = wire.concat(blobs)
-        fields, bad = wire.scan(buf, starts, ends, max_fields=8)
-        msg, fno, value = fields["msg"], fields["field"], fields["value"]
         n = starts.size
+        # Most annotations start with their interned name id (field 1, varint: tag 0x08). Look
+        # that up first and skip the annotations nobody reads before decoding anything else.
+        first = (buf[starts] == 0x08) & (ends > starts)
+        first_iid = np.zeros(n, dtype=np.uint64)
+        at = np.nonzero(first)[0]
+        iid_value, iid_len = wire.varints(buf, starts[at] + 1)
+        first[at[iid_len < 0]] = False
+        first_iid[at] = np.where(iid_len > 0, iid_value, 0)
+        code, unknown = self._key_codes(gen, first_iid)
+        self.unknown_iids += int((unknown & first).sum())
+        sub = np.nonzero(~(first & (code < 0)))[0]
+        fields, sub_bad = wire.scan(buf, starts[sub], ends[sub], max_fields=8)
+        msg, fno, value = sub[fields["msg"]], fields["field"], fields["value"]
+        bad = np.zeros(n, dtype=bool)
+        bad[sub] = sub_bad
         # Arrays, dicts and nested values are rare: decode those annotations one by one.
         slow = bad.copy()
         slow[msg[np.isin(fno, (8, 11, 12))]] = True
@@ -517,7 +530,7 @@ class _Decoder:
         value_row[msg[sel]] = sel
 
         key_code, unknown = self._key_codes(gen, iid)
-        self.unknown_iids += int((unknown & ~slow).sum())
+        self.unknown_iids += int((unknown & ~slow & ~first).sum())
         named = np.nonzero(text_row >= 0)[0]
         if named.size:
             texts = wire.strings(buf, fields["dstart"][text_row[named]],

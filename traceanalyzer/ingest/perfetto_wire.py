@@ -25,7 +25,7 @@ def concat(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return buf, starts, ends
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decode the varint at each position: (values as uint64, byte lengths; -1 when malformed)."""
     n = pos.size
     value = np.zeros(n, dtype=np.uint64)
@@ -75,7 +75,7 @@ def scan(
             break
         pos = cur[active]
         end = ends[active]
-        key, klen = _varints(buf, pos)
+        key, klen = varints(buf, pos)
         broken = klen < 0
         pos = pos + np.maximum(klen, 0)
         wire = (key & np.uint64(7)).astype(np.int8)
@@ -87,7 +87,7 @@ def scan(
         for wtype in (0, 2):
             sel = np.nonzero((wire == wtype) & ~broken)[0]
             if sel.size:
-                val, vlen = _varints(buf, pos[sel])
+                val, vlen = varints(buf, pos[sel])
                 ok = vlen >= 0
                 if wtype == 0:
                     value[sel] = val
