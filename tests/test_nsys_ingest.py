@@ -371,3 +371,18 @@ def test_undecodable_text_is_replaced_not_fatal(tmp_path, engine):
     con.close()
     names = read_nsys(path).annotations["name"].to_list()
     assert "for\ufffdward" in names
+
+
+def test_parent_op_from_pytorch_nvtx_ranges(tmp_path, engine):
+    b = NsysBuilder()
+    b.nvtx("FSDP::pre_forward, op_id = 1", 0, 10_000)  # a record_function range, not an op
+    b.nvtx("aten::to, seq = 3, op_id = 2", 100, 5_000)
+    b.nvtx("aten::copy_, op_id = 3", 200, 4_000)
+    b.nvtx("aten::mm, sizes = [[8, 16], [16, 4]], op_id = 4", 6_000, 9_000)
+    b.memcpy(4_500, 100, 64, copy_kind=1, src=0, dst=2, cpu_start=300)   # inside aten::copy_
+    b.launch("gemm", 6_100, 100, 7_000, 100)                               # inside aten::mm
+    b.launch("relu", 9_500, 100, 9_800, 100)                               # in no operator
+    b.launch("other_thread", 6_200, 100, 8_000, 100, tid=555)              # another thread
+    trace = read_nsys(b.write(tmp_path / "ops.sqlite"))
+    rows = dict(trace.cpu.sort("start_ns").select("start_ns", "parent_op").rows())
+    assert rows == {300: "aten::to", 6_100: "aten::mm", 6_200: None, 9_500: None}

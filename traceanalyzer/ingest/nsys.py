@@ -99,6 +99,11 @@ EVENT_CLASS_DRIVER = 1
 #: CUDA version suffix of API names: cudaLaunchKernel_v7000 -> cudaLaunchKernel. A 4- or
 #: 5-digit number, so that cudaStreamGetCaptureInfo_v2_v11030 keeps its own "_v2".
 API_VERSION_SUFFIX = r"_v\d{4,5}$"
+#: The operator in a PyTorch NVTX range name: "aten::addmm, seq = 3, op_id = 7" -> "aten::addmm".
+#: Operator namespaces are lower case (aten, c10d, prim, _c10d_functional); record_function
+#: ranges such as "FSDP::pre_forward" are not operators, as on the Kineto path.
+OPERATOR_NAME = r"^([a-z_]\w*(?:::\w+)+)(?:,|$)"
+OPERATOR_PREFIX = r"^[a-z_]\w*::"
 STEP_PREFIX = "ProfilerStep#"
 STEP_NAME = r"^ProfilerStep#(\d+)$"
 
@@ -216,6 +221,7 @@ def _read(db: _Db) -> Trace:
     nvtx_types = f"{NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE}"
     ann = _annotation_frame(db.read(NVTX, where=f"eventType IN ({nvtx_types})"), strings,
                             rank_of_pid, meta)
+    cpu = _with_parent_op(cpu, ann)
 
     _fill_meta(db, meta, export, ranks, gpu)
     if not present:
@@ -427,6 +433,33 @@ def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: p
                       .then(pl.lit("step", ANNOTATION_KIND)).otherwise(pl.lit("nvtx", ANNOTATION_KIND)))
     )
     return conform(ann, "annotations")
+
+
+def _with_parent_op(cpu: pl.DataFrame, ann: pl.DataFrame) -> pl.DataFrame:
+    """``parent_op`` of each runtime/driver call: the outermost operator range (NVTX named like
+    ``aten::mm, seq = 5, op_id = 9``, as ``torch.autograd.profiler.emit_nvtx`` writes them) that
+    encloses the call on its thread, as the operator name alone (``aten::mm``).
+
+    Ranges nest per thread, so the outermost ones do not overlap and an as-of join on their
+    starts finds the one enclosing a call.
+    """
+    thread = ["pid", "tid"]
+    # A cheap anchored test on millions of names (it allocates nothing); the operator name is
+    # extracted from the outermost ranges only.
+    ops = ann.filter(
+        pl.col("name").str.contains(OPERATOR_PREFIX), pl.col("tid").is_not_null()
+    ).select(*thread, _os="start_ns", _oe="end_ns", _name="name")
+    if ops.height == 0 or cpu.height == 0:
+        return cpu
+    # ``ann`` is sorted by start, so within each thread too: no sort needed for the running max.
+    top = ops.filter(
+        pl.col("_os") >= pl.col("_oe").cum_max().shift(1).over(thread).fill_null(pl.col("_os"))
+    ).with_columns(_op=pl.col("_name").str.extract(OPERATOR_NAME)).drop("_name")
+    # ``cpu`` is sorted by start as well, and an as-of join keeps the left order.
+    found = cpu.join_asof(top, left_on="start_ns", right_on="_os", by=thread,
+                          strategy="backward", check_sortedness=False)
+    parent = pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_op"))
+    return found.with_columns(parent_op=parent).select(cpu.columns)
 
 
 def _fill_meta(db: _Db, meta: TraceMeta, export: Mapping[str, str], ranks: pl.DataFrame,
