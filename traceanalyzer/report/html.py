@@ -280,8 +280,12 @@ def _anchor(slug: str) -> str:
 
 
 def _host(url: str) -> str:
-    rest = url.split("://", 1)[-1]
-    return rest.split("/", 1)[0] or url
+    """Short link text: the host and the last part of the path (two links to one site differ)."""
+    rest = url.split("://", 1)[-1].split("#", 1)[0].split("?", 1)[0].rstrip("/")
+    host, _, path = rest.partition("/")
+    last = path.rsplit("/", 1)[-1]
+    text = f"{host}/…/{last}" if "/" in path else (f"{host}/{last}" if last else host)
+    return text if len(text) <= 48 else text[:47] + "…"
 
 
 def _timeline(tl: dict[str, Any] | None) -> str:

@@ -42,6 +42,8 @@
     LABEL_W = 70;
     win.lanes.forEach(function (l) { LABEL_W = Math.max(LABEL_W, ctx.measureText(l).width + 14); });
     LABEL_W = Math.min(LABEL_W, 260);
+    var n = win.lanes.length;
+    LANE_H = n <= 2 ? 34 : (n <= 6 ? 26 : (n <= 24 ? 20 : 14));
     var txt = win.rects.length + " rectangles from " + win.activities + " GPU activities";
     if (win.merged_ns > 0) txt += "; activities closer than " + fmtNs(win.merged_ns) +
       " on a stream are merged";
