@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 
 from traceanalyzer.errors import InputError
@@ -44,7 +45,7 @@ def sniff(path: str | os.PathLike[str]) -> str:
         try:
             with gzip.open(p, "rb") as fh:
                 head = fh.read(64)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:  # zlib.error: corrupt deflate data
             raise InputError(p, f"is not a valid gzip file ({exc})") from None
         if not head:
             raise InputError(p, "is an empty gzip file")
