@@ -85,6 +85,14 @@ def test_report_renders_without_errors_or_requests(browser, tmp_path):
     assert "not applicable" in browser.evaluate("document.getElementById('rules').textContent")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.screenshot(ARTIFACTS / "report_light.png")
+    # Printable: print media renders, and evidence tables open for paper.
+    browser.call("Emulation.setEmulatedMedia", media="print")
+    browser.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert browser.evaluate("[...document.querySelectorAll('details')].every(d => d.open)")
+    assert browser.evaluate("getComputedStyle(document.querySelector('nav')).display") == "none"
+    pdf = browser.call("Page.printToPDF")["data"]
+    assert len(pdf) > 10_000
+    browser.call("Emulation.setEmulatedMedia", media="")
     browser.open(report, dark=True)
     assert browser.evaluate(
         "getComputedStyle(document.documentElement).getPropertyValue('--bg').trim()") == "#14171d"

@@ -235,8 +235,9 @@ def _evidence_cell(key: str, value: Any, origin: int | None = None) -> str:
         return (f'<td class="num" title="{value} ns on the trace clock">'
                 f"+{esc(fmt_ns(value - origin))}</td>")
     if isinstance(value, (int, float)):
-        if key.endswith("_ns") and key not in ("start_ns", "end_ns"):
-            return f'<td class="num">{esc(fmt_ns(value))}</td>'
+        scale = {"_ns": 1, "_us": 1e3, "_ms": 1e6}.get(key[-3:])
+        if scale and key not in ("start_ns", "end_ns"):
+            return f'<td class="num">{esc(fmt_ns(value * scale))}</td>'
         if key.endswith("_pct"):
             return f'<td class="num">{esc(fmt_pct(value))}</td>'
         text = f"{value:,}" if isinstance(value, int) else f"{value:,.3f}"
