@@ -8,8 +8,10 @@
 # nsys:  each variant in its own `nsys profile` (capture range = the 5 NVTX-labelled steps), then
 #        QdstrmImporter, `nsys export --type sqlite`, and Nsight's own `stats`/`analyze` CSVs as
 #        reference answers (-> nsys/<workload>_<variant>.sqlite and nsys/<workload>_<variant>/).
-# Everything ends in $OUT/corpus-<phase>.tgz (split into <16 MiB parts if larger), ready to
-# unpack into sample_traces/ with scripts/... see sample_traces/README.md.
+# Each phase ends in $OUT/corpus-<phase>.tgz (split into <16 MiB parts if larger), holding
+# torch/ or nsys/ plus records/: unpack into sample_traces/, drop the *.profile.log files, then
+# `python3 -m traceanalyzer.workloads.manifest sample_traces` (see sample_traces/README.md).
+# smoke: environment, extension build time, one workload under both profilers.
 #
 # Needs: .gpu-libs/ with libdw.so.1 and libelf.so.1 (carried; see ../shared/docs/GPU-TRACES.md).
 set -uo pipefail

@@ -59,6 +59,7 @@ def test_importing_the_workloads_never_imports_torch() -> None:
         "import sys, traceanalyzer.workloads as w\n"
         "for n in w.WORKLOADS: w.load_module(n)\n"
         "import traceanalyzer.workloads.run, traceanalyzer.workloads.manifest\n"
+        "import traceanalyzer.workloads.check\n"
         "import traceanalyzer.cli.workload\n"
         "bad = [m for m in ('torch', 'triton') if m in sys.modules]\n"
         "assert not bad, bad\n"
