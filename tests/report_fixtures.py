@@ -203,6 +203,12 @@ def hostile_trace_and_result() -> tuple[Trace, AnalysisResult]:
         kernel_names=HOSTILE[:6],
         warnings=HOSTILE[5:],
     )
+    from dataclasses import replace
+
+    trace.meta.devices = [replace(trace.meta.devices[0], name=HOSTILE[2])]
+    trace.meta.profiler = HOSTILE[1]
+    trace.annotations = trace.annotations.with_columns(
+        name=pl.lit(HOSTILE[4]), step=pl.int_range(pl.len(), dtype=pl.Int64))
     extra = Finding(
         slug="evil<script>", rule_id="TA<b>9", severity="low", title=HOSTILE[1],
         message=HOSTILE[2], fix=HOSTILE[4], impact_ns=5, impact_pct=0.001,
