@@ -181,3 +181,48 @@ def test_public_kineto_traces_round_trip(tmp_path: Path, path: Path) -> None:
     out = tmp_path / "t.pftrace"
     write_perfetto_annotated(trace, [], out)
     _assert_same_frames(trace, read_perfetto(out))
+
+
+def _gpu_rows(intervals: list[tuple[int, int, int]]) -> pl.DataFrame:
+    return conform(
+        pl.DataFrame(
+            {
+                "rank": [0] * len(intervals),
+                "device": [0] * len(intervals),
+                "stream": [s for s, _, _ in intervals],
+                "kind": ["kernel"] * len(intervals),
+                "name": [f"k{i % 3}" for i in range(len(intervals))],
+                "category": ["other"] * len(intervals),
+                "start_ns": [a for _, a, _ in intervals],
+                "end_ns": [a + d for _, a, d in intervals],
+                "correlation": list(range(len(intervals))),
+            }
+        ),
+        "gpu",
+    )
+
+
+def test_overlapping_equal_and_zero_length_slices_round_trip(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from traceanalyzer.model import empty_frame
+
+    interval = st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(0, 20))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(interval, min_size=1, max_size=40))
+    def check(intervals: list[tuple[int, int, int]]) -> None:
+        gpu = _gpu_rows(intervals)
+        trace = Trace(
+            meta=TraceMeta(path="/nonexistent/in.json", source_format="kineto"),
+            gpu=gpu, cpu=empty_frame("cpu"), annotations=empty_frame("annotations"),
+            syncs=empty_frame("syncs"), counters=empty_frame("counters"),
+        )
+        out = tmp_path / "prop.pftrace"
+        write_perfetto_annotated(trace, [], out)
+        back = read_perfetto(out)
+        assert_frame_equal(_sorted(back.gpu), _sorted(gpu))
+        assert back.meta.warnings == []
+
+    check()
