@@ -143,13 +143,20 @@ def render_summary(result: Any, top: int = 10) -> str:
         for f in result.findings:
             lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
             lines.append(f"      impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window); "
-                         f"fix: {safe(f.fix.splitlines()[0] if f.fix else '')}")
+                         f"fix: {safe(_first_sentence(f.fix))}")
     elif result.rule_outcomes:
         lines.append("Findings: none.")
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
     if skipped:
         lines.append("Not applicable: " + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in skipped))
     return "\n".join(lines)
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    flat = flat[: end + 1] if end != -1 else flat
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _share(part: int | None, whole: int) -> str:
