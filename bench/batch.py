@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -57,13 +58,24 @@ def build_inputs(folder: Path, count: int) -> int:
 def run(label: str, inputs: Path, out: Path, **kwargs: object) -> float:
     from traceanalyzer.batch import run_batch
 
+    cpu0 = _cpu_s()
     t0 = time.perf_counter()
     result = run_batch([inputs], out, use_cache=False, **kwargs)
     wall = time.perf_counter() - t0
+    cpu = _cpu_s() - cpu0
     total = result.analyzed + result.failed
     print(f"{label:<28} {total:>4} traces  {wall:7.2f} s  {total / wall:6.1f} traces/s  "
-          f"ok {result.analyzed}, failed {result.failed}", flush=True)
+          f"{cpu / total:5.2f} CPU s/trace  ok {result.analyzed}, failed {result.failed}",
+          flush=True)
     return wall
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (pool and LocalCluster workers):
+    unlike wall time, it does not depend on what else the machine is running."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def same_outputs(a: Path, b: Path) -> bool:
@@ -85,8 +97,8 @@ def main() -> None:
     root = args.keep or Path(tempfile.mkdtemp(prefix="ta-bench-batch-"))
     inputs = root / "in"
     size = build_inputs(inputs, args.traces)
-    print(f"{args.traces} traces, {size / 1e6:.1f} MB, on {os.cpu_count()} CPUs "
-          f"(cache off: every run parses every trace)")
+    print(f"{args.traces} traces, {size / 1e6:.1f} MB, on {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} (cache off: every run parses every trace)")
     runs = {"pool, 1 worker": dict(workers=1),
             f"pool, {args.workers} workers": dict(workers=args.workers)}
     if not args.no_dask:

@@ -29,6 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from traceanalyzer.batch.task import Settings, analyze_one
+from traceanalyzer.errors import TraceAnalyzerError
 
 #: (path, prior_key) for each task, by index.
 Tasks = list[tuple[str, "str | None"]]
@@ -126,14 +127,19 @@ class PoolRunner:
         started_q = self.ctx.SimpleQueue()
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=self.ctx,
                                    initializer=_init_worker, initargs=(started_q,))
-        with worker_threads_env(workers):
-            # Spawned workers start on the first submit and inherit this environment.
-            pool.submit(int).result()
         inflight: dict[Future[dict[str, Any]], int] = {}
         started: dict[int, tuple[int, float]] = {}  # index -> (pid, monotonic start)
         culprits: dict[int, str] = {}
         broken = False
         try:
+            with worker_threads_env(workers):
+                # Spawned workers start on the first submit and inherit this environment.
+                try:
+                    pool.submit(int).result()
+                except BrokenProcessPool:
+                    broken = True
+                    raise TraceAnalyzerError("batch: worker processes could not start "
+                                             "(out of memory or processes?)") from None
             while (todo or inflight) and not broken:
                 while todo and len(inflight) < workers:
                     index = todo.popleft()
