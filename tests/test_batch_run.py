@@ -238,3 +238,28 @@ def test_worker_killed_from_outside_is_survived(inputs: Path, tmp_path: Path) ->
     assert (result.analyzed, result.failed) == (8, 3)
     row = result.summary.filter(pl.col("path") == str(fifo)).row(0, named=True)
     assert "worker process died" in row["error"]
+
+
+def test_dask_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, inputs: Path,
+                                       tmp_path: Path) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(UsageError, match=r"pip install 'traceanalyzer\[dask\]'"):
+        run_batch([inputs], tmp_path / "out", dask="local")
+
+
+def test_progress_bar_only_when_enabled() -> None:
+    import io
+
+    from traceanalyzer.batch import Progress
+
+    quiet, loud = io.StringIO(), io.StringIO()
+    for stream, enabled in ((quiet, False), (loud, True)):
+        bar = Progress(3, enabled, stream)
+        for failed in (False, True, False):
+            bar.update(failed)
+        bar.close()
+    assert quiet.getvalue() == ""
+    text = loud.getvalue()
+    assert text.count("\r") == 3 and "3/3, 1 failed" in text and text.endswith("\n")
