@@ -623,3 +623,12 @@ def test_pageable_copy_is_charged_the_gpu_idle_after_it():
     f = run(s)[0]["pageable-memcpy"]
     assert f.evidence[0]["gpu_idle_after_us"] == pytest.approx(510)
     assert f.impact_ns == (300 + 510) * US
+
+
+def test_small_grid_judges_a_kernel_by_its_typical_launch():
+    # A multi-tensor optimizer kernel: full chunks of 90 blocks and a short last one of 20.
+    s = Synth()
+    for i in range(10):
+        s.kernel("multi_tensor_apply_kernel<FusedAdamMathFunctor>", i * 102, 100, launch=0,
+                 grid=(90 if i % 5 else 20, 1, 1))
+    assert "small-grid" not in run(s)[0]

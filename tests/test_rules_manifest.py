@@ -9,6 +9,7 @@ profiler, step_ms, speedup, must_fire, must_not_fire.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,17 @@ def _path(entry: dict[str, Any]) -> Path:
 
 
 @functools.cache
-def _fired(path: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+def _findings(path: Path) -> tuple:
     # No cache: the analysis must not write beside the checked-in traces.
     result = analyze_trace(load(path, use_cache=False))
     for o in result.rule_outcomes:
         assert not o.reason.startswith("rule failed"), (o.slug, o.reason)
-    return frozenset(f.slug for f in result.findings), tuple(
-        f"{f.slug}: {f.message}" for f in result.findings)
+    return tuple(result.findings)
+
+
+def _fired(path: Path) -> tuple[frozenset[str], tuple[str, ...]]:
+    findings = _findings(path)
+    return frozenset(f.slug for f in findings), tuple(f"{f.slug}: {f.message}" for f in findings)
 
 
 def _slugs(entry: dict[str, Any], key: str) -> set[str]:
@@ -82,9 +87,30 @@ def test_manifest_expectations(entry):
 
 
 GOOD = [e for e in ENTRIES if str(e.get("variant", "")).lower() == "good"]
+#: What a good twin may still be told: that its GPU waits for the host. Several good twins fix
+#: their one problem but remain CPU-bound by construction (hidden_sync keeps 3 ms of host work a
+#: step against ~2 ms of GPU work; the fused-optimizer step is 0.3 ms of GPU work behind ~1 ms of
+#: Python; a 3-conv model on 96x96 images; a 4-layer 768-wide GPT at batch 8 in eager mode), and
+#: saying so is right. Any other finding on a good twin is a false positive.
+CPU_BOUND_VERDICTS = {"gpu-idle-gaps", "low-gpu-utilization", "launch-overhead-bound"}
 
 
 @pytest.mark.parametrize("entry", GOOD, ids=[str(e["path"]) for e in GOOD])
-def test_well_tuned_trace_raises_no_finding(entry):
-    fired, messages = _fired(_path(entry))
-    assert not fired, f"{entry['path']} is a well-tuned reference run, yet: {messages}"
+def test_good_twin_raises_nothing_but_a_cpu_bound_verdict(entry):
+    findings = {f.slug: f for f in _findings(_path(entry))}
+    messages = [f"{f.slug}: {f.message}" for f in findings.values()]
+    unexpected = set(findings) - CPU_BOUND_VERDICTS
+    assert not unexpected, f"{entry['path']} is a good twin, yet: {messages}"
+    if findings:
+        # the utilization findings must come with the diagnosis that explains them
+        assert "gpu-idle-gaps" in findings, messages
+        host = re.search(r"host wait (\d+)%", findings["gpu-idle-gaps"].message)
+        assert host and int(host.group(1)) >= 50, messages
+
+
+def test_some_good_twins_are_clean():
+    """GPU-bound good twins (a few large kernels a step) raise no finding at all."""
+    clean = [e["path"] for e in GOOD if not _findings(_path(e))]
+    if not GOOD:
+        pytest.skip("no good twins in the manifest")
+    assert len(clean) >= len(GOOD) // 3, clean

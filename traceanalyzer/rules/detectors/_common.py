@@ -98,15 +98,18 @@ def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") ->
     )
     fallback = pl.col("parent_op") if "parent_op" in calls.columns else pl.lit(None, pl.String)
     if top.height == 0 or calls.height == 0:
-        return calls.with_columns(fallback.alias(name))
+        return calls.with_columns(fallback.alias(name), pl.lit(None, pl.Int64).alias(f"{name}_start_ns"),
+                                  pl.lit(None, pl.Int64).alias(f"{name}_end_ns"))
+    inside = pl.col("_oe") >= pl.col("end_ns")
     out = (
         calls.with_row_index("_row")
         .sort("start_ns")
         .join_asof(top, left_on="start_ns", right_on="_os", by=thread, strategy="backward",
                    check_sortedness=False)
         .with_columns(
-            pl.coalesce(pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_op")), fallback)
-            .alias(name)
+            pl.coalesce(pl.when(inside).then(pl.col("_op")), fallback).alias(name),
+            pl.when(inside).then(pl.col("_os")).alias(f"{name}_start_ns"),
+            pl.when(inside).then(pl.col("_oe")).alias(f"{name}_end_ns"),
         )
         .sort("_row")
         .drop("_row", "_op", "_os", "_oe")

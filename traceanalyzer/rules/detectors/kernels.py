@@ -14,7 +14,8 @@ SOFTMAX_KERNEL = r"(?i)softmax"
 NOT_UNFUSED_SOFTMAX = (
     r"(?i)flash|fmha|sdpa|attention|attn|backward|bwd|logsoftmax|log_softmax"
     # softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, ...>: the loss's log-softmax
-    r"|softmax_warp_forward<[^,<>]+,[^,<>]+,[^,<>]+,\s*\d+,\s*true"
+    # (Nsight Systems demangles the arguments as "(int)10, (bool)1")
+    r"|softmax_warp_forward<[^,<>]+,[^,<>]+,[^,<>]+,\s*(\(int\))?\d+,\s*(true|\(bool\)1)"
 )
 #: Operators whose softmax is a loss, not attention.
 LOSS_OP = r"(?i)log_softmax|cross_entropy|nll_loss"
@@ -40,7 +41,7 @@ def _kernels(views) -> pl.DataFrame:
 
 @detector(
     "small_grid",
-    params=("max_blocks_pct", "min_gpu_time_pct", "min_saving_pct"),
+    params=("max_blocks_pct", "min_kernel_us", "min_gpu_time_pct", "min_saving_pct"),
     fields=("kernel_names", "small_ms", "small_pct", "sm_count", "top_kernel", "top_blocks",
             "saving_ms"),
 )
@@ -62,11 +63,17 @@ def small_grid(views, p: Params) -> Detection | None:
         schema={"device": pl.Int32, "sm_count": pl.Int64},
     )
     blocks = pl.col("grid_x").cast(pl.Int64) * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)
+    is_small = pl.col("blocks") * 100 < pl.col("sm_count") * p["max_blocks_pct"]
     small = (
         kernels.filter(pl.col("category") != "communication")
         .join(sm_table, on="device", how="inner")
         .with_columns(blocks=blocks)
-        .filter(pl.col("blocks") * 100 < pl.col("sm_count") * p["max_blocks_pct"])
+        # a kernel of a few µs is bound by launch latency and its tail: more blocks would not help
+        .filter(pl.col("dur") >= p["min_kernel_us"] * NS_PER_US)
+        # judge a kernel by its typical launch: multi-tensor kernels launch a short last chunk
+        .filter((pl.col("blocks").median() * 100 < pl.col("sm_count").first() * p["max_blocks_pct"])
+                .over("name"))
+        .filter(is_small)
     )
     if small.height == 0 or not total:
         return None

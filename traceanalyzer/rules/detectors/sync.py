@@ -102,7 +102,14 @@ def hidden_sync(views, p: Params) -> Detection | None:
     window = window_length(views)
     if not window or pct(idle, window) < p["min_idle_pct"]:
         return None
-    stall = int((calls["end_ns"] - calls["start_ns"]).sum())
+    # The host waits inside the operator (a device-to-host copy to pageable memory blocks before
+    # the explicit sync does): its stall is the operator's time, counted once per operator.
+    stalls = calls.with_columns(
+        _stall_start=pl.coalesce("op_start_ns", "start_ns"),
+        _stall=pl.coalesce(pl.col("op_end_ns") - pl.col("op_start_ns"),
+                           pl.col("end_ns") - pl.col("start_ns")),
+    ).unique(["tid", "_stall_start"])
+    stall = int(stalls["_stall"].sum() or 0)
     ops = calls.group_by(pl.col("op").fill_null("(no operator recorded)")).agg(
         n=pl.len(), idle=pl.col("gpu_idle_after_ns").sum()
     ).sort(["idle", "n", "op"], descending=[True, True, False])
@@ -111,7 +118,9 @@ def hidden_sync(views, p: Params) -> Detection | None:
     top = attach_source(top, cpu)
     evidence = top.select(
         "start_ns", "end_ns", pl.col("name").alias("api"), "op", "step",
-        ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("cpu_stall_us"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("call_us"),
+        (pl.coalesce(pl.col("op_end_ns") - pl.col("op_start_ns"), pl.col("end_ns") - pl.col("start_ns"))
+         / NS_PER_US).alias("cpu_stall_us"),
         (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"),
         "source", "tid",
     )
