@@ -377,7 +377,7 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>traceanalyzer diff: {_e(PurePath(b.path).name)} → {_e(PurePath(a.path).name)}"
         f"</title><style>{CSS}.better{{color:var(--st-busy);font-weight:600}}"
-        ".worse{color:var(--sev-high);font-weight:600}</style></head><body>",
+        ".worse{color:var(--sev-high);font-weight:600}svg .grid{stroke:var(--muted)}td.slug{white-space:nowrap}</style></head><body>",
         '<header id="summary"><div class="muted">traceanalyzer diff</div>'
         f"<h1>{_e(PurePath(b.path).name)} → {_e(PurePath(a.path).name)}</h1>"
         f'<dl class="meta"><dt>Before</dt><dd class="mono break">{_e(b.path)} '
@@ -404,7 +404,7 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
                        '<th class="num">Impact (before → after)</th><th>Message</th></tr></thead>'
                        "<tbody>")
             for d in items:
-                out.append(f"<tr><td><code>{_e(d.rule_id)}</code></td><td>{_e(d.slug)}</td>"
+                out.append(f"<tr><td><code>{_e(d.rule_id)}</code></td><td class=\"slug\">{_e(d.slug)}</td>"
                            f"<td>{_e(d.severity)}</td><td class=\"num\">{_e(_fdelta(d))}</td>"
                            f"<td>{_e(d.message)}</td></tr>")
             out.append("</tbody></table>")
@@ -420,8 +420,9 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
             continue
         head = "".join(f"<th>{_e(c.capitalize())}</th>" for c in cols)
         out.append(f"<table><thead><tr>{head}<th class=\"num\">Before</th><th class=\"num\">After"
-                   "</th><th class=\"num\">Delta</th><th class=\"num\">Count before → after</th>"
+                   "</th><th class=\"num\">Delta</th><th></th><th class=\"num\">Count before → after</th>"
                    "</tr></thead><tbody>")
+        biggest = max((abs(x) for x in frame["delta_ns"].to_list()), default=0) or 1
         for r in frame.iter_rows(named=True):
             cells = "".join(
                 f'<td class="name" title="{_e(r[c])}">{_e(short_kernel_name(r[c], 110))}</td>'
@@ -429,11 +430,22 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
             cls = "better" if r["delta_ns"] < 0 else ("worse" if r["delta_ns"] > 0 else "")
             out.append(f"<tr>{cells}<td class=\"num\">{_e(fmt_ns(r['before_ns']))}</td>"
                        f"<td class=\"num\">{_e(fmt_ns(r['after_ns']))}</td><td class=\"num {cls}\">"
-                       f"{_e(_delta('ns', r['delta_ns'], r['delta_pct']))}</td><td class=\"num\">"
+                       f"{_e(_delta('ns', r['delta_ns'], r['delta_pct']))}</td>"
+                       f"<td>{_bar(r['delta_ns'], biggest)}</td><td class=\"num\">"
                        f"{r['before_count']:,} → {r['after_count']:,}</td></tr>")
         out.append("</tbody></table></section>")
     out.append(f"<footer>Made by traceanalyzer {_e(__version__)}.</footer></body></html>\n")
     return "".join(out)
+
+
+def _bar(delta: float, biggest: float) -> str:
+    """A diverging bar: left and green for time saved, right and orange for time added."""
+    half = 60 * min(abs(delta) / biggest, 1.0)
+    x = 60 - half if delta < 0 else 60
+    cls = "st-busy" if delta < 0 else "st-host"
+    return (f'<svg width="120" height="10" viewBox="0 0 120 10" aria-hidden="true">'
+            f'<line x1="60" x2="60" y1="0" y2="10" class="grid"/>'
+            f'<rect class="{cls}" x="{x:.1f}" y="1" width="{max(half, 0.5):.1f}" height="8"/></svg>')
 
 
 def write_html(diff: DiffResult, path: str | os.PathLike[str]) -> None:
