@@ -195,3 +195,26 @@ def test_diff_report_renders(browser, tmp_path):
         assert browser.evaluate(f"!!document.getElementById('{sec}')"), sec
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.screenshot(ARTIFACTS / "diff.png")
+
+
+def test_screenshot_module(tmp_path):
+    if not find_browser():
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    from traceanalyzer.report.screenshot import main
+
+    report = tmp_path / "r.html"
+    trace = make_trace()
+    write_html(make_result(trace), report, trace)
+    out = tmp_path / "r.png"
+    assert main([str(report), str(out), "--dark", "--section", "timeline", "--height", "700"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([str(tmp_path / "missing.html"), str(out)]) == 2
+
+
+def test_missing_browser_is_a_usage_error(monkeypatch):
+    from traceanalyzer.errors import UsageError
+
+    monkeypatch.setenv("TRACEANALYZER_CHROMIUM", "")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UsageError):
+        Browser()
