@@ -49,6 +49,8 @@ RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+#: Whole CUDA graph executions, recorded instead of their kernels with --cuda-graph-trace=graph.
+GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
 
@@ -67,6 +69,7 @@ TABLE_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("start", "end", "deviceId", "streamId", "bytes", "copyKind"),
         ("correlationId", "globalPid", "srcKind", "dstKind", "graphNodeId"),
     ),
+    GRAPH: (("start", "end", "deviceId", "streamId", "graphId"), ("correlationId", "globalPid")),
     MEMSET: (
         ("start", "end", "deviceId", "streamId", "bytes"),
         ("correlationId", "globalPid", "memKind", "graphNodeId"),
@@ -93,6 +96,8 @@ COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoD", 4: "DtoH", 5: "DtoD", 6: "DtoD", 7
 MEMORY_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device",
                6: "managed"}
 SYNC_TYPE = {0: "unknown", 1: "event", 2: "stream_wait", 3: "stream", 4: "context"}
+#: Name of a whole-graph execution (graph-level CUDA graph tracing).
+GRAPH_NAME = "[CUDA graph {}]"
 NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 #: eventClass of driver API calls in CUPTI_ACTIVITY_KIND_RUNTIME (ENUM_NSYS_EVENT_CLASS).
 EVENT_CLASS_DRIVER = 1
@@ -208,10 +213,11 @@ def _read(db: _Db) -> Trace:
     strings = db.read("StringIds")
     if strings is None:
         strings = pl.DataFrame(schema={"id": I64, "value": STR})
-    present = [t for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX) if t in db.tables]
+    present = [t for t in (KERNEL, GRAPH, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX)
+               if t in db.tables]
     # One table (or family) at a time, each raw frame dropped once its canonical frame is
     # built, so peak memory is about the output plus the largest table, not every table.
-    gpu_raw = _gpu_rows(db.read(KERNEL), db.read(MEMCPY), db.read(MEMSET))
+    gpu_raw = _gpu_rows(db.read(KERNEL), db.read(MEMCPY), db.read(MEMSET), db.read(GRAPH))
     ranks = _rank_map(gpu_raw)
     rank_of_pid = ranks.select("pid", "rank")
     gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
@@ -235,7 +241,7 @@ def _read(db: _Db) -> Trace:
 
 
 def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
-              memset: pl.DataFrame | None) -> pl.DataFrame:
+              memset: pl.DataFrame | None, graphs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Kernels, copies and memsets in one frame. Kernel names are still StringIds ids
     (``name_id``); copies and memsets get their Kineto-style name ("Memcpy HtoD (Pageable ->
     Device)") so reports read the same whichever profiler wrote the trace."""
@@ -263,6 +269,12 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
         ).with_columns(name=pl.format(
             "Memcpy {} ({} -> {})", "copy_kind", _label("src_kind"), _label("dst_kind"),
         )))
+    if graphs is not None:
+        # Graph-level tracing records no kernels, only each graph's execution: keep it as one
+        # kernel-kind activity, so GPU busy time and launches stay right.
+        parts.append(graphs.with_columns(graphNodeId=pl.lit(0, I64)).select(
+            kind=pl.lit("kernel"), name=pl.format(GRAPH_NAME, pl.col("graphId")), **common,
+        ))
     if memset is not None:
         parts.append(memset.select(
             kind=pl.lit("memset"), **common, bytes="bytes", dst_kind=_memory_kind("memKind"),
@@ -270,7 +282,8 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
     if not parts:
         return pl.DataFrame(schema={"kind": STR, "name_id": I64, "pid": I64, "name": STR,
                                     "start_ns": I64})
-    return pl.concat(parts, how="diagonal_relaxed")
+    rows = pl.concat(parts, how="diagonal_relaxed")
+    return rows if "name_id" in rows.columns else rows.with_columns(name_id=pl.lit(None, I64))
 
 
 def _label(col: str) -> pl.Expr:
