@@ -65,3 +65,34 @@ def test_schema_doc_mentions_every_top_level_and_metric_field():
         assert f"`{key}`" in doc, key
     for key in jsonout.JSON_SCHEMA["properties"]["metrics"]["properties"]:
         assert f"`{key}`" in doc, key
+
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+PUBLIC = REPO.parent / "shared" / "traces" / "public"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", ["kineto/hta_a100_rank3of8_control.json.gz",
+                                 "kineto/hta_cpu_only.json.gz",
+                                 "nsys/nsysai_2gpu_sendrecv_before.sqlite"])
+def test_real_trace_json_matches_schema(tmp_path, rel):
+    import traceanalyzer
+    from traceanalyzer.analysis import analyze_trace
+
+    path = PUBLIC / rel
+    if not path.exists():
+        pytest.skip("public traces not present")
+    result = analyze_trace(traceanalyzer.load(path, use_cache=False))
+    out = tmp_path / "r.json"
+    jsonout.write_json(result, out)
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert jsonout.validate(doc) == []
+    assert doc["trace"]["format"] in ("kineto", "nsys")
+    jsonout.write_json(result, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == out.read_bytes()
+    try:  # cross-check with the reference implementation when it is installed
+        import jsonschema
+    except ImportError:
+        return
+    jsonschema.Draft202012Validator.check_schema(jsonout.JSON_SCHEMA)
+    jsonschema.validate(doc, jsonout.JSON_SCHEMA)
