@@ -115,6 +115,8 @@ class _Decoder(AnnotationDecoding):
         self.ev_name: list[str | None] = []
         self.ev_cat: list[str | None] = []
         self.ev_flow: list[int | None] = []
+        self.ev_parts: list[pl.DataFrame] = []
+        self.ev_base = 0  # events already moved into ev_parts
         # debug annotations built in Python (long format); the mixin adds per-chunk frames
         self.an_idx: list[int] = []
         self.an_key: list[str] = []
@@ -139,6 +141,8 @@ class _Decoder(AnnotationDecoding):
         """Decode a buffer holding only complete packet records."""
         trace = self._trace_cls.FromString(data)
         self._packets(trace.packet)
+        del trace
+        self._flush_events()
         self.flush_annotations()
 
     def _packets(self, packets: Any) -> None:
@@ -192,7 +196,7 @@ class _Decoder(AnnotationDecoding):
                 etype = self._unusual_event(seq, te, ts, etype)
                 if etype is None:
                     continue
-            idx = len(self.ev_ts)
+            idx = self.ev_base + len(self.ev_ts)
             iid = te.name_iid
             if iid:
                 name = seq.names.get(iid)
@@ -363,6 +367,24 @@ class _Decoder(AnnotationDecoding):
 
     # -- result ------------------------------------------------------------------------------
 
+    def _flush_events(self) -> None:
+        """Move the chunk's event columns from Python lists into a frame (far more compact)."""
+        self.ev_parts.append(
+            pl.DataFrame(
+                {
+                    "ts": pl.Series(self.ev_ts, dtype=pl.Int64),
+                    "type": pl.Series(self.ev_type, dtype=pl.Int8),
+                    "track": pl.Series(self.ev_track, dtype=pl.UInt64),
+                    "name": _string_series(self.ev_name),
+                    "category": _string_series(self.ev_cat),
+                    "flow": pl.Series(self.ev_flow, dtype=pl.UInt64),
+                }
+            )
+        )
+        self.ev_base += len(self.ev_ts)
+        self.ev_ts, self.ev_type, self.ev_track = [], [], []
+        self.ev_name, self.ev_cat, self.ev_flow = [], [], []
+
     def tables(self) -> RawTables:
         self.flush_annotations()
         track_rows = [tuple(_text(v) for v in row) for row in self.tracks.values()]
@@ -380,16 +402,8 @@ class _Decoder(AnnotationDecoding):
             },
             orient="row",
         )
-        events = pl.DataFrame(
-            {
-                "ts": pl.Series(self.ev_ts, dtype=pl.Int64),
-                "type": pl.Series(self.ev_type, dtype=pl.Int8),
-                "track": pl.Series(self.ev_track, dtype=pl.UInt64),
-                "name": _string_series(self.ev_name),
-                "category": _string_series(self.ev_cat),
-                "flow": pl.Series(self.ev_flow, dtype=pl.UInt64),
-            }
-        ).with_row_index("idx")
+        self._flush_events()
+        events = pl.concat(self.ev_parts).with_row_index("idx")
         python_rows = pl.DataFrame(
             {
                 "idx": pl.Series(self.an_idx, dtype=pl.UInt32),
@@ -424,8 +438,9 @@ class _Decoder(AnnotationDecoding):
 
 
 
-#: Bytes read from the file per step; a packet larger than this grows the buffer.
-CHUNK_BYTES = 8 << 20
+#: Bytes read from the file per step; a packet larger than this grows the buffer. Measured on a
+#: 50 MB trace, 2 MiB chunks were both faster and lighter than 8 MiB ones (335 vs 488 MB peak).
+CHUNK_BYTES = 2 << 20
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -526,7 +541,7 @@ def _complete_prefix_one(buf: bytes, pos: int) -> tuple[int, int]:
     return _complete_prefix(buf, pos, limit=1)
 
 
-def decode_stream(fh: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> RawTables:
+def decode_stream(fh: IO[bytes], chunk_bytes: int | None = None) -> RawTables:
     """Decode every complete packet of ``fh``. A cut-off tail becomes a warning.
 
     Raises :class:`DecodeError` if the stream does not start as a packet stream.
@@ -535,7 +550,7 @@ def decode_stream(fh: IO[bytes], chunk_bytes: int = CHUNK_BYTES) -> RawTables:
     pending = b""
     total = 0
     warnings: list[str] = []
-    for data in _chunks(fh, chunk_bytes, warnings):
+    for data in _chunks(fh, chunk_bytes or CHUNK_BYTES, warnings):
         total += len(data)
         buf = pending + data if pending else data
         try:
