@@ -188,6 +188,8 @@ def tile_kineto(seed: Path, out: Path, size: int, gz_level: int = 1) -> dict[str
                 put(sep + template % tuple(values.tolist()))
             else:
                 _put_window(put, sep, tpl, slot_counts, values, size - written, copy_bytes)
+                copies += 1
+                break
             copies += 1
             if copies > 1_000_000:
                 raise SystemExit("seed has no events to tile")

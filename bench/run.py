@@ -140,33 +140,37 @@ def label(size: int) -> str:
     return f"{size / 1e9:g}GB" if size >= 1e9 else f"{size / 1e6:g}MB"
 
 
-def ensure_kineto(size: int, out_dir: Path, gz: bool) -> Path:
-    path = out_dir / f"kineto_{label(size)}.json{'.gz' if gz else ''}"
+def _tag(seed: Path, default: Path) -> str:
+    return "" if seed == default else seed.name.split(".")[0] + "_"
+
+
+def ensure_kineto(size: int, out_dir: Path, gz: bool, seed: Path = KINETO_SEED) -> Path:
+    path = out_dir / f"kineto_{_tag(seed, KINETO_SEED)}{label(size)}.json{'.gz' if gz else ''}"
     if not path.exists():
         tmp = path.with_name(".tmp-" + path.name)
-        tile_kineto(KINETO_SEED, tmp, size)
+        tile_kineto(seed, tmp, size)
         tmp.rename(path)
     return path
 
 
-def ensure_nsys(size: int, out_dir: Path) -> Path:
-    path = out_dir / f"nsys_{label(size)}.sqlite"
+def ensure_nsys(size: int, out_dir: Path, seed: Path = NSYS_SEED) -> Path:
+    path = out_dir / f"nsys_{_tag(seed, NSYS_SEED)}{label(size)}.sqlite"
     if not path.exists():
         tmp = path.with_name(".tmp-" + path.name)
-        tile_nsys(NSYS_SEED, tmp, size)
+        tile_nsys(seed, tmp, size)
         tmp.rename(path)
     return path
 
 
 def measure_size(size: int, a: argparse.Namespace, hta_py: Path | None) -> dict[str, Any]:
     out_dir: Path = a.out_dir
-    js = ensure_kineto(size, out_dir, gz=False)
+    js = ensure_kineto(size, out_dir, gz=False, seed=a.seed)
     nbytes = js.stat().st_size
     row: dict[str, Any] = {"size": label(size), "bytes": nbytes}
     say(f"[{label(size)}] ingest .json")
     row["ingest"] = py(INGEST, str(js))
     if not a.no_gzip:
-        gz = ensure_kineto(size, out_dir, gz=True)
+        gz = ensure_kineto(size, out_dir, gz=True, seed=a.seed)
         row["gz_bytes"] = gz.stat().st_size
         say(f"[{label(size)}] ingest .json.gz")
         row["ingest_gz"] = py(INGEST, str(gz))
@@ -185,7 +189,7 @@ def measure_size(size: int, a: argparse.Namespace, hta_py: Path | None) -> dict[
         say(f"[{label(size)}] HTA load (timeout {a.hta_timeout:.0f} s)")
         row["hta"] = hta_load.time_load(hta_py, js, a.hta_timeout)
     if not a.no_nsys and nsys_available():
-        db = ensure_nsys(size, out_dir)
+        db = ensure_nsys(size, out_dir, seed=a.nsys_seed)
         say(f"[{label(size)}] nsys SQLite ingest")
         row["nsys"] = py(INGEST, str(db))
         row["nsys"]["bytes"] = db.stat().st_size
@@ -200,7 +204,7 @@ def measure_batch(a: argparse.Namespace) -> dict[str, Any] | None:
     probe = child([sys.executable, "-m", "traceanalyzer", "batch", "--help"])
     if probe["exit"] != 0:
         return None
-    src = ensure_kineto(a.batch_trace_size, a.out_dir, gz=False)
+    src = ensure_kineto(a.batch_trace_size, a.out_dir, gz=False, seed=a.seed)
     res: dict[str, Any] = {"traces": a.batch, "trace_bytes": src.stat().st_size}
     with tempfile.TemporaryDirectory(prefix="batch-", dir=a.out_dir) as tmp:
         inputs = Path(tmp) / "in"
@@ -261,8 +265,8 @@ def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.
           f"Linux {info['kernel']}",
           f"- versions: Python {v['python']}, polars {v['polars']}, numpy {v['numpy']}, "
           f"pyarrow {v['pyarrow']}, isal {v['isal']}, traceanalyzer {v['traceanalyzer']}",
-          f"- seed: `{KINETO_SEED.name}` tiled by bench/make_big_trace.py "
-          f"(nsys seed `{NSYS_SEED.name}`)", ""]
+          f"- seed: `{a.seed.name}` tiled by bench/make_big_trace.py "
+          f"(nsys seed `{a.nsys_seed.name}`)", ""]
     hta_v = next((r["hta"].get("hta_version") for r in rows if r.get("hta")), None)
     if hta_v:
         pv = next(r["hta"].get("pandas_version") for r in rows if r.get("hta"))
@@ -398,6 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list [{DEFAULT_SIZES}]")
     ap.add_argument("--out-dir", type=Path, default=HERE / "out")
+    ap.add_argument("--seed", type=Path, default=KINETO_SEED, help="Kineto trace to tile")
+    ap.add_argument("--nsys-seed", type=Path, default=NSYS_SEED, help="nsys export to tile")
     ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--json", type=Path, default=None, help="also dump raw measurements here")
     ap.add_argument("--no-hta", action="store_true")
