@@ -263,3 +263,21 @@ def test_progress_bar_only_when_enabled() -> None:
     assert quiet.getvalue() == ""
     text = loud.getvalue()
     assert text.count("\r") == 3 and "3/3, 1 failed" in text and text.endswith("\n")
+
+
+@pytest.mark.slow
+def test_dask_scheduler_address(inputs: Path, tmp_path: Path) -> None:
+    """--dask ADDRESS: connect to a running scheduler, as a user with a cluster would."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    sub = inputs / "sub"
+    run_batch([sub], tmp_path / "pool", workers=1, use_cache=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=logging.ERROR) as cluster:
+        result = run_batch([sub], tmp_path / "dask", dask=cluster.scheduler_address,
+                           use_cache=False)
+    assert result.analyzed == 4 and result.failed == 0
+    assert _reports(tmp_path / "pool") == _reports(tmp_path / "dask")
+    assert (tmp_path / "pool" / "summary.csv").read_bytes() == \
+        (tmp_path / "dask" / "summary.csv").read_bytes()

@@ -217,3 +217,18 @@ def test_batch_job_section_and_html(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert exit_info.value.code == 0
     html = page.read_text()
     assert "Straggler: rank 1" in html and "<b>" not in html and "<script" not in html
+
+
+@pytest.mark.slow
+def test_traces_of_different_jobs_are_flagged() -> None:
+    """The two public HTA traces are rank 3 of an 8-rank A100 job and rank 1 of a 2-rank V100
+    job, recorded days apart: they must not produce a straggler verdict."""
+    paths = [PUBLIC / "kineto" / "hta_a100_rank3of8_control.json.gz",
+             PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz"]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("../shared/traces/public is not available")
+    job = analyze_job(load_job(paths, use_cache=False), rules=False)
+    assert job.ranks["rank"].to_list() == [1, 3]  # the ranks the traces record
+    assert job.stragglers == []
+    assert any("does not overlap in time" in w for w in job.warnings)
+    assert any("different world sizes ([2, 8])" in w for w in job.warnings)

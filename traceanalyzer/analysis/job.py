@@ -132,7 +132,8 @@ def combine(traces: list[Trace]) -> Trace:
         world_size=max(world, *(t.meta.world_size for t in traces)),
         time_base_ns=origin if shift_all else None,
         warnings=[f"{Path(t.meta.path).name}: {w}" for t in traces for w in t.meta.warnings],
-        extra={"job": {"traces": sources}},
+        extra={"job": {"traces": sources,
+                       "world_sizes": sorted({t.meta.world_size for t in traces})}},
     )
     return Trace(meta=meta, **{name: pl.concat(parts) for name, parts in frames.items()})
 
@@ -291,6 +292,14 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                         "that do not line up?); they are left out of lateness and skew")
     lateness = rank_lateness(per_rank, instances, ranks)
     stragglers = pick_stragglers(lateness, min_lateness_us)
+    if not _windows_overlap(views.metrics_by_rank):
+        warnings.append("the ranks' GPU activity does not overlap in time: these traces are not "
+                        "from one run, or their clocks disagree; lateness and skew are not "
+                        "meaningful and no straggler is named")
+        stragglers = []
+    sizes = set(trace.meta.extra.get("job", {}).get("world_sizes", []))
+    if len(sizes) > 1:
+        warnings.append(f"the traces record different world sizes ({sorted(sizes)})")
     metrics = rank_table(views.metrics_by_rank).cast({"rank": pl.Int32})
     sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
                for r in src["ranks"]}
@@ -305,6 +314,15 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     )
     return JobResult(result=result, ranks=table, collectives=instances, stragglers=stragglers,
                      unmatched_collectives=unmatched, warnings=warnings)
+
+
+def _windows_overlap(by_rank: dict[int, Any]) -> bool:
+    """True when some moment lies inside every rank's GPU window (or there is < 2 windows)."""
+    windows = [(m.window_start_ns, m.window_end_ns) for m in by_rank.values()
+               if m.window_start_ns is not None and m.window_end_ns is not None]
+    if len(windows) < 2:
+        return True
+    return max(w[0] for w in windows) < min(w[1] for w in windows)
 
 
 def job_to_dict(job: JobResult) -> dict[str, Any]:
