@@ -632,3 +632,18 @@ def test_small_grid_judges_a_kernel_by_its_typical_launch():
         s.kernel("multi_tensor_apply_kernel<FusedAdamMathFunctor>", i * 102, 100, launch=0,
                  grid=(90 if i % 5 else 20, 1, 1))
     assert "small-grid" not in run(s)[0]
+
+
+def test_odd_matmul_shape_from_kernel_names_without_shapes():
+    # Nsight Systems records no shapes; cuBLAS's fallback to an alignment-1 kernel still shows it.
+    s = Synth()
+    for i in range(5):
+        s.kernel("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1>(T1::Params)",
+                 i * 300, 250, launch=i * 300 - 10)
+    f = run(s)[0]["odd-matmul-shape"]
+    assert "align1" in f.message and f.impact_ns == int(5 * 250 * US * 0.25)
+    for name in ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_ffma_aligna4_alignc4_execute_kernel",
+                 "cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>"):  # FP32: any layout
+        s = Synth()
+        busy_loop(s, n=5, name=name)
+        assert run(s)[1]["odd-matmul-shape"].status == "not_applicable"

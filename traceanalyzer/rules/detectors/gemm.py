@@ -138,6 +138,53 @@ def fp32_matmul(views, p: Params) -> Detection | None:
     )
 
 
+#: GEMM kernels built for unaligned operands: cuBLAS falls back to them (often an older
+#: architecture's CUTLASS kernel, e.g. cutlass_75_..._align1) when a leading dimension is not a
+#: multiple of 16 bytes. "alignN" counts elements: 1, 2 or 4 is unaligned for 16-bit types.
+UNALIGNED_KERNEL = r"(?i)align[abc]?[12]([^0-9]|$)"
+UNALIGNED_HALF_KERNEL = r"(?i)align[abc]?4([^0-9]|$)"
+
+
+def _unaligned_by_kernel_name(kernels: pl.DataFrame, total: int, p: Params) -> Detection | None:
+    """Without recorded shapes, the kernel a GEMM ran tells whether its operands were aligned."""
+    gemm = kernels.filter(
+        (pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM)
+    ).with_columns(gpu_ns=pl.col("end_ns") - pl.col("start_ns"))
+    # Only 16-bit tensor-core kernels: FP32 SIMT kernels come in align1 variants for any layout.
+    bad = gemm.filter(
+        pl.col("name").str.contains(HALF_KERNEL),
+        pl.col("name").str.contains(UNALIGNED_KERNEL) | pl.col("name").str.contains(UNALIGNED_HALF_KERNEL),
+    )
+    odd_ns = int(bad["gpu_ns"].sum() or 0)
+    if bad.height == 0:
+        raise NotApplicable(
+            "input shapes were not recorded (profile with record_shapes=True), and no GEMM kernel "
+            "name shows unaligned operands"
+        )
+    if not total or pct(odd_ns, total) < p["min_gpu_time_pct"]:
+        return None
+    groups = bad.group_by("name").agg(
+        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("stream").first(),
+        pl.col("op_name").drop_nulls().first().alias("op"),
+    ).sort(["gpu_ns", "name"], descending=[True, False])
+    evidence = groups.select(
+        pl.col("name").alias("kernel"), "calls", (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"),
+        "op", "stream",
+    )
+    return Detection(
+        impact_ns=int(odd_ns * float(p["expected_gain_pct"]) / 100.0),
+        fields={
+            "odd_ms": ms(odd_ns),
+            "odd_pct": pct(odd_ns, total),
+            "gemm_count": bad.height,
+            "shape_count": groups.height,
+            "top_shape": "shapes not recorded, an unaligned-operand kernel",
+            "top_op": groups["name"][0],
+        },
+        evidence=evidence,
+    )
+
+
 def gemm_shapes(views) -> pl.DataFrame:
     """Leaf GEMM operators with their M, N, K (and batch) from the recorded input shapes."""
     ops = views.cpu.filter(
@@ -178,11 +225,13 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
     """GEMMs whose M, N or K is not a multiple of 8, or whose N or K (the model's dimensions) is
     at least ``large_dim_count`` and not a multiple of 64, from recorded shapes; fires when they
     take ``min_gpu_time_pct`` of kernel time."""
+    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
+    if views.cpu["input_dims"].null_count() == views.cpu.height:
+        return _unaligned_by_kernel_name(kernels, total, p)
     shapes = own_rank(views, gemm_shapes(views))
     if shapes.height == 0:
         return None
-    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
-    total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
     gpu = kernels.filter(pl.col("external_id").is_not_null()).group_by("rank", "external_id").agg(
         gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
         stream=pl.col("stream").first(),

@@ -246,8 +246,15 @@ def elementwise_chain(views, p: Params) -> Detection | None:
     if kernels.height == 0:
         return None
     ranges = optimizer_ranges(views)
-    kernels = _in_ranges(kernels, ranges, "_opt") if ranges.height else kernels.with_columns(
-        pl.lit(None, pl.Int64).alias("_opt"))
+    if ranges.height:
+        kernels = _in_ranges(kernels, ranges, "_opt")
+    else:  # no optimizer ranges: the per-parameter Adam kernels mark the optimizer's part
+        inside, _ = _adam_regions(views)
+        if inside is not None and inside.height:
+            tagged = inside.select("rank", "correlation", "_opt").unique(["rank", "correlation"])
+            kernels = kernels.join(tagged, on=["rank", "correlation"], how="left")
+        else:
+            kernels = kernels.with_columns(pl.lit(None, pl.Int64).alias("_opt"))
     keys = ["rank", "device", "stream"]
     sizes = op_inputs(views).select("rank", "external_id", pl.col("numel").alias("_numel"))
     kernels = kernels.join(sizes, on=["rank", "external_id"], how="left")
