@@ -322,10 +322,20 @@ def _charts(result: AnalysisResult) -> str:
     )
 
 
-def _table(head: list[tuple[str, str]], rows: list[list[str]]) -> str:
+def _table(head: list[tuple[str, str]], rows: list[list[str]], fold: str | None = None,
+           visible: int = 15) -> str:
+    """A table; with ``fold`` (an id), rows past ``visible`` hide behind a CSS-only toggle
+    (shown when printing)."""
     th = "".join(f'<th class="{c}">{t}</th>' for t, c in head)
-    body = "".join("<tr>" + "".join(r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    body = "".join(("<tr class=\"more\">" if fold and i >= visible else "<tr>") + "".join(r)
+                   + "</tr>" for i, r in enumerate(rows))
+    table = f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    if not fold or len(rows) <= visible:
+        return table
+    return (f'<div class="fold"><input type="checkbox" id="{fold}" class="fold-toggle">'
+            f'{table}<label for="{fold}" class="fold-label"><span class="show">Show all '
+            f'{len(rows)} rows</span><span class="hide">Show the top {visible}</span></label>'
+            "</div>")
 
 
 def _num(text: str) -> str:
@@ -343,13 +353,14 @@ def _tables(result: AnalysisResult) -> str:
             rows.append([
                 f'<td class="name" title="{esc(r["name"])}">'
                 f'{esc(short_kernel_name(r["name"], 110))}</td>',
-                f'<td><span class="key {cat_class(r.get("category"))}"></span>'
+                f'<td class="cat"><span class="key {cat_class(r.get("category"))}"></span>'
                 f'{esc(r.get("category"))}</td>',
                 _num(f"{r.get('instances', 0):,}"), _num(fmt_ns(r.get("total_ns"))),
                 _num(fmt_ns(r.get("mean_ns"))), _num(fmt_pct(r.get("pct_gpu_time"))),
             ])
         out.append(_table([("Kernel", ""), ("Category", ""), ("Count", "num"),
-                           ("Total", "num"), ("Mean", "num"), ("% GPU time", "num")], rows))
+                           ("Total", "num"), ("Mean", "num"), ("% GPU time", "num")], rows,
+                          fold="kernels-all"))
         if k.height > TOP_KERNELS:
             out.append(f'<p class="muted">Top {TOP_KERNELS} of {k.height:,} kernel names; the '
                        "JSON report lists all.</p>")
@@ -366,7 +377,7 @@ def _tables(result: AnalysisResult) -> str:
                          _num(fmt_ns(r.get("gpu_ns"))), _num(fmt_pct(pct_of(r.get("gpu_ns"), total))),
                          _num(f"{r.get('kernel_count') or 0:,}"), _num(f"{r.get('calls') or 0:,}")])
         out.append(_table([("Operator", ""), ("GPU time", "num"), ("% of busy", "num"),
-                           ("Kernels", "num"), ("Calls", "num")], rows))
+                           ("Kernels", "num"), ("Calls", "num")], rows, fold="operators-all"))
     out.append("</section>")
     st = result.streams
     if st is not None and not st.is_empty():
