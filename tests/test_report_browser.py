@@ -218,3 +218,16 @@ def test_missing_browser_is_a_usage_error(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UsageError):
         Browser()
+
+
+def test_detectors_catch_script_requests_and_errors(browser, tmp_path):
+    """Negative control: the checks above would notice a script run, a fetch or an error."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!DOCTYPE html><html><body><script>window.__pwned = 1;"
+                    "console.error('boom')</script><img src='http://127.0.0.1:9/x.png'>"
+                    "</body></html>")
+    browser.open(page)
+    assert browser.evaluate("window.__pwned") == 1
+    found = problems(browser, page)
+    assert any(p.startswith("request: http://127.0.0.1:9/") for p in found)
+    assert any("console.error" in p for p in found)
