@@ -164,10 +164,9 @@ def _chunks(fh: IO[bytes]) -> Iterator[bytes]:
         return  # a cut gzip stream: keep what was read, the splice closes the array
 
 
-def _structure(buf: bytes, in_string: bool) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Positions and bytes of brackets outside strings in ``buf``, and the string state at its
-    end. ``in_string`` is the state at its start (a cut never falls inside an escape: cuts are
-    made only after structural brackets)."""
+def _structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Positions and bytes of the brackets outside strings in ``buf``, which starts outside any
+    string (cuts are only ever made right after a structural bracket)."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     quotes = np.flatnonzero(arr == QUOTE)
     if quotes.size:
@@ -187,10 +186,9 @@ def _structure(buf: bytes, in_string: bool) -> tuple[np.ndarray, np.ndarray, boo
                 quotes = np.setdiff1d(quotes, np.asarray(escaped, dtype=quotes.dtype))
     brackets = np.flatnonzero((arr == LBRACE) | (arr == RBRACE) | (arr == LBRACKET)
                               | (arr == RBRACKET))
-    inside = (np.searchsorted(quotes, brackets) + int(in_string)) % 2 == 1
-    brackets = brackets[~inside]
-    end_state = (quotes.size + int(in_string)) % 2 == 1
-    return brackets, arr[brackets], end_state
+    # Inside a string exactly when an odd number of unescaped quotes precede the bracket.
+    brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]
+    return brackets, arr[brackets]
 
 
 def splice_events(src: Path, out: IO[bytes], events: list[bytes]) -> None:
@@ -260,7 +258,7 @@ def _splice(fh: IO[bytes], out: IO[bytes], events: list[bytes], src: Path) -> No
 def _scan(buf: bytes, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Structural brackets of ``buf`` (which starts outside a string at ``depth``): positions,
     bytes, and the depth after each."""
-    pos, byte, _ = _structure(buf, False)
+    pos, byte = _structure(buf)
     delta = np.where((byte == LBRACE) | (byte == LBRACKET), 1, -1)
     return pos, byte, depth + np.cumsum(delta)
 
