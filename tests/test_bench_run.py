@@ -1,0 +1,53 @@
+"""bench/run.py end to end on tiny inputs: every stage runs and RESULTS.md has the table and targets.
+
+No timing is asserted: this only checks that the benchmark works.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+from conftest import PUBLIC, REPO
+from test_bench_make_big_trace import seed_trace
+
+
+def _run_module():
+    sys.path.insert(0, str(REPO / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_run", REPO / "bench" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_run"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_run_writes_results_with_every_stage(tmp_path):
+    run = _run_module()
+    seed = seed_trace(tmp_path / "seed.json")
+    nsys_seed = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"
+    argv = ["--sizes", "20KB,60KB", "--seed", str(seed), "--out-dir", str(tmp_path / "out"),
+            "--results", str(tmp_path / "RESULTS.md"), "--json", str(tmp_path / "r.json"),
+            "--no-hta", "--no-batch"]
+    if nsys_seed.exists():
+        argv += ["--nsys-seed", str(nsys_seed)]
+    else:
+        argv += ["--no-nsys"]
+    run.main(argv)
+    raw = json.loads((tmp_path / "r.json").read_text())
+    assert [r["size"] for r in raw["rows"]] == ["0.02MB", "0.06MB"]
+    for row in raw["rows"]:
+        for stage in ("ingest", "ingest_gz", "stages", "e2e", "e2e_cached", "cached_load"):
+            assert row[stage]["error"] is None, (stage, row[stage]["error"])
+            assert row[stage]["peak_rss_mb"] > 0
+        assert row["ingest"]["rows"]["gpu"] > 0
+        assert row["stages"]["analysis_s"] is not None
+        if nsys_seed.exists():
+            assert row["nsys"]["error"] is None and row["nsys"]["rows"]["gpu"] > 0
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## Kineto JSON" in text and "## Targets" in text
+    assert "| 0.06MB |" in text
+    assert "Kineto JSON ingest ≥ 200 MB/s" in text
+    assert "met" in text or "missed" in text
