@@ -3,6 +3,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from report_fixtures import make_result, make_trace
 
 from traceanalyzer.errors import InputError, UsageError
@@ -173,3 +175,34 @@ def test_nsys_annotate_writes_perfetto(tmp_path):
     from traceanalyzer.ingest import sniff
 
     assert sniff(out) == "perfetto"
+
+
+# json.dumps turns '"' and '\\' into escape sequences, runs of backslashes included.
+_text = st.text(alphabet=st.sampled_from(list('ab"\\[]{},: \n\u00e9\u2028')), max_size=12)
+_events = st.lists(st.fixed_dictionaries({"name": _text, "ph": st.just("X"),
+                                          "args": st.dictionaries(_text, _text, max_size=2)}),
+                   max_size=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=_events, before=st.dictionaries(_text, _text, max_size=2),
+       after=st.dictionaries(_text, _text, max_size=2), chunk=st.integers(1, 40),
+       indent=st.sampled_from([None, 1]))
+def test_splice_property(events, before, after, chunk, indent):
+    import io
+
+    doc = {**{k: v for k, v in before.items() if k != "traceEvents"}, "traceEvents": events,
+           **{k: v for k, v in after.items() if k != "traceEvents"}}
+    raw = json.dumps(doc, indent=indent).encode()
+    extra = [b'{"ph": "M", "pid": 1, "name": "x"}']
+    out = io.BytesIO()
+    old = annotate.CHUNK_BYTES
+    annotate.CHUNK_BYTES = chunk
+    try:
+        annotate._splice(io.BytesIO(raw), out, extra, Path("t.json"))
+    finally:
+        annotate.CHUNK_BYTES = old
+    got = json.loads(out.getvalue())
+    assert got["traceEvents"] == events + [json.loads(extra[0])]
+    assert {k: v for k, v in got.items() if k != "traceEvents"} == \
+        {k: v for k, v in doc.items() if k != "traceEvents"}
