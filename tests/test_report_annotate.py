@@ -187,13 +187,13 @@ _events = st.lists(st.fixed_dictionaries({"name": _text, "ph": st.just("X"),
 @settings(max_examples=150, deadline=None)
 @given(events=_events, before=st.dictionaries(_text, _text, max_size=2),
        after=st.dictionaries(_text, _text, max_size=2), chunk=st.integers(1, 40),
-       indent=st.sampled_from([None, 1]))
-def test_splice_property(events, before, after, chunk, indent):
+       indent=st.sampled_from([None, 1]), ascii_only=st.booleans())
+def test_splice_property(events, before, after, chunk, indent, ascii_only):
     import io
 
     doc = {**{k: v for k, v in before.items() if k != "traceEvents"}, "traceEvents": events,
            **{k: v for k, v in after.items() if k != "traceEvents"}}
-    raw = json.dumps(doc, indent=indent).encode()
+    raw = json.dumps(doc, indent=indent, ensure_ascii=ascii_only).encode()
     extra = [b'{"ph": "M", "pid": 1, "name": "x"}']
     out = io.BytesIO()
     old = annotate.CHUNK_BYTES
