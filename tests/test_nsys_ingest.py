@@ -386,3 +386,14 @@ def test_parent_op_from_pytorch_nvtx_ranges(tmp_path, engine):
     trace = read_nsys(b.write(tmp_path / "ops.sqlite"))
     rows = dict(trace.cpu.sort("start_ns").select("start_ns", "parent_op").rows())
     assert rows == {300: "aten::to", 6_100: "aten::mm", 6_200: None, 9_500: None}
+
+
+def test_library_nvtx_domains_are_not_operators(tmp_path):
+    b = NsysBuilder()
+    b.nvtx("CCCL", 0, None, event_type=75, domain=1)
+    b.rows["NVTX_EVENTS"][-1]["text"] = "CCCL"
+    b.nvtx("cub::DeviceRadixSort", 100, 5_000, domain=1)
+    b.launch("radix_sort_kernel", 200, 100, 1_000, 100)
+    trace = read_nsys(b.write(tmp_path / "cccl.sqlite"))
+    assert trace.annotations["domain"].to_list() == ["CCCL"]
+    assert trace.cpu["parent_op"].to_list() == [None]

@@ -459,8 +459,11 @@ def _with_parent_op(cpu: pl.DataFrame, ann: pl.DataFrame) -> pl.DataFrame:
     thread = ["pid", "tid"]
     # A cheap anchored test on millions of names (it allocates nothing); the operator name is
     # extracted from the outermost ranges only.
+    # PyTorch writes its ranges to the default domain; libraries use their own (CCCL's
+    # "cub::DeviceRadixSort" is not a framework operator).
     ops = ann.filter(
-        pl.col("name").str.contains(OPERATOR_PREFIX), pl.col("tid").is_not_null()
+        pl.col("name").str.contains(OPERATOR_PREFIX), pl.col("tid").is_not_null(),
+        pl.col("domain").is_null(),
     ).select(*thread, _os="start_ns", _oe="end_ns", _name="name")
     if ops.height == 0 or cpu.height == 0:
         return cpu
