@@ -25,6 +25,7 @@ MAX_GAPS = 300
 MAX_MARKS_PER_FINDING = 50
 MAX_NAME_CHARS = 300
 MAX_NAME_BYTES = 600_000
+MAX_STEP_MARKS = 500
 #: Resolution the merging aims at: about one rectangle per pixel of a wide screen.
 PIXELS = 2400
 FINDING_WINDOWS = 4
@@ -63,6 +64,7 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
     if sum(map(len, full)) + sum(map(len, short)) > MAX_NAME_BYTES:
         full = short
     return {
+        "steps": _step_marks(result, origin),
         "origin_ns": origin,
         "categories": list(CATEGORIES),
         "names": full,
@@ -71,6 +73,21 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
         "marks": marks,
         "finding_windows": _finding_window_index(result, windows, origin),
     }
+
+
+def _step_marks(result: AnalysisResult, origin: int) -> list[list[Any]]:
+    """[start, end, label] of each step (at most MAX_STEP_MARKS), relative to the origin."""
+    steps = result.steps
+    if steps is None or steps.is_empty() or not {"start_ns", "end_ns"} <= set(steps.columns):
+        return []
+    steps = steps.sort("start_ns")
+    if steps.height > MAX_STEP_MARKS:
+        steps = steps.gather_every(-(-steps.height // MAX_STEP_MARKS))
+    label = (pl.lit("#") + pl.col("step").cast(pl.String)) if "step" in steps.columns \
+        else pl.lit("")
+    rows = steps.select(s=pl.col("start_ns") - origin, e=pl.col("end_ns") - origin,
+                        label=label.fill_null(""))
+    return [list(r) for r in rows.iter_rows()]
 
 
 def _int_or_none(v: Any) -> int | None:

@@ -59,7 +59,9 @@
     return (ns / 1e9).toPrecision(4) + " s";
   }
 
-  function height() { return TOP + win.lanes.length * LANE_H + AXIS_H; }
+  function height() {
+    return TOP + win.lanes.length * LANE_H + AXIS_H + ((data.steps || []).length ? 14 : 0);
+  }
 
   function resize() {
     var dpr = window.devicePixelRatio || 1;
@@ -128,6 +130,20 @@
         ctx.restore();
       }
     });
+    // step boundaries: dashed lines with the step number
+    ctx.save();
+    ctx.strokeStyle = colors.muted; ctx.fillStyle = colors.muted; ctx.setLineDash([3, 3]);
+    var lastLabelX = -1e9;
+    (data.steps || []).forEach(function (st) {
+      if (st[0] < view0 || st[0] > view1) return;
+      var x = xOf(st[0]);
+      ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y0 + lanesH); ctx.stroke();
+      if (x - lastLabelX > 40 && st[2]) {
+        ctx.fillText("step " + st[2], x + 2, y0 + lanesH + 28);
+        lastLabelX = x;
+      }
+    });
+    ctx.restore();
     // finding marks: a band in the findings row, an outline on the stream's lane
     data.marks.forEach(function (m) {
       if (m.e < view0 || m.s > view1) return;
