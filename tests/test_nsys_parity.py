@@ -11,6 +11,7 @@ Instances and total ns per kernel name must agree exactly.
 from __future__ import annotations
 
 import io
+import re
 import sqlite3
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer.analysis.kernels import kernel_summary
-from traceanalyzer.ingest.nsys import read_nsys
+from traceanalyzer.ingest.nsys import API_VERSION_SUFFIX, read_nsys
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC_NSYS = REPO.parent / "shared" / "traces" / "public" / "nsys"
@@ -337,3 +338,68 @@ def test_analyze_csv_reader(tmp_path):
     empty = tmp_path / "y_cuda_api_sync.csv"
     empty.write_text("There were no problems detected related to synchronization APIs.\n")
     assert _analyze_rows(empty, ["Start"]) is None
+
+
+# --- the other `nsys stats` summaries behind `traceanalyzer stats --report api|memops|nvtx` ----
+
+#: nsys's memops operations, by our copy kind.
+MEMOP_LABELS = {"memcpy HtoD": "[CUDA memcpy Host-to-Device]",
+                "memcpy DtoH": "[CUDA memcpy Device-to-Host]",
+                "memcpy DtoD": "[CUDA memcpy Device-to-Device]",
+                "memcpy HtoH": "[CUDA memcpy Host-to-Host]",
+                "memcpy PtoP": "[CUDA memcpy Peer-to-Peer]",
+                "memset": "[CUDA memset]"}
+
+
+def _summary_rows(csv: Path, key: str, count: str) -> dict[str, tuple[int, int]]:
+    raw = read_raw_csv(csv, "Total Time", key)
+    if raw is None:
+        return {}
+    frame = raw.select(k=pl.col(_column(raw, key)), n=_number(_column(raw, count)),
+                       t=_number(_column(raw, "Total Time")))
+    return {k: (n, t) for k, n, t in frame.group_by("k").agg(pl.col("n").sum(),
+                                                            pl.col("t").sum()).rows()}
+
+
+def _stats(export: Path, report: str) -> pl.DataFrame:
+    from traceanalyzer.cli.stats import stats_frame
+
+    return stats_frame(read_nsys(export), report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("cuda_api_sum"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_api_summary_matches_cuda_api_sum(export, csv):
+    """Per API: calls and total ns. nsys strips only 4-digit version suffixes
+    (cudaStreamIsCapturing_v10000 stays); we strip 5-digit ones too, so theirs are normalized."""
+    theirs: dict[str, tuple[int, int]] = {}
+    for name, (n, t) in _summary_rows(csv, "Name", "Num Calls").items():
+        key = re.sub(API_VERSION_SUFFIX, "", name)
+        old = theirs.get(key, (0, 0))
+        theirs[key] = (old[0] + n, old[1] + t)
+    ours = {k: (n, t) for k, n, t in _stats(export, "api").select("name", "count", "total_ns").rows()}
+    assert ours == theirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("cuda_gpu_mem_time_sum"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_memops_summary_matches_cuda_gpu_mem_time_sum(export, csv):
+    theirs = _summary_rows(csv, "Operation", "Count")
+    ours = {MEMOP_LABELS[k]: (n, t) for k, n, t in
+            _stats(export, "memops").select("operation", "count", "total_ns").rows()}
+    assert ours == theirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("export,csv", _pairs_or_skip("nvtx_sum"),
+                         ids=lambda p: p.name if isinstance(p, Path) else str(p))
+def test_nvtx_ranges_match_nvtx_sum(export, csv):
+    """nvtx_sum names a range "<domain>:<text>" (":<text>" in the default domain)."""
+    theirs = _summary_rows(csv, "Range", "Instances")
+    ann = read_nsys(export).annotations.filter(pl.col("end_ns") > pl.col("start_ns"))
+    ours = {k: (n, t) for k, n, t in ann.group_by(
+        pl.format("{}:{}", pl.col("domain").fill_null(""), pl.col("name")).alias("k")
+    ).agg(pl.len(), (pl.col("end_ns") - pl.col("start_ns")).sum()).rows()}
+    assert ours == theirs
