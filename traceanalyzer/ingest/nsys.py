@@ -33,7 +33,6 @@ from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.sqlite_columns import connect_readonly, read_table
 from traceanalyzer.model import (
     ANNOTATION_KINDS,
-    CPU_KINDS,
     Device,
     Trace,
     TraceMeta,
@@ -42,7 +41,7 @@ from traceanalyzer.model import (
 )
 
 I64, STR = pl.Int64, pl.String
-ANNOTATION_KIND, CPU_KIND = pl.Enum(ANNOTATION_KINDS), pl.Enum(CPU_KINDS)
+ANNOTATION_KIND = pl.Enum(ANNOTATION_KINDS)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -188,7 +187,7 @@ def read_nsys(path: str | os.PathLike[str]) -> Trace:
     """Read an Nsight Systems SQLite export into a canonical :class:`Trace`."""
     p = Path(path)
     if not p.is_file():
-        raise InputError(p, "no such file")
+        raise InputError(p, "is not a file" if p.exists() else "no such file")
     db = _Db(p)
     try:
         return _read(db)
