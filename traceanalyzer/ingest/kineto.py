@@ -246,7 +246,7 @@ def _read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
         )
     top: Any
     try:
-        top = json.loads(scan.metadata_json.decode("utf-8", errors="replace"))
+        top = json.loads(scan.metadata_json.decode("utf-8-sig", errors="replace"))  # BOM ok
     except ValueError:
         top = {}
         if not scan.truncated:
@@ -308,6 +308,11 @@ def _ns(col: str) -> pl.Expr:
 
 def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
     rank = meta.rank
+    # Events whose timestamp is missing, not a number or beyond int64 ns cannot be placed in
+    # time: they are skipped, and the user is told.
+    untimed = events.select((pl.col("ph").is_in(KEPT_PHASES) & _ns("ts").is_null()).sum()).item()
+    if untimed:
+        meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts)")
     ev = (
         events.lazy()
         .filter(pl.col("ph").is_in(KEPT_PHASES))
