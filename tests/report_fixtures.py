@@ -207,6 +207,7 @@ def hostile_trace_and_result() -> tuple[Trace, AnalysisResult]:
 
     trace.meta.devices = [replace(trace.meta.devices[0], name=HOSTILE[2])]
     trace.meta.profiler = HOSTILE[1]
+    trace.meta.extra = {HOSTILE[0]: HOSTILE[2], "nested": {"k": HOSTILE[1]}}
     trace.annotations = trace.annotations.with_columns(
         name=pl.lit(HOSTILE[4]), step=pl.int_range(pl.len(), dtype=pl.Int64))
     extra = Finding(

@@ -141,8 +141,17 @@ def _header(result: AnalysisResult, name: str) -> str:
         ("Steps", esc(steps)),
     ]
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    extra = ""
+    if meta.extra:
+        # Format-specific facts (versions, distributed info): short values only.
+        items = [(str(k), json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v)
+                 for k, v in sorted(meta.extra.items(), key=lambda kv: str(kv[0]))]
+        items = [(k, v if len(v) <= 160 else v[:159] + "…") for k, v in items[:40]]
+        extra = ("<details><summary>More about the trace</summary><dl class=\"meta\">"
+                 + "".join(f'<dt>{esc(k)}</dt><dd class="mono break">{esc(v)}</dd>'
+                           for k, v in items) + "</dl></details>")
     return (f'<header id="summary"><div class="muted">traceanalyzer report</div>'
-            f"<h1>{esc(name)}</h1><dl class=\"meta\">{dl}</dl></header>")
+            f"<h1>{esc(name)}</h1><dl class=\"meta\">{dl}</dl>{extra}</header>")
 
 
 def _id_ranges(ids: list[int]) -> str:
