@@ -144,7 +144,7 @@ def _header(result: AnalysisResult, name: str) -> str:
     extra = ""
     if meta.extra:
         # Format-specific facts (versions, distributed info): short values only.
-        items = [(str(k), json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v)
+        items = [(str(k), json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else v)
                  for k, v in sorted(meta.extra.items(), key=lambda kv: str(kv[0]))]
         items = [(k, v if len(v) <= 160 else v[:159] + "…") for k, v in items[:40]]
         extra = ("<details><summary>More about the trace</summary><dl class=\"meta\">"
