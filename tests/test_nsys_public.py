@@ -124,3 +124,20 @@ def test_device_info_of_the_rtx3080_export():
     assert dev.name == "NVIDIA GeForce RTX 3080"
     assert dev.sm_count == 68
     assert dev.compute_capability == "8.6"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", exports(), ids=lambda p: p.name)
+def test_time_base_puts_activity_between_capture_start_and_export(path):
+    import datetime
+
+    trace = read_nsys(path)
+    start = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    exported = sql(path, "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_TIME_UTC'")
+    if not start or not exported or trace.gpu.is_empty():
+        pytest.skip("no session start or export time recorded")
+    export_ns = int(datetime.datetime.fromisoformat(exported[0]).replace(
+        tzinfo=datetime.timezone.utc).timestamp() * 1e9)
+    first = trace.meta.time_base_ns + trace.gpu["start_ns"].min()
+    last = trace.meta.time_base_ns + trace.gpu["end_ns"].max()
+    assert start[0] <= first <= last <= export_ns + 1_000_000_000

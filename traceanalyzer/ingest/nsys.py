@@ -481,11 +481,7 @@ def _fill_meta(db: _Db, meta: TraceMeta, export: Mapping[str, str], ranks: pl.Da
                gpu: pl.DataFrame) -> None:
     meta.devices = _devices(db, gpu)
     meta.world_size = max(ranks.height, 1)
-    session = db.rows("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME")
-    if session and session[0][0] is not None:
-        utc, clock = session[0]
-        normalized = export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
-        meta.time_base_ns = int(utc) if normalized or clock is None else int(utc) - int(clock)
+    meta.time_base_ns = _time_base(db, export)
     names = dict(db.rows("SELECT pid, name FROM PROCESSES"))
     processes = [
         {"pid": pid, "rank": rank, "name": names.get(pid)}
@@ -501,6 +497,23 @@ def _fill_meta(db: _Db, meta: TraceMeta, export: Mapping[str, str], ranks: pl.Da
         # The GPU processes, one per rank: what split_by_process cuts along.
         "processes": processes,
     }
+
+
+def _time_base(db: _Db, export: Mapping[str, str]) -> int | None:
+    """Offset from trace times to Unix epoch ns: export times count from the session start.
+
+    (``systemClockNs`` is the target clock at that start, not the clock of the times: an RTX 3080
+    export has kernels 1.5 s into the session and a systemClockNs of 6 days.) A time-normalized
+    or time-shifted export has another origin, which it does not record: no offset then.
+    """
+    table = "TARGET_INFO_SESSION_START_TIME"
+    if table not in db.tables or "utcEpochNs" not in db.columns(table):
+        return None
+    if (export.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+            or export.get("EXPORT_PARAM_TIME_SHIFT", "0") not in ("0", "")):
+        return None
+    row = db.rows(f"SELECT utcEpochNs FROM {table}")
+    return int(row[0][0]) if row and row[0][0] is not None else None
 
 
 def _env_rank(db: _Db) -> tuple[int, int] | None:
