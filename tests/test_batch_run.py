@@ -281,3 +281,29 @@ def test_dask_scheduler_address(inputs: Path, tmp_path: Path) -> None:
     assert _reports(tmp_path / "pool") == _reports(tmp_path / "dask")
     assert (tmp_path / "pool" / "summary.csv").read_bytes() == \
         (tmp_path / "dask" / "summary.csv").read_bytes()
+
+
+def test_summary_schema_is_fixed() -> None:
+    """A batch where everything failed still has every metric column, with its type."""
+    from traceanalyzer.batch.summary import metric_columns, summary_frame, trace_row
+
+    failed = summary_frame([trace_row("/b.json", None, None, "/b.json: bad", None)])
+    for name, dtype in metric_columns().items():
+        assert failed.schema[name] == dtype
+    assert failed.schema["span_ns"] == pl.Int64 and failed.schema["busy_pct"] == pl.Float64
+    doc = {"trace": {"format": "nsys", "devices": [{"id": 0, "name": "H200"}], "rank": 1,
+                     "world_size": 2},
+           "metrics": {"span_ns": 10, "busy_pct": 50.0},
+           "findings": [{"slug": "gpu-idle-gaps", "severity": "medium"},
+                        {"slug": "gpu-idle-gaps", "severity": "high"},
+                        {"slug": "hidden-sync", "severity": "low"}],
+           "rule_outcomes": [{"slug": "gpu-idle-gaps"}, {"slug": "hidden-sync"},
+                             {"slug": "small-grid"}]}
+    frame = summary_frame([trace_row("/z.json", "nsys", doc, None, "reports/z.html"),
+                           trace_row("/a.json", None, None, "/a.json: bad", None)])
+    assert frame["path"].to_list() == ["/a.json", "/z.json"]
+    z = frame.row(1, named=True)
+    assert (z["findings_gpu_idle_gaps"], z["findings_hidden_sync"], z["findings_small_grid"]) \
+        == (2, 1, 0)
+    assert z["findings"] == 3 and z["worst_severity"] == "high" and z["device"] == "H200"
+    assert frame.row(0, named=True)["findings_small_grid"] is None  # failed: unknown, not 0
