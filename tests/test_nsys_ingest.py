@@ -397,3 +397,16 @@ def test_library_nvtx_domains_are_not_operators(tmp_path):
     trace = read_nsys(b.write(tmp_path / "cccl.sqlite"))
     assert trace.annotations["domain"].to_list() == ["CCCL"]
     assert trace.cpu["parent_op"].to_list() == [None]
+
+
+def test_through_the_parquet_cache(tmp_path):
+    from traceanalyzer.ingest import load
+
+    path = multi_process_export().write(tmp_path / "mp.sqlite")
+    first = load(path, cache_dir=tmp_path / "cache")
+    again = load(path, cache_dir=tmp_path / "cache")
+    again.validate()
+    for name, frame in first.frames().items():
+        assert frame.equals(again.frames()[name]), name
+    assert again.meta.extra["nsys"]["processes"] == first.meta.extra["nsys"]["processes"]
+    assert [p.meta.rank for p in split_by_process(again)] == [0, 1]
