@@ -155,9 +155,7 @@ class _Decoder(AnnotationDecoding):
         blob_count = self.blob_count.append
         last_seq_id = -1
         seq = None
-        count = 0
         for pkt in packets:
-            count += 1
             seq_id = pkt.trusted_packet_sequence_id
             if seq_id != last_seq_id:
                 seq = seqs.get(seq_id)
@@ -165,7 +163,10 @@ class _Decoder(AnnotationDecoding):
                     seq = seqs[seq_id] = _Sequence(self._new_gen())
                 last_seq_id = seq_id
             flags = pkt.sequence_flags
-            if flags & SEQ_INCREMENTAL_STATE_CLEARED or pkt.incremental_state_cleared:
+            # incremental_state_cleared is the legacy spelling, used by producers without flags
+            if flags & SEQ_INCREMENTAL_STATE_CLEARED or (
+                not flags and pkt.incremental_state_cleared
+            ):
                 seq.clear(self._new_gen())
             if pkt.previous_packet_dropped:
                 self.dropped += 1
@@ -178,7 +179,7 @@ class _Decoder(AnnotationDecoding):
                 self._defaults(seq, pkt.trace_packet_defaults)
             te = pkt.track_event
             ts = pkt.timestamp
-            if pkt.timestamp_clock_id or seq.clock_id:
+            if seq.clock_id or pkt.timestamp_clock_id:
                 ts = self._timestamp(seq, pkt)
             etype = te.type
             track = te.track_uuid or seq.default_track
@@ -227,11 +228,12 @@ class _Decoder(AnnotationDecoding):
                 blob_event(idx)
                 blob_gen(seq.gen)
                 blob_count(len(anns))
-            if te.HasField("correlation_id"):
-                self._annotation(idx, "correlation", te.correlation_id, None)
+            corr = te.correlation_id  # 0 when unset
+            if corr:
+                self._annotation(idx, "correlation", corr, None)
             if etype == TYPE_COMPLETE:
                 self._annotation(idx, "_dur", te.legacy_event.duration_us * 1000, None)
-        self.packets += count
+        self.packets += len(packets)
 
     def _other_packet(self, seq: _Sequence, pkt: Any) -> None:
         if pkt.HasField("trace_packet_defaults"):
