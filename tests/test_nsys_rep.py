@@ -148,3 +148,9 @@ def test_export_that_is_not_nsys_names_the_report(tmp_path, fake_nsys, monkeypat
     with pytest.raises(InputError) as info:
         read_nsys_rep(rep)
     assert str(info.value).startswith(str(rep)) and "its SQLite export" in str(info.value)
+
+
+def test_nsys_env_naming_nothing_executable(tmp_path, no_nsys, monkeypatch):
+    monkeypatch.setenv("NSYS", str(tmp_path / "no-such-nsys"))
+    with pytest.raises(InputError, match=r"\$NSYS \(.*no-such-nsys\) is not an executable"):
+        read_nsys_rep(report(tmp_path))

@@ -68,7 +68,9 @@ def export_sqlite(path: str | os.PathLike[str]) -> Path:
         return target
     nsys = find_nsys()
     if nsys is None:
-        raise InputError(rep, f"is an Nsight Systems report and nsys was not found: {MANUAL_EXPORT}")
+        named = os.environ.get("NSYS")
+        where = f"$NSYS ({named}) is not an executable" if named else "nsys is not on PATH"
+        raise InputError(rep, f"is an Nsight Systems report and {where}: {MANUAL_EXPORT}")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
