@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analysis import intervals
-from traceanalyzer.analysis.kernels import category_summary
+from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.model import Trace
@@ -28,9 +28,9 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         meta=trace.meta,
         metrics=metrics,
         steps=step_breakdown(views),
-        kernels=views.kernel_summary,
+        kernels=kernel_summary(views.gpu.filter(pl.col("rank") == metrics.rank)),
         categories=category_summary(views.gpu.filter(pl.col("rank") == metrics.rank)),
-        operators=operator_summary(views.launches),
+        operators=operator_summary(views.launches.filter(pl.col("rank") == metrics.rank)),
         utilization=utilization(views.launches.filter(pl.col("rank") == metrics.rank), metrics),
         streams=stream_summary(views),
         ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
@@ -43,8 +43,9 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
 
 
 def step_breakdown(views: Views) -> pl.DataFrame:
-    """Per step: duration, GPU busy and idle by cause inside the step, and kernels launched."""
-    steps = views.steps
+    """Per step, over its wall-clock range: duration, GPU busy and idle by cause, and the kernels
+    launched in it."""
+    steps = views.wall_steps
     schema = {"rank": pl.Int32, "step": pl.Int64, "name": pl.String, "start_ns": pl.Int64,
               "end_ns": pl.Int64, "duration_ns": pl.Int64, "busy_ns": pl.Int64,
               "idle_ns": pl.Int64, "idle_host_wait_ns": pl.Int64, "idle_kernel_wait_ns": pl.Int64,

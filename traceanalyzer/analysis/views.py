@@ -16,7 +16,7 @@ from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.analysis.launches import launches
 from traceanalyzer.analysis.metrics import compute_metrics
 from traceanalyzer.analysis.result import Metrics
-from traceanalyzer.analysis.steps import find_steps
+from traceanalyzer.analysis.steps import find_steps, with_wall_times
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "steps", "launches",
@@ -51,25 +51,39 @@ class Views:
         return self.trace.counters
 
     @cached_property
-    def steps(self) -> pl.DataFrame:
+    def cpu_steps(self) -> pl.DataFrame:
+        """Steps as annotated: rank, step, name, start_ns, end_ns of the CPU-side range."""
         return find_steps(self.trace)
 
     @cached_property
+    def steps(self) -> pl.DataFrame:
+        """Steps with their CPU range (start_ns, end_ns), the GPU work launched in them
+        (gpu_start_ns, gpu_end_ns) and their wall-clock range (wall_start_ns, wall_end_ns);
+        see analysis.steps.with_wall_times."""
+        return with_wall_times(self.cpu_steps, self.launches)
+
+    @cached_property
+    def wall_steps(self) -> pl.DataFrame:
+        """Steps whose start_ns/end_ns are their wall-clock range, for placing GPU-side events."""
+        return self.steps.with_columns(start_ns="wall_start_ns", end_ns="wall_end_ns")
+
+    @cached_property
     def launches(self) -> pl.DataFrame:
-        """GPU activity + launching call (see analysis.launches), with the step it was launched in."""
+        """GPU activity + launching call (see analysis.launches), with the step whose CPU range
+        it was launched in."""
         frame = launches(self.trace).with_columns(
             _at=pl.coalesce("launch_start_ns", "start_ns")
         )
-        return assign_steps(frame, self.steps, at="_at").drop("_at")
+        return assign_steps(frame, self.cpu_steps, at="_at").drop("_at")
 
     @cached_property
     def idle_gaps(self) -> pl.DataFrame:
-        return idle_gaps(self.launches, self.steps)
+        return idle_gaps(self.launches, self.wall_steps)
 
     @cached_property
     def gpu_idle_gaps(self) -> pl.DataFrame:
         """Gaps in the union of each rank's GPU activity: when no stream was busy."""
-        return idle_gaps(self.launches, self.steps, keys=RANK_KEYS)
+        return idle_gaps(self.launches, self.wall_steps, keys=RANK_KEYS)
 
     @cached_property
     def kernel_summary(self) -> pl.DataFrame:
@@ -87,7 +101,7 @@ class Views:
             def of(frame: pl.DataFrame, rank: int = rank) -> pl.DataFrame:
                 return frame.filter(pl.col("rank") == rank)
             out[rank] = compute_metrics(rank, of(self.launches), of(self.cpu), of(self.gpu_idle_gaps),
-                                        of(self.steps))
+                                        of(self.wall_steps))
         return out
 
     @cached_property
