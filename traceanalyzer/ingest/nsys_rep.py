@@ -3,7 +3,7 @@
 The report format is private to Nsight Systems, so we never parse it: when ``nsys`` is on PATH
 (or ``$NSYS`` names it) we run ``nsys export --type sqlite`` in a subprocess. Exports are cached
 by the report's content hash under ``$TRACEANALYZER_CACHE_DIR/nsys-export`` (default
-``~/.cache/traceanalyzer/nsys-export``), so a report is exported once however often, and from
+``$XDG_CACHE_HOME/traceanalyzer/nsys-export``, i.e. ``~/.cache/traceanalyzer/nsys-export``), so a report is exported once however often, and from
 wherever, it is analyzed.
 """
 
@@ -37,8 +37,10 @@ def find_nsys() -> str | None:
 
 def cache_dir() -> Path:
     base = os.environ.get("TRACEANALYZER_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "traceanalyzer"
-    return root / "nsys-export"
+    if base:
+        return Path(base) / "nsys-export"
+    user = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(user) / "traceanalyzer" / "nsys-export"
 
 
 def content_hash(path: Path) -> str:
