@@ -3,8 +3,8 @@
 The report format is private to Nsight Systems, so we never parse it: when ``nsys`` is on PATH
 (or ``$NSYS`` names it) we run ``nsys export --type sqlite`` in a subprocess. Exports are cached
 by the report's content hash under ``$TRACEANALYZER_CACHE_DIR/nsys-export`` (default
-``$XDG_CACHE_HOME/traceanalyzer/nsys-export``, i.e. ``~/.cache/traceanalyzer/nsys-export``), so a report is exported once however often, and from
-wherever, it is analyzed.
+``$XDG_CACHE_HOME/traceanalyzer/nsys-export``, i.e. ``~/.cache/traceanalyzer/nsys-export``),
+so a report is exported once however often, and from wherever, it is analyzed.
 """
 
 from __future__ import annotations
