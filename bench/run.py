@@ -35,7 +35,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import hta_load  # noqa: E402
-from make_big_trace import parse_size, tile_kineto, tile_nsys  # noqa: E402
+from make_big_trace import parse_size  # noqa: E402
 
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 KINETO_SEED = PUBLIC / "kineto" / "hta_a100_rank3of8_control.json.gz"
@@ -47,7 +47,7 @@ INGEST = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
 import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
-RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import read_any
 t = time.perf_counter()
 trace = read_any(sys.argv[1])
@@ -60,7 +60,7 @@ CACHED_LOAD = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
 import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
-RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import load
 t = time.perf_counter()
 trace = load(sys.argv[1], cache_dir=sys.argv[2])
@@ -72,7 +72,7 @@ STAGES = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
 import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
-RSS0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import read_any
 from traceanalyzer.analysis import analyze_trace
 out = {}
@@ -144,21 +144,26 @@ def _tag(seed: Path, default: Path) -> str:
     return "" if seed == default else seed.name.split(".")[0] + "_"
 
 
+def _generate(fmt: str, seed: Path, path: Path, size: int) -> None:
+    """Tile in a child process: a child forked from a big parent inherits the parent's peak RSS
+    in its own ru_maxrss on Linux, so this process must stay small for the RSS figures to hold."""
+    tmp = path.with_name(".tmp-" + path.name)
+    subprocess.run([sys.executable, str(HERE / "make_big_trace.py"), fmt, str(seed), str(tmp),
+                    "--size", str(size)], check=True, stdout=subprocess.DEVNULL)
+    tmp.rename(path)
+
+
 def ensure_kineto(size: int, out_dir: Path, gz: bool, seed: Path = KINETO_SEED) -> Path:
     path = out_dir / f"kineto_{_tag(seed, KINETO_SEED)}{label(size)}.json{'.gz' if gz else ''}"
     if not path.exists():
-        tmp = path.with_name(".tmp-" + path.name)
-        tile_kineto(seed, tmp, size)
-        tmp.rename(path)
+        _generate("kineto", seed, path, size)
     return path
 
 
 def ensure_nsys(size: int, out_dir: Path, seed: Path = NSYS_SEED) -> Path:
     path = out_dir / f"nsys_{_tag(seed, NSYS_SEED)}{label(size)}.sqlite"
     if not path.exists():
-        tmp = path.with_name(".tmp-" + path.name)
-        tile_nsys(seed, tmp, size)
-        tmp.rename(path)
+        _generate("nsys", seed, path, size)
     return path
 
 
@@ -415,22 +420,39 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-batch", action="store_true")
     ap.add_argument("--batch", type=int, default=100, help="traces in the batch test [100]")
     ap.add_argument("--batch-trace-size", type=parse_size, default=parse_size("2MB"))
+    ap.add_argument("--batch-at", type=int, default=None,
+                    help="run the batch test before the N-th size (0-based) [after all]")
     a = ap.parse_args(argv)
     a.argv = argv if argv is not None else sys.argv[1:]
     a.out_dir.mkdir(parents=True, exist_ok=True)
     started = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
     hta_py = None if a.no_hta else hta_load.ensure_venv(a.hta_venv)
-    rows = []
-    for text in a.sizes.split(","):
-        rows.append(measure_size(parse_size(text), a, hta_py))
-        say(json.dumps(rows[-1]["ingest"]))
-    batch = None if a.no_batch else measure_batch(a)
+    rows: list[dict] = []
+    batch = None
     info = machine()
-    if a.json:
-        a.json.write_text(json.dumps({"machine": info, "rows": rows, "batch": batch}, indent=1))
-    text = write_results(rows, batch, info, a, started)
-    a.results.write_text(text)
-    print(text)
+    sizes = a.sizes.split(",")
+    batch_at = len(sizes) if a.batch_at is None else a.batch_at
+
+    def save() -> str:
+        # After every size, so a run cut short still leaves what it measured.
+        ordered = sorted(rows, key=lambda r: r["bytes"])
+        if a.json:
+            a.json.write_text(json.dumps({"machine": info, "rows": ordered, "batch": batch},
+                                         indent=1))
+        text = write_results(ordered, batch, info, a, started)
+        a.results.write_text(text)
+        return text
+
+    for i, size_text in enumerate([*sizes, None]):
+        if i == batch_at and not a.no_batch:
+            batch = measure_batch(a)
+            save()
+        if size_text is None:
+            break
+        rows.append(measure_size(parse_size(size_text), a, hta_py))
+        say(json.dumps(rows[-1]["ingest"]))
+        save()
+    print(save())
 
 
 if __name__ == "__main__":
