@@ -16,7 +16,7 @@ KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|softmax_warp|xformers|cutlass.*mem_eff"),
     ("optimizer", r"adam|sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer"),
     ("norm", r"norm|rms|welford"),
-    ("gemm", r"gemm|nvjet|matmul|xmma|cutlass|cublas|sm\d+_.*_tn|sm\d+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|\bmm\b|triton_tem"),
+    ("gemm", r"gemm|nvjet|matmul|xmma|cutlass|cublas|sm\d+_.*_tn|sm\d+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|\bmm\b|triton_tem"),
     ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy_kernel|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu"),
 )

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, fmt_ns, fmt_pct, safe, table
+from traceanalyzer.cli.common import (
+    cache_options,
+    fmt_ns,
+    fmt_pct,
+    safe,
+    table,
+    trace_processor_option,
+)
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
 from traceanalyzer.findings import SEVERITIES, severity_rank
@@ -32,11 +39,13 @@ from traceanalyzer.findings import SEVERITIES, severity_rank
               help="Analyze only START:END after the first event, e.g. 100ms:2s.")
 @click.option("--ranks", "ranks", help="Analyze only these ranks, e.g. 0,3.")
 @rule_options
+@trace_processor_option
 @cache_options
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
             markdown_path: Path | None, annotate_path: Path | None, fail_on: str | None,
             top: int, no_rules: bool, steps: str | None, time_window: str | None,
-            ranks: str | None, rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
+            ranks: str | None, rule_config: Any, trace_processor: Path | None, use_cache: bool,
+            cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
     GPU time went and what to fix."""
     from traceanalyzer.analysis import analyze_trace
@@ -57,7 +66,8 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
                          "batch` for many")
     worst = -1
     for path in traces:
-        trace = narrow(load(path, use_cache=use_cache, cache_dir=cache_dir), selection)
+        trace = narrow(load(path, use_cache=use_cache, cache_dir=cache_dir,
+                           trace_processor=trace_processor), selection)
         result = analyze_trace(trace, rule_config=rule_config, rules=not no_rules)
         click.echo(render_summary(result, top=top))
         _write_outputs(result, trace, path, json_path, html_path, markdown_path, annotate_path)

@@ -26,6 +26,15 @@ def cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def trace_processor_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--trace-processor: a Perfetto trace_processor_shell to read Perfetto traces with."""
+    return click.option(
+        "--trace-processor", type=click.Path(dir_okay=False, path_type=Path),
+        envvar="TRACEANALYZER_TRACE_PROCESSOR", show_envvar=True,
+        help="A Perfetto trace_processor_shell binary to read Perfetto traces with (optional: "
+             "the built-in reader needs none, and nothing is ever downloaded).")(func)
+
+
 def safe(text: object, limit: int | None = None) -> str:
     """Untrusted text made safe for a terminal: control characters (escape sequences) replaced."""
     out = "".join(ch if ch.isprintable() else "?" for ch in str(text))

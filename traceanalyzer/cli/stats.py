@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import polars as pl
 
-from traceanalyzer.cli.common import cache_options, frame_output
+from traceanalyzer.cli.common import cache_options, frame_output, trace_processor_option
 
 REPORTS = ("kernels", "api", "memops", "nvtx")
 
@@ -21,13 +21,15 @@ REPORTS = ("kernels", "api", "memops", "nvtx")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 @click.option("--limit", type=int, default=None, help="Print only the first N rows.")
+@trace_processor_option
 @cache_options
-def stats(trace: Path, report: str, fmt: str, limit: int | None, use_cache: bool,
+def stats(trace: Path, report: str, fmt: str, limit: int | None,
+          trace_processor: Path | None, use_cache: bool,
           cache_dir: Path | None) -> None:
     """Print a summary table of TRACE (any supported format)."""
     from traceanalyzer.ingest import load
 
-    loaded = load(trace, use_cache=use_cache, cache_dir=cache_dir)
+    loaded = load(trace, use_cache=use_cache, cache_dir=cache_dir, trace_processor=trace_processor)
     frame = stats_frame(loaded, report)
     if limit is not None:
         frame = frame.head(limit)

@@ -90,9 +90,19 @@ def load(
     *,
     use_cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
+    trace_processor: str | os.PathLike[str] | None = None,
 ) -> Trace:
-    """Read a trace in any supported format into canonical frames, through the Parquet cache."""
+    """Read a trace in any supported format into canonical frames, through the Parquet cache.
+
+    ``trace_processor`` (or ``$TRACEANALYZER_TRACE_PROCESSOR``) names a Perfetto
+    ``trace_processor_shell`` to read Perfetto traces with; such reads bypass the cache, whose
+    entries hold what the built-in reader made.
+    """
     fmt = sniff(path)
+    if fmt == "perfetto" and (trace_processor or os.environ.get("TRACEANALYZER_TRACE_PROCESSOR")):
+        from traceanalyzer.ingest.perfetto import read_perfetto
+
+        return read_perfetto(path, trace_processor=trace_processor)
     if not use_cache:
         return read_any(path, fmt)
     from traceanalyzer.ingest.cache import cached_read
