@@ -234,8 +234,19 @@ def _read(db: _Db) -> Trace:
         # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
         gpu, cpu, ann, syn = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
                               for f in (gpu, cpu, ann, syn))
+    gpu, cpu, ann, syn = (_no_backwards(f, meta) for f in (gpu, cpu, ann, syn))
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
                  counters=empty_frame("counters"))
+
+
+def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """Records that end before they start (a corrupt export) become zero-length, with a warning,
+    as in Kineto traces: every analysis may assume end_ns >= start_ns."""
+    bad = frame.filter(pl.col("end_ns") < pl.col("start_ns")).height
+    if not bad:
+        return frame
+    meta.warnings.append(f"{bad} records end before they start; treated as zero-length")
+    return frame.with_columns(end_ns=pl.max_horizontal("start_ns", "end_ns"))
 
 
 def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
