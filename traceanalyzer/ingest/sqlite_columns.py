@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import polars as pl
@@ -76,10 +76,31 @@ def _read_sqlite3(con: sqlite3.Connection, query: str, schema: pl.Schema) -> pl.
     cur = con.execute(query)
     parts = []
     while rows := cur.fetchmany(FALLBACK_BATCH):
-        parts.append(pl.DataFrame(rows, schema=schema, orient="row", strict=False))
+        try:
+            parts.append(pl.DataFrame(rows, schema=schema, orient="row", strict=False))
+        except pl.exceptions.PolarsError:
+            # SQLite lets any column hold any type: a blob or text in an INTEGER column (a
+            # corrupt export) becomes null. Rare, so a Python pass over this batch only.
+            parts.append(pl.DataFrame(_coerce_rows(rows, schema), schema=schema, orient="row",
+                                      strict=False))
     if not parts:
         return pl.DataFrame(schema=schema)
     return pl.concat(parts, rechunk=False)
+
+
+def _coerce_rows(rows: list[tuple], schema: pl.Schema) -> list[tuple]:
+    """Each value kept only if it has the Python type its column's dtype takes, else None."""
+    def fits(dtype: pl.DataType) -> Callable[[object], bool]:
+        if dtype.is_integer():
+            return lambda v: isinstance(v, int) and -(2**63) <= v < 2**63
+        if dtype.is_float():
+            return lambda v: isinstance(v, (int, float)) and -(2.0**1023) < v < 2.0**1023
+        if dtype == pl.String:
+            return lambda v: isinstance(v, str)
+        return lambda v: not isinstance(v, bytes)
+
+    checks = [fits(dtype) for dtype in schema.dtypes()]
+    return [tuple(v if ok(v) else None for v, ok in zip(row, checks, strict=True)) for row in rows]
 
 
 def _read_connectorx(
