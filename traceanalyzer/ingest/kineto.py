@@ -268,8 +268,8 @@ def _read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
         source_format="kineto",
         profiler="PyTorch Profiler (Kineto)",
         devices=devices,
-        rank=_int(dist.get("rank"), 0),
-        world_size=_int(dist.get("world_size"), 1),
+        rank=_int(dist.get("rank"), 0, bits=32),
+        world_size=_int(dist.get("world_size"), 1, bits=32),
         time_base_ns=_int(base, None),
         warnings=warnings,
         extra=extra,
@@ -283,7 +283,7 @@ def _device(d: dict[str, Any], top: dict[str, Any]) -> Device:
     )
     major, minor = d.get("computeMajor"), d.get("computeMinor")
     return Device(
-        id=_int(d.get("id"), 0),
+        id=_int(d.get("id"), 0, bits=32),
         name=name,
         sm_count=_int(d.get("numSms"), None),
         memory_bytes=_int(d.get("totalGlobalMem"), None),
@@ -292,11 +292,13 @@ def _device(d: dict[str, Any], top: dict[str, Any]) -> Device:
     )
 
 
-def _int(value: Any, default: Any) -> Any:
+def _int(value: Any, default: Any, bits: int = 64) -> Any:
+    """``value`` as an int if it is one that fits a signed ``bits``-bit integer, else ``default``."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        out = int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         return default
+    return out if -(2 ** (bits - 1)) <= out < 2 ** (bits - 1) else default
 
 
 def _ns(col: str) -> pl.Expr:
