@@ -362,7 +362,7 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
                strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     parts = []
     if runtime is not None:
-        # eventClass says runtime or driver; without it, a "cu" (not "cuda") prefix is a driver call.
+        # eventClass says runtime or driver; without it, the name does (see below).
         parts.append(runtime.with_columns(
             kind=pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER).then(pl.lit("driver"))
             .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime"))
@@ -373,8 +373,12 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         return empty_frame("cpu")
     calls = pl.concat([p.select("start", "end", "correlationId", "globalTid", "nameId", "kind")
                        for p in parts])
+    # Per distinct name, not per call: the version-free name, and driver-or-runtime by name
+    # for exports whose rows carry no eventClass.
     names = _names(strings, calls["nameId"]).select(
-        nameId="id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, "")
+        nameId="id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, ""),
+        kind_by_name=pl.when(pl.col("value").str.contains(r"^cu[A-Z]"))
+        .then(pl.lit("driver")).otherwise(pl.lit("runtime")),
     )
     cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
     cpu = _sorted(cpu, "start").join(
@@ -384,11 +388,7 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
         correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
-        kind=pl.coalesce(
-            "kind",
-            pl.when(pl.col("name").str.contains(r"^cu[A-Z]")).then(pl.lit("driver"))
-            .otherwise(pl.lit("runtime")),
-        ),
+        kind=pl.coalesce("kind", "kind_by_name", pl.lit("runtime")),
         start_ns="start", end_ns="end",
     )
     return conform(cpu, "cpu")
