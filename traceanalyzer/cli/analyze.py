@@ -64,6 +64,11 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
     if len(traces) > 1 and outputs:
         raise UsageError("--json/--html/--markdown/--annotate take one trace; use `traceanalyzer "
                          "batch` for many")
+    from traceanalyzer.report.annotate import _same_file
+
+    for out in outputs:  # a report written over the trace would destroy the input
+        if _same_file(traces[0], out):
+            raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     worst = -1
     for path in traces:
         trace = narrow(load(path, use_cache=use_cache, cache_dir=cache_dir,
