@@ -27,6 +27,8 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()|~])")
 def md_escape(text: Any) -> str:
     """Untrusted text as inert Markdown inline text: no links, no HTML, no table breaks."""
     s = " ".join(str(text).split())  # one line: newlines would end a table row or a list item
+    # Terminal escape sequences (ESC, BEL, ...) would act when the file is printed with cat.
+    s = "".join(ch if ch.isprintable() else "?" for ch in s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _MD_SPECIAL.sub(r"\\\1", s)
 
