@@ -21,7 +21,10 @@ PAD_L, PAD_R, PAD_T, PAD_B = 64, 12, 10, 26
 
 
 def esc(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    s = str(text)
+    if not s.isprintable():  # terminal escapes (ESC, BEL, CR) would act if the file is cat'ed
+        s = "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in s)
+    return html.escape(s, quote=True)
 
 
 def cat_class(category: Any) -> str:
