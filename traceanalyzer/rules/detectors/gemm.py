@@ -56,15 +56,24 @@ def op_inputs(views) -> pl.DataFrame:
     )
     shapes = ops.select("input_dims", "input_types").unique().filter(
         pl.col("input_dims").is_not_null()
-    ).with_columns(_first=first_input_dims(pl.col("input_dims"))).with_columns(
+    ).with_columns(
+        _first=first_input_dims(pl.col("input_dims")),
+        # sizes of every tensor input (the innermost [...] lists)
+        _numels=pl.col("input_dims").str.extract_all(r"\[[0-9, -]*\]").list.eval(
+            pl.element().str.json_decode(pl.List(pl.Int64)).list.eval(pl.element().product())
+            .list.first()
+        ),
+    ).with_columns(
         numel=pl.col("_first").list.eval(pl.element().product()).list.first(),
+        full_inputs=pl.col("_numels").list.eval(
+            (pl.element() == pl.element().first()).cast(pl.Int64)).list.sum(),
         ndim=pl.col("_first").list.len().cast(pl.Int64),
         last_dim=pl.col("_first").list.last(),
         _dtype=pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1),
     ).with_columns(
         tensor_bytes=pl.col("numel")
         * pl.col("_dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    ).drop("_first", "_dtype")
+    ).drop("_first", "_dtype", "_numels")
     out = ops.join(shapes, on=["input_dims", "input_types"], how="left", nulls_equal=True)
     try:
         _SHAPES[views] = out
