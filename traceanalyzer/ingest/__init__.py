@@ -63,9 +63,69 @@ def _looks_like_perfetto(head: bytes) -> bool:
     return head[:1] == b"\x0a"
 
 
+#: Peak memory of an ingest per byte of (uncompressed) input, from bench/RESULTS.md (Kineto JSON
+#: 2.0x at 1 GB, an nsys export 3.2x), with some margin, plus the interpreter and libraries.
+MEMORY_PER_BYTE = {"kineto": 2.2, "nsys": 3.5}
+BASE_MEMORY = 400 << 20
+NO_MEMORY_CHECK_ENV = "TRACEANALYZER_NO_MEMORY_CHECK"
+
+
+def check_memory(path: str | os.PathLike[str], fmt: str) -> None:
+    """Stop with a message before an ingest that cannot fit in memory: the OOM killer would end
+    the process without a word. Set $TRACEANALYZER_NO_MEMORY_CHECK=1 to try anyway."""
+    ratio = MEMORY_PER_BYTE.get(fmt)
+    available = available_memory()
+    if ratio is None or available is None or os.environ.get(NO_MEMORY_CHECK_ENV):
+        return
+    size = input_size(path)
+    need = BASE_MEMORY + int(size * ratio)
+    if need > available:
+        raise InputError(path, f"needs about {need / 2**30:.1f} GiB of memory to read "
+                               f"({size / 2**30:.1f} GiB of {fmt} data) and only "
+                               f"{available / 2**30:.1f} GiB is available; run it on a machine "
+                               "with more memory, or record a shorter trace (fewer steps); set "
+                               f"{NO_MEMORY_CHECK_ENV}=1 to try anyway")
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still use: MemAvailable, or less under a cgroup memory limit."""
+    found = []
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(used))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def input_size(path: str | os.PathLike[str]) -> int:
+    """Size of the data an ingestor will decode: a gzip file's uncompressed size."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        if fh.read(2) != GZIP_MAGIC or size < 18:
+            return size
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    # The trailer holds the size mod 2**32. A file under 200 MB holds under 4 GiB of JSON (it
+    # compresses less than 20x); above that, assume it compresses at least 3x.
+    while size * 20 >= 1 << 32 and isize < 3 * size:
+        isize += 1 << 32
+    return isize
+
+
 def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     """Read ``path`` with the ingestor for its format, bypassing the cache."""
     fmt = fmt or sniff(path)
+    check_memory(path, fmt)
     if fmt == "kineto":
         from traceanalyzer.ingest.kineto import read_kineto
 
