@@ -18,9 +18,12 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.categories import KERNEL_PATTERNS
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
-CACHE_VERSION = "1"
+#: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
+#: (see content_key), so editing a pattern never serves stale categories.
+CACHE_VERSION = "2"
 FULL_HASH_LIMIT = 64 << 20
 SAMPLE_COUNT = 256
 SAMPLE_BYTES = 64 << 10
@@ -31,6 +34,7 @@ def content_key(path: str | os.PathLike[str]) -> str:
     """A hex key that changes whenever the file's content does (see module doc for big files)."""
     h = hashlib.blake2b(digest_size=20)
     h.update(CACHE_VERSION.encode())
+    h.update(repr(KERNEL_PATTERNS).encode())
     size = os.path.getsize(path)
     h.update(str(size).encode())
     with open(path, "rb") as fh:
