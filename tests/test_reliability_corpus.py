@@ -507,6 +507,23 @@ def test_truncated_gzip_at_many_cut_points(tmp_path: Path) -> None:
             assert any("ends early" in w or "truncated" in w for w in out.warnings), out.warnings
 
 
+@pytest.mark.slow
+def test_truncated_nsys_export(tmp_path: Path) -> None:
+    src = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"
+    if not src.is_file():
+        pytest.skip("public traces are not available")
+    raw = src.read_bytes()
+    traces = []
+    for cut in [c for c in _cut_points(len(raw), 6) if c > 1000]:
+        p = tmp_path / f"cut_{cut}.sqlite"
+        p.write_bytes(raw[:cut])
+        traces.append(p)
+    outcomes = _run_many(traces, tmp_path)
+    for trace, out in zip(traces, outcomes, strict=True):
+        either(out, trace)
+    assert outcomes[0].code == 2 and "malformed" in outcomes[0].stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # Inputs that fuzzing found: every file in tests/corpus/ is rejected cleanly or analyzed.
 
