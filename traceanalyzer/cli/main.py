@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except MemoryError:
-        click.echo("error: out of memory; narrow the window with --steps or --time-window", err=True)
+        # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
+        click.echo("error: out of memory; narrow the analysis with --steps, --time-window or "
+                   "--ranks, or use a machine with more memory (reading a trace takes about "
+                   "twice its size)", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         sys.exit(130)
