@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import sys
 import tempfile
 import time
@@ -34,11 +35,14 @@ class Session:
         self.examples = {"chrome": 0, "nsys": 0}
         self.outcomes: dict[str, int] = {}
         self.failures: dict[str, tuple[int, Path]] = {}
+        self.reasons: dict[str, int] = {}
 
     def run_one(self, kind: str, path: Path) -> None:
         self.examples[kind] += 1
         try:
             outcome = check_file(path)
+            if outcome == "rejected":  # why, in short: a fuzzer that only makes garbage tests little
+                self.reasons[_reason(path)] = self.reasons.get(_reason(path), 0) + 1
         except Exception as exc:  # noqa: BLE001 - every failure is recorded, fuzzing goes on
             outcome = "FAILED"
             key = _signature(exc)
@@ -52,6 +56,17 @@ class Session:
             if count == 0:
                 print(f"FAILURE {key}\n  input: {first}", flush=True)
         self.outcomes[f"{kind}:{outcome}"] = self.outcomes.get(f"{kind}:{outcome}", 0) + 1
+
+
+def _reason(path: Path) -> str:
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.ingest import load
+
+    try:
+        load(path, use_cache=False)
+    except TraceAnalyzerError as exc:
+        return re.sub(r"\d+", "N", str(exc).replace(str(path), "").lstrip(": "))[:70]
+    return "rejected by the analysis"
 
 
 def _signature(exc: BaseException) -> str:
@@ -99,6 +114,9 @@ def main() -> int:
               f"failures {sum(c for c, _ in session.failures.values())}", flush=True)
     print(f"\nexamples run: {session.examples} in {time.monotonic() - started:.0f} s")
     print(f"outcomes: {dict(sorted(session.outcomes.items()))}")
+    print("rejected because:")
+    for reason, count in sorted(session.reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  {count:6d}  {reason}")
     print(f"distinct failures: {len(session.failures)}")
     for key, (count, first) in session.failures.items():
         print(f"  {count} x {key}\n      e.g. {first}")
