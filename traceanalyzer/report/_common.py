@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding, severity_rank
 
 
@@ -19,17 +20,30 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     """
     target = Path(path)
     directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    if target.exists() and not target.is_file():
+        # /dev/stdout, a FIFO, a device: write through it; renaming over it would replace it.
+        try:
+            with open(target, "wb") as fh:
+                write(fh)
+        except OSError as exc:
+            raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:  # no such folder, no permission: the user's to fix, one line
+        raise UsageError(f"{target}: cannot write here ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # disk full, target is a folder, ...
+            raise UsageError(f"{target}: cannot write ({exc.strerror or exc})") from None
         raise
 
 
