@@ -21,6 +21,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -337,6 +338,34 @@ def test_directory_instead_of_file(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.json.gz"
     assert_rejected(run_cli(missing, tmp_path / "out"), missing)
+
+
+def test_output_folder_missing(tmp_path: Path) -> None:
+    trace = write_json(tmp_path / "t.json", GOOD)
+    out = tmp_path / "no" / "such" / "folder" / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(trace),
+                           "--no-cache", "--html", str(out)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert str(out) in line and "Traceback" not in proc.stderr
+
+
+def test_output_to_a_fifo_is_written_through(tmp_path: Path) -> None:
+    """Like --json /dev/stdout: the special file is written to, never replaced by a rename."""
+    trace = write_json(tmp_path / "t.json", GOOD)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    proc = subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(trace),
+                           "--no-cache", "--json", str(fifo)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    reader.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert json.loads(got[0])["metrics"]["kernel_count"] == 2
 
 
 def test_out_of_order_gives_same_metrics(tmp_path: Path) -> None:
