@@ -89,3 +89,41 @@ def test_property_scanner_equals_json_parser(events, indent, chunk):
     parsed, scan = split(data, chunk)
     assert parsed == events
     assert not scan.truncated
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+def test_every_chunk_boundary(indent):
+    # Chunks that end exactly on an event's closing brace, or on the array's "]" right after it,
+    # take the copy path of the NDJSON rewrite; all others rewrite the read buffer in place.
+    data = json.dumps({"traceEvents": NASTY, "after": [1]}, indent=indent).encode()
+    for chunk in range(1, len(data) + 2):
+        events, scan = split(data, chunk)
+        assert events == NASTY, chunk
+        assert json.loads(scan.metadata_json)["after"] == [1]
+
+
+def test_crlf_line_endings():
+    data = json.dumps({"traceEvents": NASTY}, indent=2).replace("\n", "\r\n").encode()
+    events, _ = split(data, 40)
+    assert events == NASTY
+
+
+def test_gzip_stream_readinto_members_and_truncation():
+    import gzip
+
+    from traceanalyzer.ingest.kineto import GzipStream
+
+    payload = json.dumps({"traceEvents": NASTY * 50}).encode()
+    half = len(payload) // 2
+    members = gzip.compress(payload[:half]) + gzip.compress(payload[half:])
+    stream = GzipStream(io.BytesIO(members), block=64)
+    assert stream.read(10) + stream.read() == payload and not stream.truncated
+    stream = GzipStream(io.BytesIO(members), block=100)
+    buf = bytearray(333)
+    got = bytearray()
+    while n := stream.readinto(buf):
+        got += buf[:n]
+    assert bytes(got) == payload
+    cut = GzipStream(io.BytesIO(members[: len(members) // 3]), block=50)
+    head = cut.read()
+    assert cut.truncated and payload.startswith(head) and head
