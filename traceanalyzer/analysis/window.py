@@ -89,6 +89,13 @@ def narrow(trace: Trace, selection: Selection) -> Trace:
         late = gpu.filter(pl.col("start_ns") >= hi).join(launched, on=["rank", "correlation"],
                                                           how="semi")
         frames["gpu"] = pl.concat([frames["gpu"], late]).sort("start_ns")
+    if all(f.is_empty() for f in frames.values()) and not (trace.gpu.is_empty()
+                                                           and trace.cpu.is_empty()):
+        # An empty report would look like an idle GPU; say that the selection missed instead.
+        ranks = sorted(set(trace.gpu["rank"].unique().to_list())
+                       | set(trace.cpu["rank"].unique().to_list()))
+        raise UsageError(f"--ranks/--steps/--time-window select no events of this trace (it holds "
+                         f"rank {', '.join(map(str, ranks))})")
     narrowed = Trace(meta=trace.meta, **frames)
     narrowed.meta.extra["selection"] = {
         "steps": list(selection.steps) if selection.steps else None,
