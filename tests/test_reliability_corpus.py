@@ -368,6 +368,17 @@ def test_output_to_a_fifo_is_written_through(tmp_path: Path) -> None:
     assert json.loads(got[0])["metrics"]["kernel_count"] == 2
 
 
+@pytest.mark.parametrize("option", [["--ranks", "7"], ["--time-window", "100s:200s"],
+                                    ["--steps", "3"], ["--ranks", "x"], ["--time-window", "1:2"]])
+def test_selection_that_misses(option: list[str], tmp_path: Path) -> None:
+    """A selection that holds no events is an error, not an empty report that looks idle."""
+    trace = write_json(tmp_path / "t.json", GOOD)
+    out = run_cli(trace, tmp_path / "out", *option)
+    assert out.code == 2, out.stdout
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert not out.json_path.exists() and not out.html_path.exists()
+
+
 def test_out_of_order_gives_same_metrics(tmp_path: Path) -> None:
     """File order must not matter: the same events reversed give the same metrics."""
     a = run_cli(write_json(tmp_path / "a.json", trace_doc(base_events())), tmp_path / "oa")
