@@ -247,7 +247,7 @@ def _read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
     top: Any
     try:
         top = json.loads(scan.metadata_json.decode("utf-8-sig", errors="replace"))  # BOM ok
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: metadata nested thousands deep
         top = {}
         if not scan.truncated:
             warnings.append("the trace's top-level metadata is not valid JSON; ignored it")
