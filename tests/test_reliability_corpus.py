@@ -273,6 +273,15 @@ CASES: dict[str, Case] = {
                          "ok", None),
     "deeply_nested_args": (_nested_args(100_000), "either", None),
     "deeply_nested_args_slow_path": (_nested_args_slow_path(100_000), "either", None),
+    "deeply_nested_metadata_before": (_text("deepmeta.json", '{"x": ' + "[" * 100_000 +
+                                             "]" * 100_000 + ', "traceEvents": []}'), "ok",
+                                      "metadata"),
+    "deeply_nested_metadata_after": (_text("deepmeta2.json", '{"traceEvents": [], "x": ' +
+                                           "[" * 100_000 + "]" * 100_000 + "}"), "ok", "metadata"),
+    "deeply_nested_event_array": (_text("deepev.json", '{"traceEvents": [' + "[" * 100_000 +
+                                        "]" * 100_000 + "]}"), "ok", None),
+    "deeply_nested_top_level_array": (_text("deeparr.json", "[" * 100_000 + "]" * 100_000),
+                                      "either", None),
     "duplicate_events": (_doc("dups.json", base_events() + base_events()[1:2] * 3), "ok",
                          "duplicate"),
     "kernel_without_launch": (_doc("orphan_k.json", [launch(100, 5, 1), kernel("k_a", 110, 20, 1),
