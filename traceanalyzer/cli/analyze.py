@@ -11,6 +11,7 @@ from traceanalyzer.cli.common import (
     cache_options,
     fmt_ns,
     fmt_pct,
+    report_options,
     safe,
     table,
     trace_processor_option,
@@ -22,12 +23,7 @@ from traceanalyzer.findings import SEVERITIES, severity_rank
 
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the versioned JSON result here.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the self-contained HTML report here.")
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write a short Markdown summary here.")
+@report_options
 @click.option("--annotate", "annotate_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the trace plus a findings track (Chrome JSON or Perfetto) here.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,

@@ -26,6 +26,18 @@ def cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--json, --html and --markdown output files, passed on as json_path, html_path and
+    markdown_path."""
+    for name, what in (("markdown", "a short Markdown summary (for a pull request or chat)"),
+                       ("html", "the self-contained HTML report"),
+                       ("json", "the versioned JSON result")):
+        func = click.option(f"--{name}", f"{name}_path",
+                            type=click.Path(dir_okay=False, path_type=Path),
+                            help=f"Write {what} here.")(func)
+    return func
+
+
 def trace_processor_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """--trace-processor: a Perfetto trace_processor_shell to read Perfetto traces with."""
     return click.option(

@@ -7,19 +7,14 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, safe
+from traceanalyzer.cli.common import cache_options, report_options, safe
 from traceanalyzer.cli.rules import rule_options
 
 
 @click.command()
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the comparison as JSON here.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write a self-contained HTML comparison here.")
-@click.option("--markdown", "markdown_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write a Markdown comparison (for a pull request) here.")
+@report_options
 @click.option("--top", default=10, show_default=True,
               help="Kernels to list in the terminal and Markdown output.")
 @rule_options
