@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
-from traceanalyzer.model import Device, Trace, TraceMeta, conform, empty_frame
+from traceanalyzer.model import FRAME_SCHEMAS, Device, Trace, TraceMeta, conform, empty_frame
 
 ARG_FIELDS: dict[str, pl.DataType] = {
     "External id": pl.Int64,
@@ -91,7 +91,7 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
     except (OSError, EOFError, *INFLATE_ERRORS) as exc:
         raise InputError(path, f"cannot be decompressed or read ({exc})") from None
     meta = _read_metadata(path, scan)
-    return _build_trace(events, meta)
+    return _assemble(events, meta)
 
 
 def _open(path: Path) -> BinaryIO:
@@ -165,11 +165,11 @@ class GzipStream(io.RawIOBase):
         super().close()
 
 
-def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> pl.DataFrame:
+def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> list[_Parts]:
     # Polars decodes a chunk on its own threads, without the GIL, while this thread scans the
     # next one; at most two decoded-or-decoding chunks wait, which bounds memory.
-    frames: list[pl.DataFrame] = []
-    pending: deque[Future[pl.DataFrame]] = deque()
+    frames: list[_Parts] = []
+    pending: deque[Future[_Parts]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ndjson") as pool:
         for chunk in _chunks_until_damage(stream, scan):
             pending.append(pool.submit(_decode_chunk, chunk, scan))
@@ -178,9 +178,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> pl.DataFra
         frames.extend(f.result() for f in pending)
     if getattr(stream, "truncated", False):
         scan.warnings.append("the gzip stream ends early; kept the events it holds")
-    if not frames:
-        return pl.DataFrame(schema=EVENT_SCHEMA)
-    return pl.concat(frames, how="vertical_relaxed", rechunk=False)
+    return frames or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
 def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
@@ -194,14 +192,13 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
         scan.warnings.append(f"compressed stream ends early ({exc}); kept the events read so far")
 
 
-def _decode_chunk(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
+def _decode_chunk(chunk: bytes, scan: ScanResult) -> _Parts:
     try:
         frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
     except pl.exceptions.PolarsError:
         frame = _decode_chunk_slowly(chunk, scan)
-    # Only complete and instant events become canonical rows (flows, metadata and counters do
-    # not): dropping the rest per chunk keeps them from ever piling up in memory.
-    return frame.filter(pl.col("ph").is_in(KEPT_PHASES))
+    # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
+    return _reduce(frame)
 
 
 def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
@@ -308,13 +305,28 @@ def _ns(col: str) -> pl.Expr:
     return (whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64))
 
 
+class _Parts:
+    """One chunk's events, already reduced to the rows and columns the canonical frames take.
+
+    Reducing each chunk as soon as it is decoded keeps the peak of memory near the final frames
+    plus one chunk: long names, ``args`` fields and event kinds nothing uses never pile up. Only
+    the steps that need every event (the parent-op and launch joins, dedup, sorting) wait for
+    :func:`_assemble`.
+    """
+
+    __slots__ = ("untimed", "negative", "cpu", "gpu", "annotations", "syncs", "memory")
+
+    def __init__(self, untimed: int, negative: int, frames: list[pl.DataFrame]) -> None:
+        self.untimed, self.negative = untimed, negative
+        self.cpu, self.gpu, self.annotations, self.syncs, self.memory = frames
+
+
 def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
-    rank = meta.rank
-    # Events whose timestamp is missing, not a number or beyond int64 ns cannot be placed in
-    # time: they are skipped, and the user is told.
-    untimed = events.select((pl.col("ph").is_in(KEPT_PHASES) & _ns("ts").is_null()).sum()).item()
-    if untimed:
-        meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts)")
+    """Canonical frames from decoded events (``EVENT_SCHEMA``) in one piece."""
+    return _assemble([_reduce(events)], meta)
+
+
+def _reduce(events: pl.DataFrame) -> _Parts:
     ev = (
         events.lazy()
         .filter(pl.col("ph").is_in(KEPT_PHASES))
@@ -324,64 +336,85 @@ def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
             dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False).fill_null(0),
             pid_int=pl.col("pid").cast(pl.Int64, strict=False),
             tid_int=pl.col("tid").cast(pl.Int64, strict=False),
-            rank=pl.lit(rank, pl.Int32),
         )
-        .filter(pl.col("start_ns").is_not_null())
         .unnest("args")
         .collect()
     )
-    negative = ev.filter(pl.col("dur_ns") < 0).height
+    # Events whose timestamp is missing, not a number or beyond int64 ns cannot be placed in
+    # time: they are skipped (and counted, for the user).
+    untimed = ev.select(pl.col("start_ns").is_null().sum()).item()
+    ev = ev.filter(pl.col("start_ns").is_not_null())
+    negative = ev.select((pl.col("dur_ns") < 0).sum()).item()
+    ev = ev.with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0))
+    lazy = ev.lazy()
+    frames = pl.collect_all([_cpu_rows(lazy), _gpu_rows(lazy), _annotation_rows(lazy),
+                             _sync_rows(lazy), _memory_rows(lazy)])
+    return _Parts(untimed, negative, frames)
+
+
+def _assemble(parts: list[_Parts], meta: TraceMeta) -> Trace:
+    untimed = sum(p.untimed for p in parts)
+    if untimed:
+        meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts)")
+    negative = sum(p.negative for p in parts)
     if negative:
         meta.warnings.append(f"{negative} events have a negative duration; treated as zero-length")
-    ev = ev.with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0))
 
-    cpu = _cpu_frame(ev)
-    gpu = _gpu_frame(ev, cpu, meta)
+    def cat(name: str) -> pl.DataFrame:
+        return pl.concat([getattr(p, name) for p in parts], how="vertical_relaxed")
+
+    rank = pl.lit(meta.rank, pl.Int32)
+    cpu = _cpu_frame(cat("cpu").with_columns(rank=rank))
+    gpu = _gpu_frame(cat("gpu").with_columns(rank=rank), cpu, meta)
     return Trace(
         meta=meta,
         gpu=gpu,
         cpu=cpu,
-        annotations=_annotation_frame(ev),
-        syncs=_sync_frame(ev),
-        counters=_counter_frame(ev),
+        annotations=cat("annotations").with_columns(rank=rank).sort("start_ns"),
+        syncs=cat("syncs").with_columns(rank=rank).sort("start_ns"),
+        counters=_counter_frame(cat("memory").with_columns(rank=rank)),
     )
 
 
-def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
-    # Lazy to the end: the optimizer carries only the canonical columns through the join and the
-    # sort, instead of copying every event column twice (this was the ingest's peak of memory).
-    cpu = ev.lazy().with_row_index("_order").filter(
+def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
+    return ev.filter(
         (pl.col("ph") == "X")
         & pl.col("cat").is_in(list(CPU_CATEGORIES))
         & ~pl.col("name").str.contains(STEP_PATTERN)
-    ).with_columns(
+    ).select(
+        "name", "start_ns", "end_ns", "correlation",
         kind=pl.col("cat").replace_strict(CPU_CATEGORIES, default="other"),
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
-        correlation=pl.col("correlation"),
         external_id=pl.col("External id"),
         input_dims=pl.col("Input Dims"),
         input_types=pl.col("Input type"),
         call_stack=pl.col("Call stack").replace("", None),
     )
+
+
+def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
+    # Eager, one column at a time: a lazy join and two-key sort of the whole frame cost several
+    # times the frame's size in transient memory (the ingest's peak).
     # The operator that issued a runtime call shares its Kineto "External id".
     ops = (
-        cpu.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
+        rows.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
         .group_by("external_id")
         .agg(parent_op=pl.col("name").sort_by("start_ns").last())
     )
-    cpu = cpu.join(ops, on="external_id", how="left").with_columns(
-        parent_op=pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(pl.col("parent_op"))
+    parent = rows.select("external_id").join(
+        ops, on="external_id", how="left", maintain_order="left"
+    ).get_column("parent_op")
+    cpu = rows.with_columns(
+        parent_op=pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(parent)
     )
-    # A lazy join does not keep row order: sort on the event's position too, so ties in
-    # start_ns come out in file order, deterministically.
-    return conform(cpu.sort("start_ns", "_order"), "cpu")
+    # A stable sort: ties in start_ns stay in file order (chunks arrive in order).
+    return conform(cpu.sort("start_ns", maintain_order=True), "cpu")
 
 
-def _gpu_frame(ev: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
+    """GPU activities with every row-wise column; the launch join waits for all CPU rows."""
     gpu = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(GPU_CATEGORIES)))
-    if gpu.is_empty():
-        return empty_frame("gpu")
     copy = pl.col("name").str.extract_groups(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
     gpu = gpu.with_columns(
         kind=pl.col("cat").replace_strict(GPU_CATEGORIES),
@@ -411,10 +444,25 @@ def _gpu_frame(ev: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataF
         ),
         src_kind=pl.col("src_kind").replace({"device": "device"}),
     )
+    return _canonical_columns(gpu, "gpu", "graph_launched")
+
+
+def _canonical_columns(frame: pl.LazyFrame, name: str, *later: str) -> pl.LazyFrame:
+    """:func:`conform` as a lazy step, without the columns filled in after the concat."""
+    have = frame.collect_schema().names()
+    return frame.select(
+        (pl.col(col) if col in have else pl.lit(None)).cast(dtype, strict=False).alias(col)
+        for col, dtype in FRAME_SCHEMAS[name].items() if col not in later
+    )
+
+
+def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    if rows.is_empty():
+        return empty_frame("gpu")
     launch_names = cpu.filter(pl.col("kind").is_in(["runtime", "driver"])).select(
         "correlation", launch_name="name"
     ).unique("correlation", keep="first")
-    gpu = gpu.join(launch_names, on="correlation", how="left").with_columns(
+    gpu = rows.join(launch_names, on="correlation", how="left").with_columns(
         graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch")
     )
     canonical = conform(gpu, "gpu")
@@ -428,7 +476,7 @@ def _gpu_frame(ev: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataF
     return deduped.sort("start_ns")
 
 
-def _annotation_frame(ev: pl.DataFrame) -> pl.DataFrame:
+def _annotation_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     step = pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int64, strict=False)
     ann = ev.filter(pl.col("ph") == "X").with_columns(step=step).filter(
         pl.col("step").is_not_null() | pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
@@ -441,10 +489,10 @@ def _annotation_frame(ev: pl.DataFrame) -> pl.DataFrame:
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
     )
-    return conform(ann.sort("start_ns"), "annotations")
+    return _canonical_columns(ann, "annotations")
 
 
-def _sync_frame(ev: pl.DataFrame) -> pl.DataFrame:
+def _sync_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     syncs = ev.filter((pl.col("ph") == "X") & (pl.col("cat") == "cuda_sync")).with_columns(
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
@@ -452,11 +500,16 @@ def _sync_frame(ev: pl.DataFrame) -> pl.DataFrame:
         sync_type=pl.col("name").str.to_lowercase().str.extract(r"^(\w+)")
         .replace({"event": "event", "stream": "stream", "context": "context"}),
     )
-    return conform(syncs.sort("start_ns"), "syncs")
+    return _canonical_columns(syncs, "syncs")
 
 
-def _counter_frame(ev: pl.DataFrame) -> pl.DataFrame:
-    mem = ev.filter(pl.col("name") == "[memory]")
+def _memory_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
+    return ev.filter(pl.col("name") == "[memory]").select(
+        "pid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved"
+    )
+
+
+def _counter_frame(mem: pl.DataFrame) -> pl.DataFrame:
     if mem.is_empty():
         return empty_frame("counters")
     long = pl.concat(
