@@ -31,6 +31,7 @@ QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
 NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
 TRACE_EVENTS_KEY = b'"traceEvents"'
+PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 8 << 20
 
 
@@ -156,10 +157,38 @@ def _read_after(stream: BinaryIO, carry: bytes, size: int) -> bytearray:
     return buf
 
 
+def _other_phase(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: bytes) -> np.ndarray:
+    """Which events plainly have a one-letter ``ph`` not in ``keep``, by their first key.
+
+    Only the layout profilers write (``{`` whitespace ``"ph": "f"`` first) is recognised; any
+    other event is left for the decoder, so this never drops an event that would be kept.
+    """
+    window = starts[:, None] + 1 + np.arange(24)
+    head = buf[np.minimum(window, ends[:, None])]
+    blank = (head == SPACE) | (head == NEWLINE) | (head == CR) | (head == ord("\t"))
+    pos = starts + 1 + np.argmin(blank, axis=1)  # first byte that is not whitespace
+    key = buf[np.minimum(pos[:, None] + np.arange(10), ends[:, None])]
+    phase = key[:, 7]
+    return (
+        (pos + 9 < ends)
+        & (key[:, :7] == PHASE_KEY).all(axis=1)
+        & (key[:, 8] == ord('"'))
+        & ~np.isin(phase, np.frombuffer(keep, dtype=np.uint8))
+        & (phase != ord("\\"))  # an escape: not a plain one-letter value
+    )
+
+
 def iter_ndjson_chunks(
-    stream: BinaryIO, result: ScanResult, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    stream: BinaryIO,
+    result: ScanResult,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    keep_phases: bytes | None = None,
 ) -> Iterator[bytes]:
-    """Yield NDJSON chunks of the trace's events; fill ``result`` with metadata and truncation."""
+    """Yield NDJSON chunks of the trace's events; fill ``result`` with metadata and truncation.
+
+    With ``keep_phases`` (e.g. ``b"XiI"``), events whose ``ph`` is plainly another one-letter
+    phase (flows, metadata, counters) are left out before anything decodes them.
+    """
     header = b""  # bytes before the event array, while it has not been found
     carry = b""  # bytes of the event still open at the end of the last chunk
     depth = 0  # the event array's depth
@@ -206,8 +235,12 @@ def iter_ndjson_chunks(
         n = min(opens.size, closes.size)
         # Bytes of the event still open: kept before the chunk buffer is rewritten into NDJSON.
         carry = bytes(raw[int(opens[n]) :]) if opens.size > n and not done_events else b""
-        if n:
-            yield _to_ndjson(buf, opens[:n], closes[:n], raw.find(b"\r") >= 0)
+        starts, ends = opens[:n], closes[:n]
+        if n and keep_phases is not None:
+            kept = ~_other_phase(buf, starts, ends, keep_phases)
+            starts, ends = starts[kept], ends[kept]
+        if starts.size:
+            yield _to_ndjson(buf, starts, ends, raw.find(b"\r") >= 0)
         del buf
         if done_events:
             carry = b""

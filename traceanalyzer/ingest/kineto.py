@@ -184,7 +184,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> list[_Part
 def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
     """Yield NDJSON chunks; a gzip stream cut short counts as truncation, not as an error."""
     try:
-        yield from iter_ndjson_chunks(stream, scan)
+        yield from iter_ndjson_chunks(stream, scan, keep_phases="".join(KEPT_PHASES).encode())
     except (EOFError, gzip.BadGzipFile, *INFLATE_ERRORS) as exc:
         if not scan.found_events_array:
             raise
