@@ -4,9 +4,12 @@ The event array is split into NDJSON chunks by :mod:`traceanalyzer.ingest.jsonsc
 by Polars with an explicit schema, so only the fields analyses use are ever materialised and
 ``args`` stays unparsed apart from them. Everything after that is Polars expressions.
 
-Times: Chrome trace ``ts``/``dur`` are microseconds (floats in traces with ns resolution). They
-become int64 ns by rounding the fractional part separately from the integer part, which keeps ns
-exact for timestamps up to 2**53 µs.
+Times: Chrome trace ``ts``/``dur`` are microseconds (floats in traces with ns resolution). The
+decoder reads them as float64 µs; they become int64 ns by rounding the fractional part separately
+from the integer part. That is exact for integer µs (up to 2**53) and for ns fractions while
+timestamps stay below about 2**43 µs (recent Kineto writes timestamps relative to
+``baseTimeNanoseconds``, around 10**12 µs); absolute epoch timestamps with ns fractions
+(~1.7e15 µs) resolve only to 0.25 µs.
 """
 
 from __future__ import annotations
