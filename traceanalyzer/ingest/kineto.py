@@ -6,10 +6,10 @@ by Polars with an explicit schema, so only the fields analyses use are ever mate
 
 Times: Chrome trace ``ts``/``dur`` are microseconds (floats in traces with ns resolution). The
 decoder reads them as float64 µs; they become int64 ns by rounding the fractional part separately
-from the integer part. That is exact for integer µs (up to 2**53) and for ns fractions while
-timestamps stay below about 2**43 µs (recent Kineto writes timestamps relative to
-``baseTimeNanoseconds``, around 10**12 µs); absolute epoch timestamps with ns fractions
-(~1.7e15 µs) resolve only to 0.25 µs.
+from the integer part. That is exact for integer µs (up to 2**53), exact to the ns for
+fractions while timestamps stay below 2**42 µs (4.4e12; recent Kineto writes timestamps relative
+to ``baseTimeNanoseconds``, around 10**12 µs) and within a few ns up to 10**13 µs; absolute epoch
+timestamps with ns fractions (~1.7e15 µs) resolve only to 0.25 µs.
 """
 
 from __future__ import annotations
