@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,34 +75,47 @@ def ensure_venv(venv: Path) -> Path:
     return py
 
 
+def run_measured(args: list[str], timeout_s: float, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> dict:
+    """Run ``args`` in a child; its exit status, rusage (peak RSS and CPU of exactly that child,
+    via wait4), wall time, output, and whether it was killed at ``timeout_s``.
+
+    Output goes to temporary files, not pipes, so a chatty child cannot block on a full pipe.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(args, stdout=out, stderr=err, cwd=cwd, env=env)
+        killed = False
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() - t0 > timeout_s:
+                proc.kill()
+                killed = True
+                pid, status, ru = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        return {"status": status, "rusage": ru, "wall_s": wall, "killed": killed,
+                "stdout": out.read().decode(errors="replace"),
+                "stderr": err.read().decode(errors="replace")}
+
+
 def time_load(py: Path, trace: Path, timeout_s: float) -> dict:
     """Load one trace in a child; peak RSS of exactly that child via wait4."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(py), "-c", CHILD, str(trace)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    killed = False
-    while True:
-        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - t0 > timeout_s:
-            proc.kill()
-            killed = True
-            pid, status, ru = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.02)
-    wall = time.perf_counter() - t0
-    stdout = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    run = run_measured([str(py), "-c", CHILD, str(trace)], timeout_s)
     rec: dict = {"trace": str(trace), "size_bytes": trace.stat().st_size}
     try:
-        rec.update(json.loads(stdout.strip().splitlines()[-1]))
+        rec.update(json.loads(run["stdout"].strip().splitlines()[-1]))
     except (IndexError, json.JSONDecodeError):
-        why = "timeout" if killed else f"exit {os.waitstatus_to_exitcode(status)}"
-        rec.update({"load_s": None, "error": f"{why}: {stderr.strip()[-300:]}"})
-    rec["peak_rss_mb"] = round(ru.ru_maxrss / 1024.0, 1)
-    rec["child_wall_s"] = round(wall, 3)
+        why = ("timeout" if run["killed"]
+               else f"exit {os.waitstatus_to_exitcode(run['status'])}")
+        rec.update({"load_s": None, "error": f"{why}: {run['stderr'].strip()[-300:]}"})
+    rec["peak_rss_mb"] = round(run["rusage"].ru_maxrss / 1024.0, 1)
+    rec["child_wall_s"] = round(run["wall_s"], 3)
     return rec
 
 

@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -99,36 +98,21 @@ print(json.dumps(out))
 def child(args: list[str], timeout_s: float = 3600, env: dict[str, str] | None = None) -> dict:
     """Run ``args``; return its last JSON line plus wall, CPU and peak RSS of exactly that child."""
     load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            env=env)
-    killed = False
-    while True:
-        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - t0 > timeout_s:
-            proc.kill()
-            killed = True
-            pid, status, ru = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.01)
-    wall = time.perf_counter() - t0
-    stdout = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    rec: dict[str, Any] = {"proc_wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+    run = hta_load.run_measured(args, timeout_s, cwd=REPO, env=env)
+    ru = run["rusage"]
+    rec: dict[str, Any] = {"proc_wall_s": run["wall_s"], "cpu_s": ru.ru_utime + ru.ru_stime,
                            "peak_rss_mb": ru.ru_maxrss / 1024, "load_before": load0,
-                           "exit": os.waitstatus_to_exitcode(status), "error": None}
-    lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+                           "exit": os.waitstatus_to_exitcode(run["status"]), "error": None}
+    lines = [ln for ln in run["stdout"].strip().splitlines() if ln.startswith("{")]
     if lines:
         try:
             rec.update(json.loads(lines[-1]))
         except json.JSONDecodeError:
             pass
-    if killed:
+    if run["killed"]:
         rec["error"] = f"timeout after {timeout_s:.0f} s"
     elif rec["exit"] != 0:
-        rec["error"] = (stderr.strip() or stdout.strip())[-400:]
+        rec["error"] = (run["stderr"].strip() or run["stdout"].strip())[-400:]
     return rec
 
 
