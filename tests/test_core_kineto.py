@@ -174,3 +174,11 @@ def test_builder_roundtrip_via_gzip(tmp_path):
     b = KinetoBuilder()
     b.launch("k", 1, 1, 2, 1)
     assert read_kineto(b.write(tmp_path / "t.json.gz", indent=None)).gpu.height == 1
+
+
+@pytest.mark.slow
+def test_sync_types_use_nsys_names(public_dir):
+    syncs = read_kineto(public_dir / "kineto" / "hta_alexnet_sync.json.gz").syncs
+    counts = dict(syncs.group_by("sync_type").len().iter_rows())
+    # 20 "Stream Wait Event" records (docs/hta-parity.md), named as nsys names syncType 2.
+    assert counts == {"stream": 16, "stream_wait": 20, "context": 5}

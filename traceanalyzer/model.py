@@ -232,19 +232,25 @@ def empty_frame(name: str) -> pl.DataFrame:
     return pl.DataFrame(schema=FRAME_SCHEMAS[name])
 
 
-def conform(frame: pl.DataFrame | pl.LazyFrame, name: str) -> pl.DataFrame:
-    """Select and cast ``frame``'s columns into the canonical schema of ``name``.
+def conform_lazy(frame: pl.DataFrame | pl.LazyFrame, name: str,
+                 exclude: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """Select and cast ``frame``'s columns into the canonical schema of ``name``, lazily.
 
     Columns the frame lacks are added as nulls, so an ingestor only builds what its format has.
+    ``exclude`` leaves out columns an ingestor fills in later.
     """
-    schema = FRAME_SCHEMAS[name]
     lazy = frame.lazy()
     have = lazy.collect_schema().names()
-    exprs = [
+    return lazy.select(
         (pl.col(col) if col in have else pl.lit(None)).cast(dtype, strict=False).alias(col)
-        for col, dtype in schema.items()
-    ]
-    return lazy.select(exprs).collect()
+        for col, dtype in FRAME_SCHEMAS[name].items()
+        if col not in exclude
+    )
+
+
+def conform(frame: pl.DataFrame | pl.LazyFrame, name: str) -> pl.DataFrame:
+    """:func:`conform_lazy`, collected."""
+    return conform_lazy(frame, name).collect()
 
 
 def empty_trace(meta: TraceMeta) -> Trace:

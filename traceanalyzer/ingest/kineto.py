@@ -29,7 +29,7 @@ import polars as pl
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
-from traceanalyzer.model import FRAME_SCHEMAS, Device, Trace, TraceMeta, conform, empty_frame
+from traceanalyzer.model import Device, Trace, TraceMeta, conform, conform_lazy, empty_frame
 
 ARG_FIELDS: dict[str, pl.DataType] = {
     "External id": pl.Int64,
@@ -445,18 +445,8 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
                 .replace({"hosttodevice": "HtoD", "devicetohost": "DtoH", "devicetodevice": "DtoD"}),
             )
         ),
-        src_kind=pl.col("src_kind").replace({"device": "device"}),
     )
-    return _canonical_columns(gpu, "gpu", "graph_launched")
-
-
-def _canonical_columns(frame: pl.LazyFrame, name: str, *later: str) -> pl.LazyFrame:
-    """:func:`conform` as a lazy step, without the columns filled in after the concat."""
-    have = frame.collect_schema().names()
-    return frame.select(
-        (pl.col(col) if col in have else pl.lit(None)).cast(dtype, strict=False).alias(col)
-        for col, dtype in FRAME_SCHEMAS[name].items() if col not in later
-    )
+    return conform_lazy(gpu, "gpu", exclude=("graph_launched",))
 
 
 def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
@@ -492,7 +482,7 @@ def _annotation_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
     )
-    return _canonical_columns(ann, "annotations")
+    return conform_lazy(ann, "annotations")
 
 
 def _sync_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
@@ -500,10 +490,12 @@ def _sync_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
         device=pl.coalesce("device", "pid_int"),
-        sync_type=pl.col("name").str.to_lowercase().str.extract(r"^(\w+)")
-        .replace({"event": "event", "stream": "stream", "context": "context"}),
+        # "Stream Sync", "Event Sync", "Context Sync", "Stream Wait Event": the types nsys names.
+        sync_type=pl.when(pl.col("name").str.contains("(?i)wait"))
+        .then(pl.lit("stream_wait"))
+        .otherwise(pl.col("name").str.to_lowercase().str.extract(r"^(\w+)")),
     )
-    return _canonical_columns(syncs, "syncs")
+    return conform_lazy(syncs, "syncs")
 
 
 def _memory_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
