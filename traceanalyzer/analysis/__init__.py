@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analysis import intervals
+from traceanalyzer.analysis.idle import idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.analysis.views import Views
@@ -63,10 +64,7 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     gaps = (
         views.gpu_idle_gaps.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
-        .agg(
-            *(pl.col("duration_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns")
-              for c in ("host_wait", "kernel_wait", "other"))
-        )
+        .agg(idle_by_cause())
     )
     kernels = (
         views.launches.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
@@ -128,10 +126,7 @@ def stream_summary(views: Views) -> pl.DataFrame:
              activity_count=pl.len().cast(pl.Int64),
              busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
     )
-    idle = views.idle_gaps.group_by(keys).agg(
-        *(pl.col("duration_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns")
-          for c in ("host_wait", "kernel_wait", "other"))
-    )
+    idle = views.idle_gaps.group_by(keys).agg(idle_by_cause())
     return busy.join(idle, on=keys, how="left").fill_null(0).sort(keys)
 
 

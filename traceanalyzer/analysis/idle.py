@@ -20,6 +20,8 @@ import polars as pl
 #: HTA's threshold between "kernel wait" and "other" idle time.
 KERNEL_WAIT_THRESHOLD_NS = 30_000
 
+IDLE_CAUSES = ("host_wait", "kernel_wait", "other")
+
 STREAM_KEYS = ["rank", "device", "stream"]
 RANK_KEYS = ["rank"]
 
@@ -63,6 +65,12 @@ def idle_gaps(launches: pl.DataFrame, steps: pl.DataFrame | None = None,
         .collect()
     )
     return assign_steps(gaps, steps)
+
+
+def idle_by_cause() -> list[pl.Expr]:
+    """Aggregations of a gaps frame into ``idle_<cause>_ns`` columns, one per cause."""
+    return [pl.col("duration_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns")
+            for c in IDLE_CAUSES]
 
 
 def assign_steps(frame: pl.DataFrame, steps: pl.DataFrame | None, at: str = "start_ns") -> pl.DataFrame:
