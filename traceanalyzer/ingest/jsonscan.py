@@ -45,6 +45,8 @@ class ScanResult:
     #: Bytes of the incomplete event or header at the point the input ended.
     truncated_tail_bytes: int = 0
     found_events_array: bool = False
+    #: Chunks split by the learned line layout rather than the structural scan.
+    split_by_layout: int = 0
     warnings: list[str] = field(default_factory=list)
 
 
@@ -178,23 +180,94 @@ def _other_phase(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: by
     )
 
 
+def _learn_layout(buf: np.ndarray, raw: bytearray, opens: np.ndarray, n: int) -> bytes | None:
+    """The line prefix (newline, indent, ``{``) every event of this chunk starts with, or None.
+
+    A layout is accepted only when it finds exactly the events the structural scan found, and
+    every event but the last is followed by ``,`` and the newline at once (pretty-printed or
+    one-event-per-line traces, as Kineto and ``json.dump(indent=...)`` write them).
+    """
+    if n < 3:
+        return None
+    first = int(opens[1])
+    line = raw.rfind(b"\n", 0, first)
+    indent = bytes(raw[line + 1 : first])
+    if line < 2 or indent.strip(b" \t") or raw[line - 2 : line] != b"},":
+        return None
+    prefix = b"\n" + indent + b"{"
+    starts = _layout_starts(buf, prefix)[0]
+    inside = starts[(starts >= first) & (starts <= int(opens[n - 1]))]
+    if inside.size != n - 1 or not np.array_equal(inside, opens[1:n]):
+        return None
+    return prefix
+
+
+def _layout_starts(buf: np.ndarray, prefix: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the ``{`` that end each ``prefix`` in ``buf``, and of every newline."""
+    newlines = np.flatnonzero(buf == NEWLINE)
+    k = len(prefix) - 1
+    cand = newlines[newlines + k < buf.size]
+    hit = np.ones(cand.size, dtype=bool)
+    for j in range(1, k + 1):
+        hit &= buf[cand + j] == prefix[j]
+    return cand[hit] + k, newlines
+
+
+def _split_by_layout(buf: np.ndarray, prefix: bytes) -> tuple[bytes, bytes] | None:
+    """NDJSON for the complete events of a chunk in the learned layout, and the bytes from the
+    open event on; None when the chunk does not follow the layout (the structural scan then runs).
+
+    Raw newlines are never inside JSON strings, so a newline followed by the event indent and
+    ``{`` is a structural ``{``; the piece between two such starts is taken as one event. Should
+    a piece not be exactly one JSON object (an odd layout this check cannot see), the decoder
+    rejects the line and the caller reads the file again with the structural scan.
+    """
+    starts, newlines = _layout_starts(buf, prefix)
+    if buf.size and buf[0] == LBRACE and (starts.size == 0 or starts[0] != 0):
+        starts = np.concatenate(([0], starts))
+    if starts.size < 2:
+        return None
+    separators = starts[1:] - (len(prefix) - 1)  # the newline before each later event
+    lead = buf[: int(starts[0])]
+    if (
+        not (buf[separators - 1] == ord(",")).all()
+        or not (buf[separators - 2] == RBRACE).all()
+        or ((lead != SPACE) & (lead != NEWLINE) & (lead != ord(",")) & (lead != ord("\t"))).any()
+    ):
+        return None
+    # The open event is kept as it is (its newlines may start the next chunk's first events).
+    carry = buf[int(starts[-1]) :].tobytes()
+    buf[newlines] = SPACE
+    buf[separators - 1] = NEWLINE  # the comma after each event ends its line
+    return buf[int(starts[0]) : int(separators[-1])].tobytes(), carry
+
+
 def iter_ndjson_chunks(
     stream: BinaryIO,
     result: ScanResult,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     keep_phases: bytes | None = None,
+    by_layout: bool = False,
 ) -> Iterator[bytes]:
     """Yield NDJSON chunks of the trace's events; fill ``result`` with metadata and truncation.
 
     With ``keep_phases`` (e.g. ``b"XiI"``), events whose ``ph`` is plainly another one-letter
     phase (flows, metadata, counters) are left out before anything decodes them.
+
+    With ``by_layout``, once the structural scan has shown that events start on lines of their
+    own (see :func:`_learn_layout`), chunks are split by that layout alone: a pass over the
+    newlines instead of the full scan. ``result.split_by_layout`` then counts such chunks; their
+    lines are unverified until a JSON decoder accepts them.
     """
+    chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
     header = b""  # bytes before the event array, while it has not been found
     carry = b""  # bytes of the event still open at the end of the last chunk
     depth = 0  # the event array's depth
     trailer: list[bytes] = []
     in_events = False
     done_events = False
+    prefix: bytes | None = None  # the events' line layout, once learned
+    attempts = 0
     while True:
         if not in_events or done_events:
             data = stream.read(chunk_bytes)
@@ -223,6 +296,14 @@ def iter_ndjson_chunks(
             raw = _read_after(stream, carry, chunk_bytes)
             eof = len(raw) == len(carry)
         buf = np.frombuffer(raw, dtype=np.uint8)
+        if prefix is not None and raw.find(b"\r") < 0:
+            split = _split_by_layout(buf, prefix)
+            if split is not None:
+                lines, carry = split
+                result.split_by_layout += 1
+                del buf
+                yield lines
+                continue  # at the end of input the carry still goes through the scan below
         brackets, chars, after = _structure(buf, depth, raw)
         opens = brackets[(chars == LBRACE) & (after == depth + 1)]
         closes = brackets[(chars == RBRACE) & (after == depth)]
@@ -236,6 +317,9 @@ def iter_ndjson_chunks(
         # Bytes of the event still open: kept before the chunk buffer is rewritten into NDJSON.
         carry = bytes(raw[int(opens[n]) :]) if opens.size > n and not done_events else b""
         starts, ends = opens[:n], closes[:n]
+        if by_layout and prefix is None and not done_events and attempts < 3:
+            attempts += 1
+            prefix = _learn_layout(buf, raw, starts, n)
         if n and keep_phases is not None:
             kept = ~_other_phase(buf, starts, ends, keep_phases)
             starts, ends = starts[kept], ends[kept]

@@ -87,8 +87,15 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
     path = Path(path)
     scan = ScanResult()
     try:
-        with _open(path) as stream:
-            events = _decode_events(stream, scan, path)
+        try:
+            with _open(path) as stream:
+                events = _decode_events(stream, scan, path, by_layout=True)
+        except _LayoutMismatch:
+            # A line split by the events' layout was not one JSON object: read the file again
+            # with the structural scan alone, which any valid JSON satisfies.
+            scan = ScanResult()
+            with _open(path) as stream:
+                events = _decode_events(stream, scan, path, by_layout=False)
     except NotATrace as exc:
         raise InputError(path, str(exc)) from None
     except (OSError, EOFError, *INFLATE_ERRORS) as exc:
@@ -168,13 +175,17 @@ class GzipStream(io.RawIOBase):
         super().close()
 
 
-def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> list[_Parts]:
+class _LayoutMismatch(Exception):
+    """A chunk split by the learned line layout does not decode as one event per line."""
+
+
+def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
     # Polars decodes a chunk on its own threads, without the GIL, while this thread scans the
     # next one; at most two decoded-or-decoding chunks wait, which bounds memory.
     frames: list[_Parts] = []
     pending: deque[Future[_Parts]] = deque()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ndjson") as pool:
-        for chunk in _chunks_until_damage(stream, scan):
+        for chunk in _chunks_until_damage(stream, scan, by_layout):
             pending.append(pool.submit(_decode_chunk, chunk, scan))
             while len(pending) > 1:
                 frames.append(pending.popleft().result())
@@ -184,10 +195,11 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path) -> list[_Part
     return frames or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
-def _chunks_until_damage(stream: BinaryIO, scan: ScanResult) -> Any:
+def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) -> Any:
     """Yield NDJSON chunks; a gzip stream cut short counts as truncation, not as an error."""
     try:
-        yield from iter_ndjson_chunks(stream, scan, keep_phases="".join(KEPT_PHASES).encode())
+        yield from iter_ndjson_chunks(stream, scan, keep_phases="".join(KEPT_PHASES).encode(),
+                                      by_layout=by_layout)
     except (EOFError, gzip.BadGzipFile, *INFLATE_ERRORS) as exc:
         if not scan.found_events_array:
             raise
@@ -199,6 +211,8 @@ def _decode_chunk(chunk: bytes, scan: ScanResult) -> _Parts:
     try:
         frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
     except pl.exceptions.PolarsError:
+        if scan.split_by_layout:
+            raise _LayoutMismatch from None
         frame = _decode_chunk_slowly(chunk, scan)
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     return _reduce(frame)
@@ -418,7 +432,6 @@ def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
 def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     """GPU activities with every row-wise column; the launch join waits for all CPU rows."""
     gpu = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(GPU_CATEGORIES)))
-    copy = pl.col("name").str.extract_groups(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
     gpu = gpu.with_columns(
         kind=pl.col("cat").replace_strict(GPU_CATEGORIES),
         device=pl.coalesce("device", "pid_int"),
@@ -432,12 +445,25 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         block_z=pl.col("block").list.get(2, null_on_oob=True),
         registers=pl.col("registers per thread"),
         shared_mem=pl.col("shared memory"),
+    )
+    return conform_lazy(gpu, "gpu", exclude=("graph_launched", *NAME_COLUMNS))
+
+
+#: GPU columns that follow from (kind, name) alone: computed once per distinct name.
+NAME_COLUMNS = ("category", "copy_kind", "src_kind", "dst_kind")
+
+
+def _name_columns(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Category and copy direction of each distinct (kind, name): regexes run once per name."""
+    copy = pl.col("name").str.extract_groups(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+    out = pairs.with_columns(
+        category=activity_category(pl.col("kind"), pl.col("name")),
         copy_kind=copy.struct.field("1"),
         src_kind=copy.struct.field("2").str.to_lowercase(),
         dst_kind=copy.struct.field("3").str.to_lowercase(),
-    ).with_columns(category=activity_category(pl.col("kind"), pl.col("name")))
+    )
     # AMD traces name copies differently ("CopyHostToDevice"): fill what the name did not give.
-    gpu = gpu.with_columns(
+    return out.with_columns(
         copy_kind=pl.when(pl.col("kind") == "memcpy").then(
             pl.coalesce(
                 pl.col("copy_kind"),
@@ -446,17 +472,19 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
             )
         ),
     )
-    return conform_lazy(gpu, "gpu", exclude=("graph_launched",))
 
 
 def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
     if rows.is_empty():
         return empty_frame("gpu")
+    names = _name_columns(rows.select("kind", "name").unique())
     launch_names = cpu.filter(pl.col("kind").is_in(["runtime", "driver"])).select(
         "correlation", launch_name="name"
     ).unique("correlation", keep="first")
-    gpu = rows.join(launch_names, on="correlation", how="left").with_columns(
-        graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch")
+    gpu = (
+        rows.join(names, on=["kind", "name"], how="left", nulls_equal=True, maintain_order="left")
+        .join(launch_names, on="correlation", how="left", maintain_order="left")
+        .with_columns(graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
     )
     canonical = conform(gpu, "gpu")
     deduped = canonical.unique(maintain_order=True)
