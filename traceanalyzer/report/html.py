@@ -63,10 +63,12 @@ def json_for_script(obj: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def render_html(result: AnalysisResult, trace: Trace | None = None) -> str:
-    """The report as one HTML string. Pass ``trace`` to draw the per-stream GPU timeline."""
+def render_html(result: AnalysisResult, trace: Trace | None = None, *,
+                timeline: dict[str, Any] | None = None) -> str:
+    """The report as one HTML string. Pass ``trace`` to draw the per-stream GPU timeline, or
+    ``timeline``, the ``timeline_data`` payload computed before (the result cache keeps it)."""
     findings = sorted_findings(result.findings)
-    tl = timeline_data(result, trace)
+    tl = timeline if timeline is not None else timeline_data(result, trace)
     name = PurePath(result.meta.path).name or result.meta.path
     body = [
         _header(result, name),
@@ -94,9 +96,9 @@ def render_html(result: AnalysisResult, trace: Trace | None = None) -> str:
 
 
 def write_html(result: AnalysisResult, path: str | os.PathLike[str],
-               trace: Trace | None = None) -> None:
+               trace: Trace | None = None, *, timeline: dict[str, Any] | None = None) -> None:
     """Write the HTML report of ``result`` to ``path`` (atomically)."""
-    write_text_atomic(path, render_html(result, trace))
+    write_text_atomic(path, render_html(result, trace, timeline=timeline))
 
 
 # -- sections -----------------------------------------------------------------------------------
