@@ -121,7 +121,7 @@ def fp32_matmul(views, p: Params) -> Detection | None:
     if fp32.height == 0 or pct(fp32_ns, total) < p["min_gpu_time_pct"]:
         return None
     by_name = fp32.group_by("name").agg(
-        pl.col("dur").sum(), n=pl.len(), op=pl.col("input_op").drop_nulls().mode().first(),
+        pl.col("dur").sum(), n=pl.len(), op=pl.col("input_op").drop_nulls().mode().sort().first(),
         types=pl.col("input_types").drop_nulls().first(), stream=pl.col("stream").first(),
         start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max(),
     ).sort(["dur", "name"], descending=[True, False])

@@ -328,7 +328,10 @@ def elementwise_chain(views, p: Params) -> Detection | None:
     unfused_gb = float((sized["passes"] * sized["tensor_bytes"]).sum()) / 1e9 if sized.height else None
     fused_gb = (float(((sized["passes"] - sized["saved"]) * sized["tensor_bytes"]).sum()) / 1e9
                 if sized.height else None)
-    evidence = chains.sort("saving_ns", descending=True).select(
+    # Ties (a tiled or very regular trace has many equal chains) broken by time: group_by order
+    # is arbitrary, and the report must not change from one run to the next.
+    evidence = chains.sort(["saving_ns", "start_ns", "stream"],
+                           descending=[True, False, False]).select(
         "start_ns", "end_ns", "stream", "step", pl.col("n").alias("kernels_in_chain"),
         (pl.col("run_ns") / NS_PER_US).alias("run_us"),
         (pl.col("saving_ns") / NS_PER_US).alias("saving_us"), "tensor_bytes", "ops",
