@@ -44,15 +44,13 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
             cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
     GPU time went and what to fix."""
-    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.result_cache import analyze_path
     from traceanalyzer.analysis.window import (
         Selection,
-        narrow,
         parse_ranks,
         parse_steps,
         parse_time_window,
     )
-    from traceanalyzer.ingest import load
 
     selection = Selection(steps=parse_steps(steps), time_window_ns=parse_time_window(time_window),
                           ranks=parse_ranks(ranks))
@@ -67,11 +65,15 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
             raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     worst = -1
     for path in traces:
-        trace = narrow(load(path, use_cache=use_cache, cache_dir=cache_dir,
-                           trace_processor=trace_processor), selection)
-        result = analyze_trace(trace, rule_config=rule_config, rules=not no_rules)
+        # Through the result cache: a re-run with the same trace, rules and selection skips
+        # the analysis (traceanalyzer/analysis/result_cache.py says what the key covers).
+        done = analyze_path(path, selection=selection, rule_config=rule_config,
+                            rules=not no_rules, use_cache=use_cache, cache_dir=cache_dir,
+                            trace_processor=trace_processor, need_trace=annotate_path is not None)
+        result = done.result
         click.echo(render_summary(result, top=top))
-        _write_outputs(result, trace, path, json_path, html_path, markdown_path, annotate_path)
+        _write_outputs(result, done.trace, path, json_path, html_path, markdown_path,
+                       annotate_path, timeline=done.timeline)
         for finding in result.findings:
             worst = max(worst, severity_rank(finding.severity))
     if fail_on is not None and worst >= severity_rank(fail_on):
@@ -80,7 +82,7 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
 
 def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
                    html_path: Path | None, markdown_path: Path | None,
-                   annotate_path: Path | None) -> None:
+                   annotate_path: Path | None, timeline: Any = None) -> None:
     if json_path:
         from traceanalyzer.report.jsonout import write_json
 
@@ -88,7 +90,7 @@ def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
     if html_path:
         from traceanalyzer.report.html import write_html
 
-        write_html(result, html_path, trace=trace)
+        write_html(result, html_path, trace=trace, timeline=timeline)
     if markdown_path:
         from traceanalyzer.report.markdown import write_markdown
 
