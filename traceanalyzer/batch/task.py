@@ -10,7 +10,6 @@ back as one line in the outcome.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,28 +37,19 @@ def report_key(content_key: str, settings: Settings) -> str:
 
 
 def config_hash(rules: bool, rule_config: Any) -> str:
-    """Hash of everything besides the trace that changes a report: tool version and rules.
+    """Hash of everything besides the trace that changes a report: the tool's code and rules.
 
     Rules are hashed by content (each active rule file's bytes and its resolved parameters), so
-    editing a rule file invalidates the reports it shaped.
+    editing a rule file invalidates the reports it shaped; the tool version, the Polars/NumPy
+    versions and a hash of the package's source code are included, so editing a detector or a
+    metric does too (the version alone did not change when the code did).
     """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(f"traceanalyzer {__version__}\n".encode())
-    if not rules:
-        h.update(b"no-rules\n")
-        return h.hexdigest()
-    try:
-        from traceanalyzer.rules.loader import RuleConfig
+    from traceanalyzer.analysis.result_cache import code_hash, rules_hash
 
-        config = rule_config if rule_config is not None else RuleConfig()
-        h.update(f"max_evidence={getattr(config, 'max_evidence', '')}\n".encode())
-        for rule, params in config.active():
-            h.update(f"{rule.slug} {json.dumps(params, sort_keys=True, default=str)}\n".encode())
-            path = getattr(rule, "path", None)
-            try:
-                h.update(Path(path).read_bytes() if path else repr(rule).encode())
-            except OSError:
-                h.update(repr(rule).encode())
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"traceanalyzer {__version__}\n{code_hash()}\n".encode())
+    try:
+        h.update(rules_hash(rules, rule_config).encode())
     except ImportError:  # rules engine not installed in this build
         h.update(b"rules-unavailable\n")
     return h.hexdigest()
@@ -102,7 +92,7 @@ def analyze_one(path: str, prior_key: str | None, settings: Settings) -> dict[st
 
 def _analyze_into(out: dict[str, Any], path: str, prior_key: str | None,
                   settings: Settings) -> None:
-    from traceanalyzer.ingest import load, sniff
+    from traceanalyzer.ingest import sniff
     from traceanalyzer.ingest.cache import content_key
 
     out["format"] = sniff(path)
@@ -117,14 +107,16 @@ def _analyze_into(out: dict[str, Any], path: str, prior_key: str | None,
         out["status"] = "skipped"
         return
 
-    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.result_cache import analyze_path
     from traceanalyzer.report.html import render_html
     from traceanalyzer.report.jsonout import render_json
 
-    trace = load(path, use_cache=settings.use_cache, cache_dir=settings.cache_dir)
-    result = analyze_trace(trace, rule_config=_rule_config(settings), rules=settings.rules)
-    out["json"] = render_json(result)
-    out["html"] = render_html(result, trace)
+    # Through the result cache too (when the cache is on): a --force re-run of unchanged traces
+    # only renders the reports again.
+    done = analyze_path(path, rule_config=_rule_config(settings), rules=settings.rules,
+                        use_cache=settings.use_cache, cache_dir=settings.cache_dir)
+    out["json"] = render_json(done.result)
+    out["html"] = render_html(done.result, done.trace, timeline=done.timeline)
     out["status"] = "ok"
 
 
