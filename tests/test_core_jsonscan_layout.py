@@ -116,3 +116,20 @@ def test_piece_with_two_events_is_read_again_with_the_scan(tmp_path, monkeypatch
     trace = read_kineto(path)
     names = trace.cpu["name"].to_list()
     assert len(names) == 201 and "twin" in names and "op199" in names
+
+
+def test_layout_split_drops_flows_like_the_scan():
+    evs = []
+    for i in range(120):
+        evs.append({"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": i, "args": {"correlation": i}})
+        evs.append({"ph": "f" if i % 2 else "s", "id": i, "ts": i, "cat": "ac2g", "name": "flow"})
+    evs.append({"name": "one-liner", "ph": "M"})  # not in the learned layout: left to the decoder
+    data = json.dumps({"traceEvents": evs}, indent=2).encode()
+    data = data.replace(b'"ph": "M"', b'"ph":"M"')
+    for chunk in (300, 1000, 5000):
+        scan = ScanResult()
+        out = b"".join(iter_ndjson_chunks(io.BytesIO(data), scan, chunk_bytes=chunk,
+                                          keep_phases=b"XiI", by_layout=True))
+        parsed = [json.loads(line) for line in out.splitlines() if line.strip()]
+        assert scan.split_by_layout > 0
+        assert parsed == [e for e in evs if e["ph"] in ("X", "M")], chunk
