@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,25 @@ class _Db:
             return []
 
 
+class _Reader:
+    """Reads tables on one background thread, through a connection of its own, in the order
+    they were submitted. On exit, reads not yet started are cancelled and the rest awaited."""
+
+    def __init__(self, db: _Db) -> None:
+        self.db = _Db(db.path)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-read")
+
+    def submit(self, table: str, where: str = "") -> Future[pl.DataFrame | None]:
+        return self.pool.submit(self.db.read, table, where)
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.db.con.close()
+
+
 def _sqlite_problem(exc: Exception) -> str:
     text = str(exc)
     if "locked" in text or "busy" in text:
@@ -213,18 +233,25 @@ def _read(db: _Db) -> Trace:
         strings = pl.DataFrame(schema={"id": I64, "value": STR})
     present = [t for t in (KERNEL, GRAPH, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX)
                if t in db.tables]
-    # One table (or family) at a time, each raw frame dropped once its canonical frame is
-    # built, so peak memory is about the output plus the largest table, not every table.
-    gpu_raw = _gpu_rows(db.read(KERNEL), db.read(MEMCPY), db.read(MEMSET), db.read(GRAPH))
-    ranks = _rank_map(gpu_raw)
-    rank_of_pid = ranks.select("pid", "rank")
-    gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
-    del gpu_raw
-    cpu = _cpu_frame(db.read(RUNTIME), db.read(DRIVER), strings, rank_of_pid)
-    syn = _sync_frame(db.read(SYNC), cpu, rank_of_pid)
     nvtx_types = f"{NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE}"
-    ann = _annotation_frame(db.read(NVTX, where=f"eventType IN ({nvtx_types})"), strings,
-                            rank_of_pid, meta)
+    # Tables are read on a second thread (its own connection; connectorx and sqlite3 release
+    # the GIL), in the order they are needed, while this thread builds the frames of the
+    # tables already read: reading and building overlap on two cores. NVTX, the largest, is
+    # read last, so each raw frame is still dropped once its canonical frame is built and
+    # peak memory stays about the output plus the largest table.
+    with _Reader(db) as reader:
+        tables = {t: reader.submit(t) for t in (KERNEL, MEMCPY, MEMSET, GRAPH, RUNTIME, DRIVER,
+                                                 SYNC)}
+        tables[NVTX] = reader.submit(NVTX, where=f"eventType IN ({nvtx_types})")
+        gpu_raw = _gpu_rows(*(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
+        ranks = _rank_map(gpu_raw)
+        rank_of_pid = ranks.select("pid", "rank")
+        gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
+        del gpu_raw
+        cpu = _cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
+                         rank_of_pid)
+        syn = _sync_frame(tables.pop(SYNC).result(), cpu, rank_of_pid)
+        ann = _annotation_frame(tables.pop(NVTX).result(), strings, rank_of_pid, meta)
     cpu = _with_parent_op(cpu, ann)
 
     fill_meta(db, meta, export, ranks, gpu)
