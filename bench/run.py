@@ -265,9 +265,9 @@ def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.
           " (this box is shared with other jobs: wall times include waiting for a CPU; the CPU "
           "columns show the work itself, rusage of the child including interpreter start-up)", ""]
     L += ["## Kineto JSON", "",
-          "| size | events kept | load avg | ingest s | MB/s | CPU s | MB per CPU-s | peak RSS MB "
+          "| size | events kept | load avg | ingest s | MB/s | CPU s | MB per CPU-s | peak RSS MiB "
           "| RSS/size | .gz ingest s | .gz MB/s | .gz CPU s | metrics s | rules s | HTML s "
-          "| e2e CLI s | e2e CPU s | e2e RSS MB | cached e2e s | speed-up | cached load s |",
+          "| e2e CLI s | e2e CPU s | e2e RSS MiB | cached e2e s | speed-up | cached load s |",
           "|" + "---|" * 21]
     for r in rows:
         ing, st = r["ingest"], r["stages"]
@@ -299,7 +299,7 @@ def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.
     hta_rows = [r for r in rows if r.get("hta")]
     if hta_rows:
         L += ["## Against HTA (same files, same run)", "",
-              "| size | HTA load s | HTA peak RSS MB | ours ingest s | ours RSS MB | faster | less RSS |",
+              "| size | HTA load s | HTA peak RSS MiB | ours ingest s | ours RSS MiB | faster | less RSS |",
               "|---|---|---|---|---|---|---|"]
         for r in hta_rows:
             h, ing = r["hta"], r["ingest"]
@@ -314,7 +314,7 @@ def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.
               "bigger files it takes minutes and many GB.", ""]
     nsys_rows = [r for r in rows if r.get("nsys")]
     if nsys_rows:
-        L += ["## nsys SQLite", "", "| size | file MB | ingest s | MB/s | CPU s | peak RSS MB |",
+        L += ["## nsys SQLite", "", "| size | file MB | ingest s | MB/s | CPU s | peak RSS MiB |",
               "|---|---|---|---|---|---|"]
         for r in nsys_rows:
             n = r["nsys"]
