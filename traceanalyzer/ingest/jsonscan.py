@@ -12,6 +12,12 @@ object is built per event:
 Raw newlines cannot occur inside JSON strings, so every newline is whitespace and can be turned
 into a space; the commas between events then become newlines, which yields NDJSON.
 
+Most traces put each event on lines of its own (Kineto writes ``},\n  {`` between events). Once
+the structural scan of a chunk has shown that layout, later chunks are split at the newlines that
+begin an event line, a single pass (``by_layout``, five times cheaper than the scan). That split is
+checked, not trusted: a piece that is not exactly one JSON object fails to decode, and the reader
+starts over with the structural scan.
+
 The file is read in chunks. A chunk ends at the last complete event; the bytes of the event still
 open are carried into the next chunk, where the scan restarts outside any string at array depth.
 What is left when the input ends (an event cut short by a killed profiler) is reported as
