@@ -14,7 +14,7 @@ into a space; the commas between events then become newlines, which yields NDJSO
 
 Most traces put each event on lines of its own (Kineto writes ``},\n  {`` between events). Once
 the structural scan of a chunk has shown that layout, later chunks are split at the newlines that
-begin an event line, a single pass (``by_layout``, five times cheaper than the scan). That split is
+begin an event line, a pass over the newlines (``by_layout``, half the CPU of the scan). That split is
 checked, not trusted: a piece that is not exactly one JSON object fails to decode, and the reader
 starts over with the structural scan.
 
