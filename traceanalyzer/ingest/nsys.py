@@ -28,19 +28,23 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.categories import activity_category
+from traceanalyzer.categories import kernel_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.nsys_meta import fill_meta
 from traceanalyzer.ingest.sqlite_columns import connect_readonly, read_table
 from traceanalyzer.model import (
     ANNOTATION_KINDS,
+    CPU_KINDS,
+    GPU_ACTIVITY_SCHEMA,
+    GPU_KINDS,
     Trace,
     TraceMeta,
     conform,
     empty_frame,
 )
 
-I64, STR = pl.Int64, pl.String
+I64, I32, STR = pl.Int64, pl.Int32, pl.String
+GPU_KIND, CPU_KIND = pl.Enum(GPU_KINDS), pl.Enum(CPU_KINDS)
 ANNOTATION_KIND = pl.Enum(ANNOTATION_KINDS)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -280,25 +284,29 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
               memset: pl.DataFrame | None, graphs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Kernels, copies and memsets in one frame. Kernel names are still StringIds ids
     (``name_id``); copies and memsets get their Kineto-style name ("Memcpy HtoD (Pageable ->
-    Device)") so reports read the same whichever profiler wrote the trace."""
+    Device)") so reports read the same whichever profiler wrote the trace.
+
+    Columns get their canonical dtypes here (enums, int32), before the frame is sorted: the
+    sort moves every byte of every column."""
     parts = []
-    common = dict(device=pl.col("deviceId"), stream=pl.col("streamId"), start_ns=pl.col("start"),
-                  end_ns=pl.col("end"), correlation=pl.col("correlationId"),
-                  pid=_pid("globalPid"),
+    common = dict(device=pl.col("deviceId").cast(I32), stream=pl.col("streamId"),
+                  start_ns=pl.col("start"), end_ns=pl.col("end"),
+                  correlation=pl.col("correlationId"), pid=_pid("globalPid"),
                   graph_launched=pl.col("graphNodeId").is_not_null())
     if kernels is not None:
         name_id = pl.coalesce(*(c for c in ("demangledName", "shortName") if c in kernels.columns))
         parts.append(kernels.select(
-            kind=pl.lit("kernel"), name_id=name_id, name=pl.lit(None, STR), **common,
-            grid_x="gridX", grid_y="gridY", grid_z="gridZ",
-            block_x="blockX", block_y="blockY", block_z="blockZ",
-            registers="registersPerThread",
+            kind=pl.lit("kernel", GPU_KIND), name_id=name_id, name=pl.lit(None, STR), **common,
+            **{new: pl.col(old).cast(I32) for new, old in (
+                ("grid_x", "gridX"), ("grid_y", "gridY"), ("grid_z", "gridZ"),
+                ("block_x", "blockX"), ("block_y", "blockY"), ("block_z", "blockZ"),
+                ("registers", "registersPerThread"))},
             shared_mem=pl.col("staticSharedMemory").fill_null(0)
             + pl.col("dynamicSharedMemory").fill_null(0),
         ))
     if memcpy is not None:
         parts.append(memcpy.select(
-            kind=pl.lit("memcpy"), **common, bytes="bytes",
+            kind=pl.lit("memcpy", GPU_KIND), **common, bytes="bytes",
             copy_kind=pl.col("copyKind").replace_strict(COPY_KIND, default="other",
                                                         return_dtype=STR),
             src_kind=_memory_kind("srcKind"), dst_kind=_memory_kind("dstKind"),
@@ -309,16 +317,22 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
         # Graph-level tracing records no kernels, only each graph's execution: keep it as one
         # kernel-kind activity, so GPU busy time and launches stay right.
         parts.append(graphs.with_columns(graphNodeId=pl.lit(0, I64)).select(
-            kind=pl.lit("kernel"), name=pl.format(GRAPH_NAME, pl.col("graphId")), **common,
+            kind=pl.lit("kernel", GPU_KIND), name=pl.format(GRAPH_NAME, pl.col("graphId")),
+            **common,
         ))
     if memset is not None:
         parts.append(memset.select(
-            kind=pl.lit("memset"), **common, bytes="bytes", dst_kind=_memory_kind("memKind"),
+            kind=pl.lit("memset", GPU_KIND), **common, bytes="bytes",
+            dst_kind=_memory_kind("memKind"),
         ).with_columns(name=pl.format("Memset ({})", _label("dst_kind"))))
     if not parts:
-        return pl.DataFrame(schema={"kind": STR, "name_id": I64, "pid": I64, "name": STR,
+        return pl.DataFrame(schema={"kind": GPU_KIND, "name_id": I64, "pid": I64, "name": STR,
                                     "start_ns": I64})
     rows = pl.concat(parts, how="diagonal_relaxed")
+    rows = rows.with_columns(
+        pl.col(c).cast(GPU_ACTIVITY_SCHEMA[c]) for c in ("copy_kind", "src_kind", "dst_kind")
+         if c in rows.columns
+    )
     return rows if "name_id" in rows.columns else rows.with_columns(name_id=pl.lit(None, I64))
 
 
@@ -357,23 +371,23 @@ def _names(strings: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
 def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if gpu_raw.height == 0:
         return empty_frame("gpu")
-    kernel_names = _names(strings, gpu_raw["name_id"]).select(
-        name_id="id", kernel_name="value"
-    ).with_columns(
-        # Categories per distinct name, joined back: the regexes never run once per row.
-        kernel_category=activity_category(pl.lit("kernel"), pl.col("kernel_name")),
+    # Name and category per distinct kernel name id (the regexes never run once per row),
+    # mapped onto the rows through small tables.
+    kernel_names = _names(strings, gpu_raw["name_id"]).with_columns(
+        category=kernel_category(pl.col("value")).cast(GPU_ACTIVITY_SCHEMA["category"]),
     )
-    gpu = (
-        _sorted(_with_rank(gpu_raw, ranks), "start_ns")
-        .join(kernel_names, on="name_id", how="left", maintain_order="left")
-        .with_columns(
-            name=pl.coalesce(
-                "name", "kernel_name", pl.format("<unknown kernel {}>", pl.col("name_id"))
-            ),
-            category=pl.when(pl.col("kind") == "kernel")
-            .then(pl.col("kernel_category").fill_null("other"))
-            .otherwise(pl.col("kind")),
-        )
+    name_id = pl.col("name_id")
+    gpu = _sorted(_with_rank(gpu_raw, ranks), "start_ns").with_columns(
+        name=pl.coalesce(
+            "name",
+            name_id.replace_strict(kernel_names["id"], kernel_names["value"], default=None,
+                                   return_dtype=STR),
+            pl.format("<unknown kernel {}>", name_id),
+        ),
+        category=pl.when(pl.col("kind") == "kernel")
+        .then(name_id.replace_strict(kernel_names["id"], kernel_names["category"],
+                                     default="other"))
+        .otherwise(pl.col("kind").cast(STR).cast(GPU_ACTIVITY_SCHEMA["category"])),
     )
     return conform(gpu, "gpu")
 
@@ -390,32 +404,41 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
     parts = []
     if runtime is not None:
         # eventClass says runtime or driver; without it, the name does (see below).
-        parts.append(runtime.with_columns(
-            kind=pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER).then(pl.lit("driver"))
-            .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime"))
+        parts.append(runtime.select(
+            "start", "end", "correlationId", "globalTid", "nameId",
+            kind=pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER).then(pl.lit("driver", CPU_KIND))
+            .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime", CPU_KIND)),
         ))
     if driver is not None:
-        parts.append(driver.with_columns(kind=pl.lit("driver"), eventClass=pl.lit(None, I64)))
+        parts.append(driver.select("start", "end", "correlationId", "globalTid", "nameId",
+                                   kind=pl.lit("driver", CPU_KIND)))
     if not parts:
         return empty_frame("cpu")
-    calls = pl.concat([p.select("start", "end", "correlationId", "globalTid", "nameId", "kind")
-                       for p in parts])
+    calls = pl.concat(parts)
+    del parts, runtime, driver
     # Per distinct name, not per call: the version-free name, and driver-or-runtime by name
-    # for exports whose rows carry no eventClass.
+    # for exports whose rows carry no eventClass; mapped onto the calls through small tables.
     names = _names(strings, calls["nameId"]).select(
-        nameId="id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, ""),
-        kind_by_name=pl.when(pl.col("value").str.contains(r"^cu[A-Z]"))
-        .then(pl.lit("driver")).otherwise(pl.lit("runtime")),
+        "id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, ""),
+        kind=pl.when(pl.col("value").str.contains(r"^cu[A-Z]"))
+        .then(pl.lit("driver", CPU_KIND)).otherwise(pl.lit("runtime", CPU_KIND)),
     )
+    name_id = pl.col("nameId")
     cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
-    cpu = _sorted(cpu, "start").join(
-        names, on="nameId", how="left", maintain_order="left"
-    ).with_columns(
-        name=pl.coalesce("name", pl.format("<unknown API {}>", pl.col("nameId"))),
+    cpu = _sorted(cpu, "start").with_columns(
+        name=pl.coalesce(
+            name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
+            pl.format("<unknown API {}>", name_id),
+        ),
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
         correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
-        kind=pl.coalesce("kind", "kind_by_name", pl.lit("runtime")),
+        kind=pl.coalesce(
+            "kind",
+            name_id.replace_strict(names["id"], names["kind"], default=None,
+                                   return_dtype=CPU_KIND),
+            pl.lit("runtime", CPU_KIND),
+        ),
         start_ns="start", end_ns="end",
     )
     return conform(cpu, "cpu")
