@@ -114,7 +114,11 @@ def _read_connectorx(
     import connectorx as cx
 
     try:
-        lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        # Two subqueries: SQLite answers a lone min() or max() of the rowid from the b-tree's
+        # ends, but min() and max() in one SELECT scan the whole table (0.7 s for 1 GB).
+        lo, hi = con.execute(
+            f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+        ).fetchone()
     except sqlite3.OperationalError:  # a view, or a WITHOUT ROWID table: no ranges to split
         return None
     if lo is None:
