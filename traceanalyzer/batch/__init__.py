@@ -172,7 +172,10 @@ def run_batch(
         raise UsageError("no trace files found in the given paths")
     out = Path(out_dir)
     (out / REPORTS).mkdir(parents=True, exist_ok=True)
-    workers = workers or min(len(paths), os.cpu_count() or 1)
+    if not workers:
+        from traceanalyzer.batch.pool import usable_cpus
+
+        workers = min(len(paths), usable_cpus())
     settings = Settings(rules=rules, rule_config=portable_rule_config(rule_config),
                         use_cache=use_cache, cache_dir=str(cache_dir) if cache_dir else None,
                         config_hash=config_hash(rules, rule_config))
