@@ -37,6 +37,7 @@ Tasks = list[tuple[str, "str | None"]]
 OnDone = Callable[[int, dict[str, Any]], None]
 
 _POLL_S = 0.1
+_QUEUED_PER_WORKER = 2
 _started_queue: Any = None
 
 DIED = "worker process died while analyzing this trace (killed, crashed or out of memory)"
@@ -181,7 +182,11 @@ class PoolRunner:
                     raise TraceAnalyzerError("batch: worker processes could not start "
                                              "(out of memory or processes?)") from None
             while (todo or inflight) and not broken:
-                while todo and len(inflight) < workers:
+                # One task queued behind each running one, so a worker starts its next trace
+                # while the parent is still writing the last one's reports (small traces take
+                # ~0.1 s, and that round trip left the workers idle). A broken pool makes the
+                # queued tasks suspects too; the isolation round clears them.
+                while todo and len(inflight) < workers * _QUEUED_PER_WORKER:
                     index = todo.popleft()
                     path, prior = self.tasks[index]
                     inflight[pool.submit(_pool_task, index, path, prior, self.settings)] = index
