@@ -168,7 +168,20 @@ class _Db:
                   if c in have}
         if table == KERNEL and "demangledName" in have:
             wanted.pop("shortName", None)  # only a fallback for exports without demangled names
-        frame = read_table(self.con, self.path, table, wanted, where)
+        frame = None
+        if table == NVTX and {"text", "textId"} <= have.keys() and "StringIds" in self.tables:
+            # Registered strings looked up in SQL: one column less to read (millions of rows),
+            # and the text of an id is that of the id's StringIds row in any case.
+            frame = read_table(
+                self.con, self.path, table, {c: t for c, t in wanted.items() if c != "textId"},
+                where, exprs={"text": 'ifnull("text", (SELECT value FROM StringIds '
+                                      'WHERE id = "textId"))'},
+            )
+            if frame is not None:
+                frame = frame.with_columns(textId=pl.lit(None, I64))
+        if frame is None:
+            frame = read_table(self.con, self.path, table, wanted, where)
+        assert frame is not None
         absent = {c: pl.lit(None, I64) for c in optional if c not in have}
         return frame.with_columns(**absent) if absent else frame
 

@@ -57,18 +57,27 @@ def read_table(
     table: str,
     columns: Mapping[str, pl.DataType],
     where: str = "",
-) -> pl.DataFrame:
+    exprs: Mapping[str, str] | None = None,
+) -> pl.DataFrame | None:
     """Read ``columns`` of ``table`` (identifiers already checked to exist) with the given types.
 
     ``where`` is a trusted SQL condition written by the caller (never from the trace).
+
+    ``exprs`` computes some columns in SQL instead (trusted SQL, by output column name), to read
+    fewer columns. Such a column has no declared type, so connectorx takes its type from the
+    first row and fails on a NULL or mixed types: with ``exprs``, only connectorx is tried,
+    and None means the caller should read plain columns instead.
     """
-    select = ", ".join(f'"{c}"' for c in columns)
+    exprs = exprs or {}
+    select = ", ".join(exprs.get(c, f'"{c}"') for c in columns)
     query = f'SELECT {select} FROM "{table}"' + (f" WHERE {where}" if where else "")
     schema = pl.Schema(dict(columns))
     if engine() == "connectorx":
         frame = _read_connectorx(con, path, table, select, where, schema)
-        if frame is not None:
+        if frame is not None or exprs:
             return frame
+    elif exprs:
+        return None
     return _read_sqlite3(con, query, schema)
 
 
