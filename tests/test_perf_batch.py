@@ -69,3 +69,17 @@ def test_report_key_changes_with_rule_parameters():
                                             use_project_config=False))
     assert default != changed
     assert default != config_hash(False, None)
+
+
+def test_pool_runs_biggest_files_first(tmp_path: Path):
+    from traceanalyzer.batch.task import Settings
+
+    tasks = []
+    for name, size in (("a.json", 10), ("b.json", 1000), ("c.json", 100)):
+        path = tmp_path / name
+        path.write_bytes(b"x" * size)  # not traces: each task fails fast, which is enough here
+        tasks.append((str(path), None))
+    order: list[int] = []
+    pool.PoolRunner(tasks, Settings(use_cache=False), 1,
+                    lambda index, outcome: order.append(index)).run()
+    assert order == [1, 2, 0]

@@ -133,7 +133,10 @@ class PoolRunner:
         self.restarts = 0
 
     def run(self) -> None:
-        todo: deque[int] = deque(range(len(self.tasks)))
+        # Biggest files first: the last tasks to finish are then small ones, so no worker waits
+        # at the end for another's big trace (longest-processing-time-first scheduling).
+        todo: deque[int] = deque(sorted(range(len(self.tasks)),
+                                        key=lambda i: -_file_size(self.tasks[i][0])))
         while todo:
             suspects, culprits = self._round(todo, self.workers)
             if not suspects:
@@ -239,6 +242,13 @@ class PoolRunner:
         for index, (pid, _) in started.items():
             if index in live:
                 _kill(pid)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _kill(pid: int) -> None:
