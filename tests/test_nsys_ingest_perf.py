@@ -106,3 +106,22 @@ def test_rank_of_pid_few_and_many_processes(tmp_path, engine, processes):
     loner = trace.cpu.filter(pl.col("pid") == 5_000)
     assert loner["correlation"].to_list() == [None]
     assert trace.meta.world_size == processes
+
+
+def test_ids_missing_from_string_table(tmp_path, engine):
+    """Labels of unknown ids are built per distinct id: same text as before, category other."""
+    b = NsysBuilder()
+    b.launch("gemm_kernel", 0, 100, 1_000, 100, api="cuLaunchKernel")
+    b.launch("lost", 200, 100, 2_000, 100)
+    b.rows["CUPTI_ACTIVITY_KIND_KERNEL"][-1]["demangledName"] = 77_777
+    b.rows["CUPTI_ACTIVITY_KIND_RUNTIME"][-1]["nameId"] = 88_888
+    # Without eventClass, the kind comes from the name: driver for cu*, else runtime.
+    path = b.write(tmp_path / "t.sqlite",
+                   drop_columns={"CUPTI_ACTIVITY_KIND_RUNTIME": ["eventClass"]})
+    trace = read_nsys(path)
+    assert trace.gpu.select("name", "category").rows() == [
+        ("gemm_kernel", "gemm"), ("<unknown kernel 77777>", "other"),
+    ]
+    assert trace.cpu.select("name", "kind").rows() == [
+        ("cuLaunchKernel", "driver"), ("<unknown API 88888>", "runtime"),
+    ]

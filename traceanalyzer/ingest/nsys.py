@@ -396,9 +396,18 @@ def _with_rank(frame: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _names(strings: pl.DataFrame, ids: pl.Series) -> pl.DataFrame:
-    """id -> text for the given ids only (the late join: text is fetched per distinct id)."""
-    return strings.join(pl.DataFrame({"id": ids.drop_nulls().unique()}), on="id", how="semi")
+def _names(strings: pl.DataFrame, ids: pl.Series, unknown: str | None = None) -> pl.DataFrame:
+    """id -> text for the given ids only (the late join: text is fetched per distinct id).
+
+    With ``unknown`` (a format with one ``{}``), every id gets a row, and ids missing from
+    ``StringIds`` get that text (``known`` false): labels are built per id, not per row."""
+    wanted = pl.DataFrame({"id": ids.drop_nulls().unique()})
+    if unknown is None:
+        return strings.join(wanted, on="id", how="semi")
+    return wanted.join(strings, on="id", how="left").select(
+        "id", known=pl.col("value").is_not_null(),
+        value=pl.coalesce("value", pl.format(unknown, pl.col("id"))),
+    )
 
 
 def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
@@ -406,8 +415,9 @@ def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame
         return empty_frame("gpu")
     # Name and category per distinct kernel name id (the regexes never run once per row),
     # mapped onto the rows through small tables.
-    kernel_names = _names(strings, gpu_raw["name_id"]).with_columns(
-        category=kernel_category(pl.col("value")).cast(GPU_ACTIVITY_SCHEMA["category"]),
+    kernel_names = _names(strings, gpu_raw["name_id"], "<unknown kernel {}>").with_columns(
+        category=pl.when("known").then(kernel_category(pl.col("value"))).otherwise(pl.lit("other"))
+        .cast(GPU_ACTIVITY_SCHEMA["category"]),
     )
     name_id = pl.col("name_id")
     gpu = _sorted(_with_rank(gpu_raw, ranks), "start_ns").with_columns(
@@ -415,7 +425,6 @@ def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame
             "name",
             name_id.replace_strict(kernel_names["id"], kernel_names["value"], default=None,
                                    return_dtype=STR),
-            pl.format("<unknown kernel {}>", name_id),
         ),
         category=pl.when(pl.col("kind") == "kernel")
         .then(name_id.replace_strict(kernel_names["id"], kernel_names["category"],
@@ -453,18 +462,16 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
     del parts, runtime, driver
     # Per distinct name, not per call: the version-free name, and driver-or-runtime by name
     # for exports whose rows carry no eventClass; mapped onto the calls through small tables.
-    names = _names(strings, calls["nameId"]).select(
+    names = _names(strings, calls["nameId"], "<unknown API {}>").select(
         "id", name=pl.col("value").str.replace(API_VERSION_SUFFIX, ""),
-        kind=pl.when(pl.col("value").str.contains(r"^cu[A-Z]"))
+        kind=pl.when(~pl.col("known")).then(pl.lit(None, CPU_KIND))
+        .when(pl.col("value").str.contains(r"^cu[A-Z]"))
         .then(pl.lit("driver", CPU_KIND)).otherwise(pl.lit("runtime", CPU_KIND)),
     )
     name_id = pl.col("nameId")
     cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
     cpu = _sorted(cpu, "start").with_columns(
-        name=pl.coalesce(
-            name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
-            pl.format("<unknown API {}>", name_id),
-        ),
+        name=name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
         correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
