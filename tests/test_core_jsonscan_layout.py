@@ -133,3 +133,30 @@ def test_layout_split_drops_flows_like_the_scan():
         parsed = [json.loads(line) for line in out.splitlines() if line.strip()]
         assert scan.split_by_layout > 0
         assert parsed == [e for e in evs if e["ph"] in ("X", "M")], chunk
+
+
+def _real_traces() -> list:
+    from conftest import SAMPLES, public_kineto
+
+    return public_kineto() + sorted((SAMPLES / "torch").glob("*.json.gz"))[:4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _real_traces(), ids=lambda p: p.name)
+def test_real_traces_split_alike_by_layout_and_by_scan(path):
+    import gzip
+
+    data = gzip.decompress(path.read_bytes())
+    chunk = max(4096, len(data) // 20)  # ~20 chunks: the layout path runs on most of them
+
+    def lines(by_layout: bool) -> tuple[list[bytes], ScanResult]:
+        scan = ScanResult()
+        out = b"".join(iter_ndjson_chunks(io.BytesIO(data), scan, chunk_bytes=chunk,
+                                          keep_phases=b"XiI", by_layout=by_layout))
+        return [line.strip() for line in out.splitlines() if line.strip()], scan
+
+    (fast, fast_scan), (slow, _) = lines(True), lines(False)
+    assert [json.loads(x) for x in fast] == [json.loads(x) for x in slow]
+    # Every public trace but the one-line vLLM export is laid out one event per line set.
+    if b"\n  {" in data[:100_000] or b"\n    {" in data[:100_000]:
+        assert fast_scan.split_by_layout > 0
