@@ -249,3 +249,17 @@ def test_unwritable_cache_still_analyzes(tmp_path, trace, count_analyses):
     cache = blocker / "cache"
     text, outputs = analyze(trace, tmp_path / "a", cache=cache)
     assert json.loads(outputs["r.json"])["findings"]
+
+
+def test_annotate_on_a_cached_run(tmp_path, trace, count_analyses):
+    """--annotate needs the trace's events: a cache hit still loads them (from Parquet)."""
+    cache = tmp_path / "cache"
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"annotated{i}.json"
+        res = CliRunner().invoke(cli, ["analyze", str(trace), "--cache-dir", str(cache),
+                                       "--annotate", str(out)], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        outs.append(out.read_bytes())
+    assert len(count_analyses) == 1
+    assert outs[0] == outs[1] and len(outs[0]) > 1000
