@@ -265,24 +265,26 @@ def _read(db: _Db) -> Trace:
     nvtx_types = f"{NVTX_MARK}, {NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTX_DOMAIN_CREATE}"
     # Tables are read on a second thread (its own connection; connectorx and sqlite3 release
     # the GIL), in the order they are needed, while this thread builds the frames of the
-    # tables already read: reading and building overlap on two cores. NVTX, the largest, is
-    # read last, so each raw frame is still dropped once its canonical frame is built and
-    # peak memory stays about the output plus the largest table.
+    # tables already read: reading and building overlap on two cores. The runtime calls are
+    # read last, so that what is left once all is read is short (the CPU frame and an as-of
+    # join); each raw frame is dropped once its canonical frame is built.
     with _Reader(db) as reader:
         tables = {t: reader.submit(t) for t in (KERNEL, MEMCPY, MEMSET, GRAPH)}
+        tables[NVTX] = reader.submit(NVTX, where=f"eventType IN ({nvtx_types})", sort_by="start")
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
         tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
-        tables[NVTX] = reader.submit(NVTX, where=f"eventType IN ({nvtx_types})", sort_by="start")
         gpu_raw = _gpu_rows(*(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
         ranks = _rank_map(gpu_raw)
         rank_of_pid = ranks.select("pid", "rank")
         gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
         del gpu_raw
+        ann = _annotation_frame(tables.pop(NVTX).result(), strings, rank_of_pid, meta)
+        ops = _operator_ranges(ann)
         cpu = _cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
                          rank_of_pid)
         syn = _sync_frame(tables.pop(SYNC).result(), cpu, rank_of_pid)
-        ann = _annotation_frame(tables.pop(NVTX).result(), strings, rank_of_pid, meta)
-    cpu = _with_parent_op(cpu, ann)
+    cpu = _with_parent_op(cpu, ops)
+    del ops
 
     fill_meta(db, meta, export, ranks, gpu)
     if not present:
@@ -563,43 +565,51 @@ def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: p
     return conform(ann, "annotations")
 
 
-def _with_parent_op(cpu: pl.DataFrame, ann: pl.DataFrame) -> pl.DataFrame:
-    """``parent_op`` of each runtime/driver call: the outermost operator range (NVTX named like
-    ``aten::mm, seq = 5, op_id = 9``, as ``torch.autograd.profiler.emit_nvtx`` writes them) that
-    encloses the call on its thread, as the operator name alone (``aten::mm``).
+#: One integer per thread (pid and tid are 24-bit, as globalTid packs them): grouping and
+#: as-of joins on one int64 key cost half of what they cost on two.
+_THREAD = (pl.col("pid") * (1 << 24) + pl.col("tid")).alias("_thread")
 
-    Ranges nest per thread, so the outermost ones do not overlap and an as-of join on their
-    starts finds the one enclosing a call.
-    """
-    # One integer per thread (pid and tid are 24-bit, as globalTid packs them): grouping and
-    # as-of joins on one int64 key cost half of what they cost on two.
-    thread = (pl.col("pid") * (1 << 24) + pl.col("tid")).alias("_thread")
+
+def _operator_ranges(ann: pl.DataFrame) -> pl.DataFrame:
+    """The outermost operator ranges (NVTX named like ``aten::mm, seq = 5, op_id = 9``, as
+    ``torch.autograd.profiler.emit_nvtx`` writes them) of each thread, with the operator name
+    alone (``aten::mm``): what :func:`_with_parent_op` looks calls up in. Built from the
+    annotations alone, so it can be built while the runtime calls are still being read."""
     # A cheap anchored test on millions of names (it allocates nothing); names are gathered,
     # and the operator extracted, for the outermost ranges only.
     # PyTorch writes its ranges to the default domain; libraries use their own (CCCL's
     # "cub::DeviceRadixSort" is not a framework operator).
     ops = ann.select(
-        thread, _os="start_ns", _oe="end_ns", _i=pl.int_range(pl.len(), dtype=pl.UInt32),
+        _THREAD, _os="start_ns", _oe="end_ns", _i=pl.int_range(pl.len(), dtype=pl.UInt32),
     ).filter(
         pl.col("_thread").is_not_null(), ann["domain"].is_null(),
         ann["name"].str.contains(OPERATOR_PREFIX),
     )
-    if ops.height == 0 or cpu.height == 0:
-        return cpu
     # ``ann`` is sorted by start, so within each thread too: no sort needed for the running max.
     top = ops.filter(
         pl.col("_os")
         >= pl.col("_oe").cum_max().shift(1).over("_thread").fill_null(pl.col("_os"))
     )
-    op = ann["name"].gather(top["_i"]).str.extract(OPERATOR_NAME)
+    return top.select("_thread", "_os", "_oe",
+                      _op=ann["name"].gather(top["_i"]).str.extract(OPERATOR_NAME))
+
+
+def _with_parent_op(cpu: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """``parent_op`` of each runtime/driver call: the outermost operator range of
+    :func:`_operator_ranges` that encloses the call on its thread.
+
+    Ranges nest per thread, so the outermost ones do not overlap and an as-of join on their
+    starts finds the one enclosing a call.
+    """
+    if ops.height == 0 or cpu.height == 0:
+        return cpu
     # ``cpu`` is sorted by start as well, and an as-of join keeps the left order.
-    found = cpu.select("start_ns", "end_ns", thread).join_asof(
-        top.select("_thread", "_os", "_oe", _j=pl.int_range(pl.len(), dtype=pl.UInt32)),
+    found = cpu.select("start_ns", "end_ns", _THREAD).join_asof(
+        ops.select("_thread", "_os", "_oe", _j=pl.int_range(pl.len(), dtype=pl.UInt32)),
         left_on="start_ns", right_on="_os", by="_thread", strategy="backward",
         check_sortedness=False,
     ).select(_j=pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_j")))["_j"]
-    parent = op.gather(found)
-    return cpu.with_columns(parent_op=parent)
+    return cpu.with_columns(parent_op=ops["_op"].gather(found))
 
 
 def split_by_process(trace: Trace) -> list[Trace]:
