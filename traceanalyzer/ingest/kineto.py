@@ -483,8 +483,9 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def _dims(field: str) -> dict[str, pl.Expr]:
     """``grid_x/y/z`` from the decoder's text of ``[64, 1, 1]``; null where a number is missing."""
-    numbers = pl.col(field).str.extract_all(r"-?\d+").list.eval(pl.element().cast(pl.Int64, strict=False))
-    return {f"{field}_{axis}": numbers.list.get(i, null_on_oob=True) for i, axis in enumerate("xyz")}
+    groups = pl.col(field).str.extract_groups(r"^\[\s*(-?\d+)(?:\s*,\s*(-?\d+))?(?:\s*,\s*(-?\d+))?")
+    return {f"{field}_{axis}": groups.struct.field(str(i + 1)).cast(pl.Int64, strict=False)
+            for i, axis in enumerate("xyz")}
 
 
 #: GPU columns that follow from (kind, name) alone: computed once per distinct name.
