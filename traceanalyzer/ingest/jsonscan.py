@@ -201,22 +201,32 @@ def _learn_layout(buf: np.ndarray, raw: bytearray, opens: np.ndarray, n: int) ->
     if line < 2 or indent.strip(b" \t") or raw[line - 2 : line] != b"},":
         return None
     prefix = b"\n" + indent + b"{"
-    starts = _layout_starts(buf, prefix)[0]
+    starts = _layout_starts(buf, prefix)
     inside = starts[(starts >= first) & (starts <= int(opens[n - 1]))]
     if inside.size != n - 1 or not np.array_equal(inside, opens[1:n]):
         return None
     return prefix
 
 
-def _layout_starts(buf: np.ndarray, prefix: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of the ``{`` that end each ``prefix`` in ``buf``, and of every newline."""
-    newlines = np.flatnonzero(buf == NEWLINE)
+def _layout_starts(buf: np.ndarray, prefix: bytes) -> np.ndarray:
+    """Positions of the ``{`` that end each ``prefix`` (newline, indent, ``{``) in ``buf``.
+
+    Found from the braces back: traces hold 5-10 times fewer braces than newlines.
+    """
     k = len(prefix) - 1
-    cand = newlines[newlines + k < buf.size]
-    hit = np.ones(cand.size, dtype=bool)
+    braces = np.flatnonzero(buf == LBRACE)
+    braces = braces[braces >= k]
+    hit = np.ones(braces.size, dtype=bool)
     for j in range(1, k + 1):
-        hit &= buf[cand + j] == prefix[j]
-    return cand[hit] + k, newlines
+        hit &= buf[braces - j] == prefix[k - j]
+    return braces[hit]
+
+
+def _blank_newlines(buf: np.ndarray) -> None:
+    """Every newline becomes a space, in place, by arithmetic (half the cost of a scatter)."""
+    shift = (buf == NEWLINE).view(np.uint8)
+    shift *= SPACE - NEWLINE
+    buf += shift
 
 
 def _split_by_layout(
@@ -230,7 +240,7 @@ def _split_by_layout(
     a piece not be exactly one JSON object (an odd layout this check cannot see), the decoder
     rejects the line and the caller reads the file again with the structural scan.
     """
-    starts, newlines = _layout_starts(buf, prefix)
+    starts = _layout_starts(buf, prefix)
     if buf.size and buf[0] == LBRACE and (starts.size == 0 or starts[0] != 0):
         starts = np.concatenate(([0], starts))
     if starts.size < 2:
@@ -248,7 +258,7 @@ def _split_by_layout(
     dropped = None
     if keep_phases is not None:
         dropped = _other_phase_at_offset(buf, starts[:-1], separators - 2, keep_phases)
-    buf[newlines] = SPACE
+    _blank_newlines(buf)
     buf[separators - 1] = NEWLINE  # the comma after each event ends its line
     lines = buf[int(starts[0]) : int(separators[-1])]
     if dropped is not None and dropped.any():
