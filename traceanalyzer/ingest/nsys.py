@@ -431,7 +431,9 @@ def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame
         category=pl.when(pl.col("kind") == "kernel")
         .then(name_id.replace_strict(kernel_names["id"], kernel_names["category"],
                                      default="other"))
-        .otherwise(pl.col("kind").cast(STR).cast(GPU_ACTIVITY_SCHEMA["category"])),
+        # memcpy and memset are categories of their own; "kernel" (not a category) -> null,
+        # never an error, whichever rows the engine evaluates this branch on.
+        .otherwise(pl.col("kind").cast(STR).cast(GPU_ACTIVITY_SCHEMA["category"], strict=False)),
     )
     return conform(gpu, "gpu")
 
