@@ -24,7 +24,7 @@ import os
 import sqlite3
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -45,6 +45,7 @@ from traceanalyzer.model import (
 
 I64, I32, STR = pl.Int64, pl.Int32, pl.String
 GPU_KIND, CPU_KIND = pl.Enum(GPU_KINDS), pl.Enum(CPU_KINDS)
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 ANNOTATION_KIND = pl.Enum(ANNOTATION_KINDS)
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -380,7 +381,7 @@ def _rank_map(gpu_raw: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _with_rank(frame: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+def _with_rank(frame: FrameT, ranks: pl.DataFrame) -> FrameT:
     """Attach ``rank`` from ``pid``; processes without GPU activity get rank 0 (unknown)."""
     known = pl.col("pid").is_in(ranks["pid"].implode())
     if ranks.height <= RANK_CHAIN_MAX:
