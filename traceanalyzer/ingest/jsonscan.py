@@ -39,6 +39,7 @@ NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
 TRACE_EVENTS_KEY = b'"traceEvents"'
 PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 8 << 20
+FIRST_READ_BYTES = 1 << 20
 
 
 @dataclass
@@ -313,7 +314,9 @@ def iter_ndjson_chunks(
     attempts = 0
     while True:
         if not in_events or done_events:
-            data = stream.read(chunk_bytes)
+            # A small first read: the structural scan of the first events (which teaches the
+            # layout) and the first decode start sooner, which is what a small trace waits for.
+            data = stream.read(chunk_bytes if header or done_events else min(chunk_bytes, FIRST_READ_BYTES))
             eof = not data
         if done_events:
             if eof:
