@@ -543,7 +543,10 @@ def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.Dat
 
 def _annotation_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     step = pl.col("name").str.extract(STEP_PATTERN).cast(pl.Int64, strict=False)
-    ann = ev.filter(pl.col("ph") == "X").with_columns(step=step).filter(
+    # The literal prefix first: the regex then runs on a handful of rows, not on every event.
+    candidates = pl.col("name").str.starts_with("ProfilerStep#") | pl.col("cat").is_in(
+        ["user_annotation", "gpu_user_annotation"])
+    ann = ev.filter((pl.col("ph") == "X") & candidates).with_columns(step=step).filter(
         pl.col("step").is_not_null() | pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
     ).with_columns(
         kind=pl.when(pl.col("step").is_not_null() & (pl.col("cat") != "gpu_user_annotation"))
