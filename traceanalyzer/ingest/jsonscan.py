@@ -312,6 +312,7 @@ def iter_ndjson_chunks(
     done_events = False
     prefix: bytes | None = None  # the events' line layout, once learned
     attempts = 0
+    reads = 0
     while True:
         if not in_events or done_events:
             # A small first read: the structural scan of the first events (which teaches the
@@ -339,7 +340,10 @@ def iter_ndjson_chunks(
             header = header[: pos + 1]
             eof = False
         else:
-            raw = _read_after(stream, carry, chunk_bytes)
+            # Chunks grow from 1 MB to chunk_bytes: the decoder gets work sooner and a small
+            # trace is split into enough pieces to overlap scanning and decoding.
+            reads += 1
+            raw = _read_after(stream, carry, min(chunk_bytes, FIRST_READ_BYTES << reads))
             eof = len(raw) == len(carry)
         buf = np.frombuffer(raw, dtype=np.uint8)
         if prefix is not None and raw.find(b"\r") < 0:
