@@ -38,7 +38,7 @@ LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
 NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
 TRACE_EVENTS_KEY = b'"traceEvents"'
 PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
-DEFAULT_CHUNK_BYTES = 8 << 20
+DEFAULT_CHUNK_BYTES = 4 << 20
 FIRST_READ_BYTES = 1 << 20
 
 

@@ -82,9 +82,10 @@ CPU_CATEGORIES = {
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 KEPT_PHASES = ["X", "i", "I"]
 # Chunks decoded at once. Each decode is already multi-threaded, but its per-chunk reduction is
-# not: three at a time keep two cores busy (1 GB on 2 CPUs: 8.4 s with one, 7.5 with two, 7.0-7.3
-# with three, at the same CPU time and peak memory).
-DECODE_THREADS = 3
+# not, so a second one keeps both cores busy. More cost memory: 1 GB on 2 CPUs, one at a time
+# 8.4 s / 933 MiB; two of 4 MB 7.7 s / 913 MiB; three of 8 MB 7.0 s / 951-995 MiB (over the
+# file's size); at 300 MB 430, 446 and 500 MiB.
+DECODE_THREADS = 2
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
