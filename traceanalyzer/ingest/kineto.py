@@ -442,18 +442,20 @@ def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
     # Eager, one column at a time: a lazy join and two-key sort of the whole frame cost several
     # times the frame's size in transient memory (the ingest's peak).
     # The operator that issued a runtime call shares its Kineto "External id".
+    # Only the ids that some launch carries: grouping every operator (1.5 M at 1 GB) cost more
+    # memory than any other step of the ingest.
+    calls = pl.col("kind").is_in(["runtime", "driver"])
+    launch_ids = rows.filter(calls).get_column("external_id").drop_nulls().unique()
     ops = (
-        rows.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
+        rows.filter(pl.col("kind") == "op", pl.col("external_id").is_in(launch_ids.implode()))
         .group_by("external_id")
         .agg(parent_op=pl.col("name").sort_by("start_ns").last())
     )
     parent = rows.select("external_id").join(
         ops, on="external_id", how="left", maintain_order="left"
     ).get_column("parent_op")
-    cpu = rows.with_columns(
-        parent_op=pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(parent)
-    )
-    del rows, parent, ops
+    cpu = rows.with_columns(parent_op=pl.when(calls).then(parent))
+    del rows, parent, ops, launch_ids
     # A stable sort (ties in start_ns stay in file order: chunks arrive in order) and the cast to
     # the canonical types, one column at a time: each column is dropped from the input as soon
     # as its sorted copy exists, so the frame is never held twice (the ingest's memory peak).
@@ -531,15 +533,24 @@ def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.Dat
         .join(launch_names, on="correlation", how="left", maintain_order="left")
         .with_columns(graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
     )
-    canonical = conform(gpu, "gpu")
-    deduped = canonical.unique(maintain_order=True)
-    if deduped.height < canonical.height:
-        meta.warnings.append(f"dropped {canonical.height - deduped.height} duplicate GPU events")
     # Activities launched before profiling began have no launch call; count them, don't warn.
     meta.extra["gpu_without_launch"] = gpu.filter(
         pl.col("launch_name").is_null() & (pl.col("kind") == "kernel")
     ).height
-    return deduped.sort("start_ns")
+    # Sorted and deduplicated while names are still categories (cheap to move and compare),
+    # then cast to the canonical types once.
+    have = gpu.columns
+    canonical = gpu.lazy().select(
+        (pl.col(col) if col in have else pl.lit(None))
+        .cast(pl.Categorical if col == "name" else dtype, strict=False).alias(col)
+        for col, dtype in FRAME_SCHEMAS["gpu"].items()
+    )
+    del gpu
+    rows_in = rows.height
+    deduped = canonical.sort("start_ns", maintain_order=True).unique(maintain_order=True).collect()
+    if deduped.height < rows_in:
+        meta.warnings.append(f"dropped {rows_in - deduped.height} duplicate GPU events")
+    return deduped.with_columns(name=pl.col("name").cast(pl.String))
 
 
 def _annotation_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
