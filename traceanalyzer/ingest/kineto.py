@@ -441,9 +441,9 @@ def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
 def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
     # Eager, one column at a time: a lazy join and two-key sort of the whole frame cost several
     # times the frame's size in transient memory (the ingest's peak).
-    # The operator that issued a runtime call shares its Kineto "External id".
-    # Only the ids that some launch carries: grouping every operator (1.5 M at 1 GB) cost more
-    # memory than any other step of the ingest.
+    # The operator that issued a runtime call shares its Kineto "External id". Only the ids that
+    # some launch carries are grouped: grouping every operator (1.5 M at 1 GB) was the largest
+    # allocation of the whole ingest.
     calls = pl.col("kind").is_in(["runtime", "driver"])
     launch_ids = rows.filter(calls).get_column("external_id").drop_nulls().unique()
     ops = (
