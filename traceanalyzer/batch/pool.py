@@ -118,6 +118,13 @@ def failed_outcome(path: str, error: str) -> dict[str, Any]:
             "json": None, "html": None, "seconds": 0.0}
 
 
+def biggest_first(tasks: Tasks) -> list[int]:
+    """Task indices, biggest file first: the last tasks to finish are then small ones, so no
+    worker waits at the end for another's big trace (longest-processing-time-first scheduling).
+    Ties keep their input order."""
+    return sorted(range(len(tasks)), key=lambda i: -_file_size(tasks[i][0]))
+
+
 class PoolRunner:
     """Runs :func:`analyze_one` for every task; calls ``on_done(index, outcome)`` in the parent."""
 
@@ -133,10 +140,7 @@ class PoolRunner:
         self.restarts = 0
 
     def run(self) -> None:
-        # Biggest files first: the last tasks to finish are then small ones, so no worker waits
-        # at the end for another's big trace (longest-processing-time-first scheduling).
-        todo: deque[int] = deque(sorted(range(len(self.tasks)),
-                                        key=lambda i: -_file_size(self.tasks[i][0])))
+        todo: deque[int] = deque(biggest_first(self.tasks))
         while todo:
             suspects, culprits = self._round(todo, self.workers)
             if not suspects:
