@@ -176,15 +176,18 @@ def _other_phase(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: by
     head = buf[np.minimum(window, ends[:, None])]
     blank = (head == SPACE) | (head == NEWLINE) | (head == CR) | (head == ord("\t"))
     pos = starts + 1 + np.argmin(blank, axis=1)  # first byte that is not whitespace
-    key = buf[np.minimum(pos[:, None] + np.arange(10), ends[:, None])]
-    phase = key[:, 7]
-    return (
-        (pos + 9 < ends)
-        & (key[:, :7] == PHASE_KEY).all(axis=1)
-        & (key[:, 8] == ord('"'))
-        & ~np.isin(phase, np.frombuffer(keep, dtype=np.uint8))
-        & (phase != ord("\\"))  # an escape: not a plain one-letter value
-    )
+    return _phase_not_kept(buf, pos, ends, keep)
+
+
+def _phase_not_kept(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray, keep: bytes) -> np.ndarray:
+    """Whether ``"ph": "<letter>"`` starts at each ``pos`` (before the event's closing brace at
+    ``ends``) with a plain letter not in ``keep``."""
+    hit = pos + 9 < ends
+    for j, byte in enumerate(PHASE_KEY):
+        hit &= buf[np.minimum(pos + j, ends)] == byte
+    phase = buf[np.minimum(pos + 7, ends)]
+    hit &= buf[np.minimum(pos + 8, ends)] == QUOTE
+    return hit & ~np.isin(phase, np.frombuffer(keep, dtype=np.uint8)) & (phase != BACKSLASH)
 
 
 def _learn_layout(buf: np.ndarray, raw: bytearray, opens: np.ndarray, n: int) -> bytes | None:
@@ -273,17 +276,11 @@ def _other_phase_at_offset(
     buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, keep: bytes
 ) -> np.ndarray:
     """:func:`_other_phase` for events laid out alike: the first key is looked for at the offset
-    it has in the chunk's first event, with a few gathers instead of a window per event. Events
-    laid out otherwise are kept (the decoder sorts them out)."""
+    it has in the chunk's first event, instead of in a window per event. Events laid out
+    otherwise are kept (the decoder sorts them out)."""
     head = buf[int(starts[0]) + 1 : int(starts[0]) + 25].tobytes()
     offset = 1 + len(head) - len(head.lstrip(b" \t\n\r"))
-    pos = np.minimum(starts + offset, ends)  # ends: each event's closing brace
-    hit = pos + 9 < ends
-    for j, byte in enumerate(PHASE_KEY):
-        hit &= buf[np.minimum(pos + j, ends)] == byte
-    phase = buf[np.minimum(pos + 7, ends)]
-    hit &= buf[np.minimum(pos + 8, ends)] == QUOTE
-    return hit & ~np.isin(phase, np.frombuffer(keep, dtype=np.uint8)) & (phase != BACKSLASH)
+    return _phase_not_kept(buf, np.minimum(starts + offset, ends), ends, keep)
 
 
 def iter_ndjson_chunks(
