@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.findings import Finding, RuleOutcome
+from traceanalyzer.ingest.cache import publish_dir
 from traceanalyzer.model import Trace, TraceMeta
 
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
@@ -233,21 +233,14 @@ def store_result(entry: Path, result: AnalysisResult, timeline: dict[str, Any] |
             return False
     except (TypeError, ValueError):  # a value JSON cannot hold (NumPy scalar, NaN)
         return False
+    def write(tmp: Path) -> None:
+        for name, frame in frames.items():
+            if frame is not None:
+                frame.write_ipc(tmp / f"{name}.arrow", compression="uncompressed")
+        (tmp / DOC).write_text(text, encoding="utf-8")
+
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-        try:
-            for name, frame in frames.items():
-                if frame is not None:
-                    frame.write_ipc(tmp / f"{name}.arrow", compression="uncompressed")
-            (tmp / DOC).write_text(text, encoding="utf-8")
-            try:
-                tmp.rename(entry)
-            except OSError:
-                if not entry.exists():  # lost a race with another process: theirs is as good
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        publish_dir(entry, write)
     except (OSError, pl.exceptions.PolarsError):
         return False  # a read-only or full disk only costs the speed-up
     return True

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -92,12 +93,21 @@ def _load_entry(entry: Path, path: str | os.PathLike[str]) -> Trace:
 
 
 def _store_entry(entry: Path, trace: Trace) -> None:
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-    try:
+    def write(tmp: Path) -> None:
         for name, frame in trace.frames().items():
             frame.write_parquet(tmp / f"{name}.parquet", compression="lz4", statistics=False)
         (tmp / "meta.json").write_text(json.dumps(trace.meta.to_dict()))
+
+    publish_dir(entry, write)
+
+
+def publish_dir(entry: Path, write: Callable[[Path], None]) -> None:
+    """Create the folder ``entry`` whole or not at all: ``write`` fills a temporary folder
+    beside it, which is then renamed, so readers never see a half-written cache entry."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    try:
+        write(tmp)
         try:
             tmp.rename(entry)
         except OSError:
