@@ -78,3 +78,15 @@ class KinetoBuilder:
 @pytest.fixture
 def kineto() -> KinetoBuilder:
     return KinetoBuilder()
+
+
+def assert_engines_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nsys ingest gives the same frames through connectorx and through sqlite3."""
+    from traceanalyzer.ingest.nsys import read_nsys
+
+    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", "sqlite3")
+    slow = read_nsys(path)
+    monkeypatch.delenv("TRACEANALYZER_SQLITE_ENGINE")
+    fast = read_nsys(path)
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name

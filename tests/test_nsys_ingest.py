@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import assert_engines_agree
 from nsys_fixtures import NsysBuilder, global_pid
 
 from traceanalyzer.errors import InputError
@@ -126,12 +127,7 @@ def test_nvtx_annotations(export, engine):
 
 
 def test_engines_agree(export, monkeypatch):
-    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", "sqlite3")
-    slow = read_nsys(export)
-    monkeypatch.delenv("TRACEANALYZER_SQLITE_ENGINE")
-    fast = read_nsys(export)
-    for name, frame in fast.frames().items():
-        assert frame.equals(slow.frames()[name]), name
+    assert_engines_agree(export, monkeypatch)
 
 
 def test_dispatch_by_sniffing(export):

@@ -7,10 +7,9 @@ join (up to RANK_CHAIN_MAX ranks), names mapped per distinct id.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
+from conftest import assert_engines_agree
 from nsys_fixtures import NsysBuilder
 
 from traceanalyzer.ingest import nsys
@@ -24,15 +23,6 @@ ENGINES = ["sqlite3"] + (["connectorx"] if sqc.engine() == "connectorx" else [])
 def engine(request, monkeypatch):
     monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", request.param)
     return request.param
-
-
-def _engines_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", "sqlite3")
-    slow = read_nsys(path)
-    monkeypatch.delenv("TRACEANALYZER_SQLITE_ENGINE")
-    fast = read_nsys(path)
-    for name, frame in fast.frames().items():
-        assert frame.equals(slow.frames()[name]), name
 
 
 def test_registered_and_inline_nvtx_text(tmp_path, engine):
@@ -60,7 +50,7 @@ def test_first_nvtx_row_without_any_text(tmp_path, monkeypatch):
     b.rows["NVTX_EVENTS"].append(dict(start=500, end=600, eventType=59, textId=999_999,
                                       globalTid=b.rows["NVTX_EVENTS"][0]["globalTid"]))
     path = b.write(tmp_path / "t.sqlite")
-    _engines_agree(path, monkeypatch)
+    assert_engines_agree(path, monkeypatch)
     if sqc.engine() == "connectorx":
         def no_fallback(*args, **kwargs):
             raise AssertionError("fell back to sqlite3")

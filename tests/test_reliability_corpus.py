@@ -155,28 +155,18 @@ def _text(name: str, text: str) -> Callable[[Path], Path]:
     return _raw(name, text.encode())
 
 
-def _nested_args(depth: int) -> Callable[[Path], Path]:
+def _nested_args(depth: int, ts: str = "1") -> Callable[[Path], Path]:
+    # ts="NaN": a NaN literal makes the fast NDJSON reader reject the chunk, so the per-line
+    # fallback with json.loads meets the deep nesting too.
     def make(tmp: Path) -> Path:
         events = json.dumps(base_events())[1:-1]
-        deep = '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": 1, ' \
-               '"dur": 1, "args": {"x": ' + "[" * depth + "]" * depth + "}}"
-        p = tmp / f"nested_{depth}.json"
+        deep = '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": ' + ts + \
+               ', "dur": 1, "args": {"x": ' + "[" * depth + "]" * depth + "}}"
+        p = tmp / f"nested_{ts}_{depth}.json"
         p.write_text('{"traceEvents": [' + events + ", " + deep + "]}")
         return p
     return make
 
-
-def _nested_args_slow_path(depth: int) -> Callable[[Path], Path]:
-    # A NaN literal makes the fast NDJSON reader reject the chunk: the per-line fallback with
-    # json.loads then meets the deep nesting too.
-    def make(tmp: Path) -> Path:
-        events = json.dumps(base_events())[1:-1]
-        deep = '{"ph": "X", "cat": "cpu_op", "name": "deep", "pid": 1, "tid": 1, "ts": NaN, ' \
-               '"dur": 1, "args": {"x": ' + "[" * depth + "]" * depth + "}}"
-        p = tmp / f"nested_slow_{depth}.json"
-        p.write_text('{"traceEvents": [' + events + ", " + deep + "]}")
-        return p
-    return make
 
 
 def _gzip(name: str, data: bytes, cut: int | None = None, flip: int | None = None) -> Callable:
@@ -272,7 +262,7 @@ CASES: dict[str, Case] = {
     "invalid_utf8_raw": (_raw("utf8raw.json", GOOD_TEXT.encode().replace(b"k_b", b"k_\xc3\x28\xff")),
                          "ok", None),
     "deeply_nested_args": (_nested_args(100_000), "either", None),
-    "deeply_nested_args_slow_path": (_nested_args_slow_path(100_000), "either", None),
+    "deeply_nested_args_slow_path": (_nested_args(100_000, ts="NaN"), "either", None),
     "deeply_nested_metadata_before": (_text("deepmeta.json", '{"x": ' + "[" * 100_000 +
                                              "]" * 100_000 + ', "traceEvents": []}'), "ok",
                                       "metadata"),

@@ -206,18 +206,8 @@ def test_annotated_trace_is_valid_json(reports: dict) -> None:
 # --annotate never overwrites its input
 
 
-def test_annotate_refuses_its_input(tmp_path: Path) -> None:
-    trace = tmp_path / "t.json"
-    trace.write_text(json.dumps(hostile_trace()), encoding="utf-8")
-    before = trace.read_bytes()
-    proc = run("analyze", str(trace), "--no-cache", "--annotate", str(trace))
-    assert proc.returncode == 2, proc.stderr
-    assert "overwrite" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert trace.read_bytes() == before
-
-
-@pytest.mark.parametrize("option", ["--json", "--html", "--markdown"])
-def test_reports_refuse_to_overwrite_the_input(option: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("option", ["--annotate", "--json", "--html", "--markdown"])
+def test_outputs_refuse_to_overwrite_the_input(option: str, tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps(hostile_trace()), encoding="utf-8")
     before = trace.read_bytes()
