@@ -233,16 +233,20 @@ def empty_frame(name: str) -> pl.DataFrame:
 
 
 def conform_lazy(frame: pl.DataFrame | pl.LazyFrame, name: str,
-                 exclude: tuple[str, ...] = ()) -> pl.LazyFrame:
+                 exclude: tuple[str, ...] = (),
+                 dtypes: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:
     """Select and cast ``frame``'s columns into the canonical schema of ``name``, lazily.
 
     Columns the frame lacks are added as nulls, so an ingestor only builds what its format has.
-    ``exclude`` leaves out columns an ingestor fills in later.
+    ``exclude`` leaves out columns an ingestor fills in later; ``dtypes`` keeps some columns in
+    another type for a while (e.g. names as categories until the last sort).
     """
     lazy = frame.lazy()
     have = lazy.collect_schema().names()
+    dtypes = dtypes or {}
     return lazy.select(
-        (pl.col(col) if col in have else pl.lit(None)).cast(dtype, strict=False).alias(col)
+        (pl.col(col) if col in have else pl.lit(None))
+        .cast(dtypes.get(col, dtype), strict=False).alias(col)
         for col, dtype in FRAME_SCHEMAS[name].items()
         if col not in exclude
     )

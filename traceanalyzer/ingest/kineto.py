@@ -539,12 +539,7 @@ def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.Dat
     ).height
     # Sorted and deduplicated while names are still categories (cheap to move and compare),
     # then cast to the canonical types once.
-    have = gpu.columns
-    canonical = gpu.lazy().select(
-        (pl.col(col) if col in have else pl.lit(None))
-        .cast(pl.Categorical if col == "name" else dtype, strict=False).alias(col)
-        for col, dtype in FRAME_SCHEMAS["gpu"].items()
-    )
+    canonical = conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical})
     del gpu
     rows_in = rows.height
     deduped = canonical.sort("start_ns", maintain_order=True).unique(maintain_order=True).collect()
