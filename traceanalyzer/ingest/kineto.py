@@ -29,6 +29,7 @@ import polars.selectors as cs
 
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest import eventdecode
 from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
 from traceanalyzer.model import (
     FRAME_SCHEMAS,
@@ -222,12 +223,14 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
 
 
 def _decode_chunk(chunk: bytes, scan: ScanResult) -> _Parts:
-    try:
-        frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
-    except pl.exceptions.PolarsError:
-        if scan.split_by_layout:
-            raise _LayoutMismatch from None
-        frame = _decode_chunk_slowly(chunk, scan)
+    frame = eventdecode.decode(chunk, EVENT_SCHEMA)
+    if frame is None:  # no compiled decoder, or a chunk it leaves to Polars
+        try:
+            frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
+        except pl.exceptions.PolarsError:
+            if scan.split_by_layout:
+                raise _LayoutMismatch from None
+            frame = _decode_chunk_slowly(chunk, scan)
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     return _reduce(frame)
 

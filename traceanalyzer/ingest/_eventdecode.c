@@ -1,0 +1,633 @@
+/* Kineto event decoder: NDJSON lines of trace events straight into typed columns.
+ *
+ * Polars' NDJSON reader is the reference (traceanalyzer/ingest/kineto.py falls back to it). It
+ * tokenizes every value of every event, and costs about 8 CPU-s per GB of trace; this decoder
+ * validates the same JSON but only converts the fields asked for, at a fraction of that.
+ *
+ * The contract is "same frame as Polars or no frame": whatever this decoder is not sure to read
+ * exactly as Polars does (a field of an unexpected JSON type, escapes in keys, floats inside a
+ * text field, duplicate keys, invalid JSON or UTF-8, numbers beyond int64, ...) makes decode()
+ * return None, and the caller decodes that chunk with Polars. Real traces almost never hit that.
+ *
+ * decode(chunk, top_fields, args_key, arg_fields) -> None | (rows, args_valid, top_cols, arg_cols)
+ *   *_fields: tuple of (key: bytes, kind: int), kind 0 = text, 1 = int64, 2 = float64
+ *   a text column is (offsets: int64 bytes, data: bytes, valid: bytes); a number column is
+ *   (values: bytes, valid: bytes); valid holds one byte per row.
+ *
+ * What Polars does, and so this decoder: a line holding only whitespace is no row; a text field
+ * holding a number, boolean, list or object gets that value as JSON text with ", " and ": "
+ * separators; an integer read as float64 is converted; "args" missing or null is a null struct.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_TEXT = 0, K_INT = 1, K_FLOAT = 2 };
+enum { OK = 0, BAIL = -1, NOMEM = -2 };
+#define MAX_FIELDS 64
+#define MAX_DEPTH 64
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_grow(Buf *b, size_t extra) {
+    size_t cap = b->cap ? b->cap : 1 << 12;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return NOMEM;
+    b->p = p;
+    b->cap = cap;
+    return OK;
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n)) return NOMEM;
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return OK;
+}
+
+typedef struct {
+    const char *key;
+    size_t keylen;
+    int kind;
+    int seen; /* set in the current row */
+    Buf values, offsets, valid;
+} Field;
+
+#define SLOTS 128 /* open-addressing hash of the keys: an event has ~20 keys to look up */
+typedef struct {
+    Field f[MAX_FIELDS];
+    int n;
+    signed char slot[SLOTS];
+} Table;
+
+static inline unsigned key_hash(const unsigned char *a, size_t n) {
+    return n ? (unsigned)(n * 31 + a[0] * 7 + a[n - 1]) % SLOTS : 0;
+}
+
+typedef const unsigned char *Ptr;
+
+/* Byte classes inside a string: 0 plain ASCII, 1 quote or backslash, 2 control, 3 non-ASCII. */
+static unsigned char STR_CLASS[256];
+
+static void init_tables(void) {
+    for (int c = 0; c < 256; c++) STR_CLASS[c] = c < 0x20 ? 2 : (c >= 0x80 ? 3 : 0);
+    STR_CLASS['"'] = 1;
+    STR_CLASS['\\'] = 1;
+}
+
+static inline Ptr skip_ws(Ptr s, Ptr e) {
+    /* A newline ends the NDJSON line: inside an event it is an error, so it is not whitespace. */
+    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    return s;
+}
+
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int read_hex4(Ptr s, Ptr e, unsigned *out) {
+    if (e - s < 4) return BAIL;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(s[i]);
+        if (h < 0) return BAIL;
+        v = v << 4 | (unsigned)h;
+    }
+    *out = v;
+    return OK;
+}
+
+/* Length of the valid UTF-8 sequence at s (no overlongs, no surrogates, <= U+10FFFF), or 0. */
+static int utf8_len(Ptr s, Ptr e) {
+    unsigned c = s[0];
+    int n;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) n = 2, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, min = 0x10000;
+    else return 0;
+    if (e - s < n) return 0;
+    unsigned cp = c & (0x3F >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+/* Scan the string starting at the quote *s; on success *s is past the closing quote and
+ * [*start, *stop) is the raw content. */
+static int scan_string(Ptr *ps, Ptr e, Ptr *start, Ptr *stop, int *escaped) {
+    Ptr s = *ps + 1;
+    *start = s;
+    *escaped = 0;
+    for (;;) {
+        while (s < e && STR_CLASS[*s] == 0) s++;
+        if (s >= e) return BAIL;
+        unsigned c = *s;
+        if (c == '"') break;
+        if (c == '\\') {
+            *escaped = 1;
+            if (s + 1 >= e) return BAIL;
+            unsigned x = s[1];
+            if (x == 'u') {
+                unsigned v;
+                if (read_hex4(s + 2, e, &v)) return BAIL;
+                s += 6;
+            } else if (x == '"' || x == '\\' || x == '/' || x == 'b' || x == 'f' || x == 'n' ||
+                       x == 'r' || x == 't') {
+                s += 2;
+            } else {
+                return BAIL;
+            }
+        } else if (c < 0x20) {
+            return BAIL; /* raw control characters are not JSON */
+        } else {
+            int n = utf8_len(s, e);
+            if (!n) return BAIL;
+            s += n;
+        }
+    }
+    *stop = s;
+    *ps = s + 1;
+    return OK;
+}
+
+static int put_utf8(Buf *b, unsigned cp) {
+    unsigned char out[4];
+    size_t n;
+    if (cp < 0x80) out[0] = (unsigned char)cp, n = 1;
+    else if (cp < 0x800) out[0] = 0xC0 | cp >> 6, out[1] = 0x80 | (cp & 0x3F), n = 2;
+    else if (cp < 0x10000)
+        out[0] = 0xE0 | cp >> 12, out[1] = 0x80 | ((cp >> 6) & 0x3F), out[2] = 0x80 | (cp & 0x3F),
+        n = 3;
+    else
+        out[0] = 0xF0 | cp >> 18, out[1] = 0x80 | ((cp >> 12) & 0x3F),
+        out[2] = 0x80 | ((cp >> 6) & 0x3F), out[3] = 0x80 | (cp & 0x3F), n = 4;
+    return buf_put(b, out, n);
+}
+
+/* The decoded text of a scanned string (escapes already validated by scan_string). */
+static int unescape(Buf *b, Ptr s, Ptr e) {
+    while (s < e) {
+        Ptr run = s;
+        while (s < e && *s != '\\') s++;
+        if (s > run && buf_put(b, run, (size_t)(s - run))) return NOMEM;
+        if (s >= e) break;
+        unsigned x = s[1];
+        if (x != 'u') {
+            char c = x == 'b' ? '\b' : x == 'f' ? '\f' : x == 'n' ? '\n' : x == 'r' ? '\r'
+                   : x == 't' ? '\t' : (char)x;
+            if (buf_put(b, &c, 1)) return NOMEM;
+            s += 2;
+            continue;
+        }
+        unsigned cp;
+        read_hex4(s + 2, e, &cp);
+        s += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            unsigned lo;
+            if (e - s < 6 || s[0] != '\\' || s[1] != 'u' || read_hex4(s + 2, e, &lo) ||
+                lo < 0xDC00 || lo > 0xDFFF)
+                return BAIL;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            s += 6;
+        } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return BAIL;
+        }
+        int rc = put_utf8(b, cp);
+        if (rc) return rc;
+    }
+    return OK;
+}
+
+typedef struct {
+    Ptr start, stop;
+    int is_int;
+    int int_ok; /* is_int and within int64 */
+    int64_t value;
+} Number;
+
+static inline int is_delim(Ptr s, Ptr e) {
+    return s >= e || *s == ',' || *s == '}' || *s == ']' || *s == ' ' || *s == '\t' ||
+           *s == '\r' || *s == '\n';
+}
+
+/* Validate a JSON number at *ps (the grammar, and that it is finite) and read integers. */
+static int scan_number(Ptr *ps, Ptr e, Number *num) {
+    Ptr s = *ps;
+    num->start = s;
+    int neg = 0;
+    if (s < e && *s == '-') neg = 1, s++;
+    if (s >= e) return BAIL;
+    Ptr digits = s;
+    if (*s == '0') s++;
+    else if (*s >= '1' && *s <= '9')
+        while (s < e && *s >= '0' && *s <= '9') s++;
+    else return BAIL;
+    size_t ndigits = (size_t)(s - digits);
+    int has_frac = 0, has_exp = 0;
+    if (s < e && *s == '.') {
+        has_frac = 1;
+        s++;
+        Ptr f = s;
+        while (s < e && *s >= '0' && *s <= '9') s++;
+        if (s == f) return BAIL;
+    }
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        has_exp = 1;
+        s++;
+        if (s < e && (*s == '+' || *s == '-')) s++;
+        Ptr x = s;
+        while (s < e && *s >= '0' && *s <= '9') s++;
+        if (s == x) return BAIL;
+    }
+    if (!is_delim(s, e)) return BAIL;
+    num->stop = s;
+    num->is_int = !has_frac && !has_exp;
+    num->int_ok = 0;
+    if (num->is_int) {
+        if (ndigits >= 20) return BAIL; /* beyond uint64: Polars' reader gives up */
+        uint64_t v = 0;
+        for (Ptr d = digits; d < s; d++) v = v * 10 + (uint64_t)(*d - '0');
+        if (!neg && v <= (uint64_t)INT64_MAX) num->value = (int64_t)v, num->int_ok = 1;
+        else if (neg && v <= (uint64_t)INT64_MAX + 1) num->value = (int64_t)(0 - v), num->int_ok = 1;
+    } else if (has_exp || s - num->start > 300) {
+        char tmp[512];
+        size_t n = (size_t)(s - num->start);
+        if (n >= sizeof tmp) return BAIL;
+        memcpy(tmp, num->start, n);
+        tmp[n] = 0;
+        if (isinf(strtod(tmp, NULL))) return BAIL; /* Polars rejects numbers beyond float64 */
+    }
+    *ps = s;
+    return OK;
+}
+
+static double number_as_double(const Number *num) {
+    if (num->int_ok) return (double)num->value;
+    char tmp[512];
+    size_t n = (size_t)(num->stop - num->start);
+    memcpy(tmp, num->start, n);
+    tmp[n] = 0;
+    return strtod(tmp, NULL); /* correctly rounded, as Polars' parser */
+}
+
+static int match_literal(Ptr *ps, Ptr e, const char *lit, size_t n) {
+    if ((size_t)(e - *ps) < n || memcmp(*ps, lit, n) || !is_delim(*ps + n, e)) return BAIL;
+    *ps += n;
+    return OK;
+}
+
+/* Validate any JSON value at *ps; with out != NULL also write it as Polars writes JSON text. */
+static int value(Ptr *ps, Ptr e, Buf *out, int depth) {
+    Ptr s = *ps;
+    if (s >= e) return BAIL;
+    int rc;
+    switch (*s) {
+    case '"': {
+        Ptr a, b;
+        int escaped;
+        if (scan_string(&s, e, &a, &b, &escaped)) return BAIL;
+        if (out) {
+            if (escaped) return BAIL; /* Polars re-escapes these its own way */
+            if ((rc = buf_put(out, a - 1, (size_t)(b - a) + 2))) return rc;
+        }
+        break;
+    }
+    case '[':
+    case '{': {
+        int obj = *s == '{';
+        char close = obj ? '}' : ']';
+        if (depth >= MAX_DEPTH) return BAIL;
+        if (obj && out) return BAIL; /* objects in text fields: Polars' key order is unclear */
+        if (out && (rc = buf_put(out, s, 1))) return rc;
+        s = skip_ws(s + 1, e);
+        if (s < e && *s == close) {
+            s++;
+        } else {
+            for (int first = 1;; first = 0) {
+                if (out && !first && (rc = buf_put(out, ", ", 2))) return rc;
+                if (obj) {
+                    if (s >= e || *s != '"') return BAIL;
+                    if ((rc = value(&s, e, out, depth + 1))) return rc;
+                    s = skip_ws(s, e);
+                    if (s >= e || *s != ':') return BAIL;
+                    if (out && (rc = buf_put(out, ": ", 2))) return rc;
+                    s = skip_ws(s + 1, e);
+                }
+                if ((rc = value(&s, e, out, depth + 1))) return rc;
+                s = skip_ws(s, e);
+                if (s < e && *s == ',') {
+                    s = skip_ws(s + 1, e);
+                    continue;
+                }
+                if (s < e && *s == close) {
+                    s++;
+                    break;
+                }
+                return BAIL;
+            }
+        }
+        if (out && (rc = buf_put(out, &close, 1))) return rc;
+        break;
+    }
+    case 't':
+        if (match_literal(&s, e, "true", 4)) return BAIL;
+        if (out && (rc = buf_put(out, "true", 4))) return rc;
+        break;
+    case 'f':
+        if (match_literal(&s, e, "false", 5)) return BAIL;
+        if (out && (rc = buf_put(out, "false", 5))) return rc;
+        break;
+    case 'n':
+        if (match_literal(&s, e, "null", 4)) return BAIL;
+        if (out && (rc = buf_put(out, "null", 4))) return rc;
+        break;
+    default: {
+        Number num;
+        if (scan_number(&s, e, &num)) return BAIL;
+        if (out) {
+            /* Polars prints floats in its own shortest form, and -0 as 0; other integers as written */
+            if (!num.int_ok || (num.value == 0 && *num.start == '-')) return BAIL;
+            if ((rc = buf_put(out, num.start, (size_t)(num.stop - num.start)))) return rc;
+        }
+    }
+    }
+    *ps = s;
+    return OK;
+}
+
+static int put_null(Field *f) {
+    static const char zero[8] = {0};
+    char no = 0;
+    int rc = buf_put(&f->valid, &no, 1);
+    if (rc) return rc;
+    if (f->kind == K_TEXT) return buf_put(&f->offsets, &f->values.len, 8);
+    return buf_put(&f->values, zero, 8);
+}
+
+/* Read the value at *ps into field f (one row). As Polars with ignore_errors: a number field
+ * holding another JSON type is null (an int64 field takes only integers within int64). */
+static int field_value(Ptr *ps, Ptr e, Field *f) {
+    Ptr s = *ps;
+    int rc;
+    char yes = 1;
+    if (f->kind == K_TEXT) {
+        if (*s == 'n') {
+            if ((rc = match_literal(&s, e, "null", 4))) return rc;
+            *ps = s;
+            return put_null(f);
+        }
+        if (*s == '"') {
+            Ptr a, b;
+            int escaped;
+            if (scan_string(&s, e, &a, &b, &escaped)) return BAIL;
+            if (escaped) rc = unescape(&f->values, a, b);
+            else rc = buf_put(&f->values, a, (size_t)(b - a));
+            if (rc) return rc;
+        } else if ((rc = value(&s, e, &f->values, 0))) {
+            return rc;
+        }
+        if ((rc = buf_put(&f->offsets, &f->values.len, 8))) return rc;
+    } else {
+        Number num;
+        int numeric = *s == '-' || (*s >= '0' && *s <= '9');
+        if (!numeric || scan_number(&s, e, &num) || (f->kind == K_INT && !num.int_ok)) {
+            s = *ps;
+            if ((rc = value(&s, e, NULL, 1))) return rc;
+            *ps = s;
+            return put_null(f);
+        }
+        if (f->kind == K_INT) {
+            rc = buf_put(&f->values, &num.value, 8);
+        } else {
+            double d = number_as_double(&num);
+            rc = buf_put(&f->values, &d, 8);
+        }
+        if (rc) return rc;
+    }
+    if ((rc = buf_put(&f->valid, &yes, 1))) return rc;
+    *ps = s;
+    return OK;
+}
+
+static inline Field *lookup(Table *t, Ptr key, size_t n) {
+    for (unsigned h = key_hash(key, n); t->slot[h] >= 0; h = (h + 1) % SLOTS) {
+        Field *f = &t->f[t->slot[h]];
+        if (f->keylen == n && !memcmp(f->key, key, n)) return f;
+    }
+    return NULL;
+}
+
+/* The fields of one event: the top-level keys asked for, and those of its "args" object. */
+typedef struct {
+    Table top, args;
+    const char *args_key;
+    size_t args_len;
+} Spec;
+
+static int object(Ptr *ps, Ptr e, Table *t, Spec *spec, int *args_present);
+
+static int args_value(Ptr *ps, Ptr e, Spec *spec, int *args_present) {
+    if (*args_present) return BAIL; /* a duplicate "args" */
+    *args_present = 1;
+    if (**ps == '{') {
+        *args_present = 2;
+        return object(ps, e, &spec->args, NULL, NULL);
+    }
+    return value(ps, e, NULL, 1); /* anything else: a null struct, as in Polars */
+}
+
+/* One object whose known keys fill the fields of t; with spec, "args" fills spec->args
+ * (*args_present: 0 no "args", 1 not an object, 2 an object). */
+static int object(Ptr *ps, Ptr e, Table *t, Spec *spec, int *args_present) {
+    Ptr s = skip_ws(*ps + 1, e);
+    int rc;
+    for (int i = 0; i < t->n; i++) t->f[i].seen = 0;
+    if (s < e && *s == '}') goto close;
+    for (;;) {
+        if (s >= e || *s != '"') return BAIL;
+        Ptr a, b;
+        int escaped;
+        if (scan_string(&s, e, &a, &b, &escaped) || escaped) return BAIL;
+        s = skip_ws(s, e);
+        if (s >= e || *s != ':') return BAIL;
+        s = skip_ws(s + 1, e);
+        size_t n = (size_t)(b - a);
+        Field *f = lookup(t, a, n);
+        if (f) {
+            if (f->seen) return BAIL; /* a duplicate key */
+            f->seen = 1;
+            rc = field_value(&s, e, f);
+        } else if (spec && n == spec->args_len && !memcmp(a, spec->args_key, n)) {
+            rc = args_value(&s, e, spec, args_present);
+        } else {
+            rc = value(&s, e, NULL, 1);
+        }
+        if (rc) return rc;
+        s = skip_ws(s, e);
+        if (s < e && *s == ',') {
+            s = skip_ws(s + 1, e);
+            continue;
+        }
+        if (s < e && *s == '}') break;
+        return BAIL;
+    }
+close:
+    for (int i = 0; i < t->n; i++)
+        if (!t->f[i].seen && (rc = put_null(&t->f[i]))) return rc;
+    *ps = s + 1;
+    return OK;
+}
+
+static int decode_lines(Ptr s, Ptr e, Spec *spec, Buf *args_valid, Py_ssize_t *rows) {
+    int rc;
+    while (s < e) {
+        s = skip_ws(s, e);
+        if (s < e && *s == '\n') {
+            s++;
+            continue;
+        }
+        if (s >= e) break;
+        if (*s != '{') return BAIL;
+        int present = 0;
+        if ((rc = object(&s, e, &spec->top, spec, &present))) return rc;
+        if (present != 2)
+            for (int i = 0; i < spec->args.n; i++)
+                if ((rc = put_null(&spec->args.f[i]))) return rc;
+        char flag = present == 2;
+        if ((rc = buf_put(args_valid, &flag, 1))) return rc;
+        s = skip_ws(s, e);
+        if (s < e && *s != '\n') return BAIL; /* more than one value on the line */
+        (*rows)++;
+    }
+    return OK;
+}
+
+static int load_table(PyObject *spec, Table *t) {
+    PyObject *seq = PySequence_Fast(spec, "fields must be a sequence");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_FIELDS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many fields");
+        return -1;
+    }
+    t->n = 0;
+    memset(t->slot, -1, sizeof t->slot);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char *key;
+        Py_ssize_t keylen;
+        int kind;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "y#i", &key, &keylen, &kind)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        Field *f = &t->f[t->n++];
+        memset(f, 0, sizeof *f);
+        f->key = key; /* borrowed: the spec outlives the call */
+        f->keylen = (size_t)keylen;
+        f->kind = kind;
+        unsigned h = key_hash((const unsigned char *)key, f->keylen);
+        while (t->slot[h] >= 0) h = (h + 1) % SLOTS;
+        t->slot[h] = (signed char)(t->n - 1);
+        if (kind == K_TEXT && buf_put(&f->offsets, &f->values.len, 8)) {
+            Py_DECREF(seq);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static void free_table(Table *t) {
+    for (int i = 0; i < t->n; i++) {
+        free(t->f[i].values.p);
+        free(t->f[i].offsets.p);
+        free(t->f[i].valid.p);
+    }
+}
+
+static PyObject *as_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len); }
+
+static PyObject *columns(Table *t) {
+    PyObject *list = PyList_New(t->n);
+    if (!list) return NULL;
+    for (int i = 0; i < t->n; i++) {
+        Field *f = &t->f[i];
+        PyObject *col = f->kind == K_TEXT
+            ? Py_BuildValue("(NNN)", as_bytes(&f->offsets), as_bytes(&f->values), as_bytes(&f->valid))
+            : Py_BuildValue("(NN)", as_bytes(&f->values), as_bytes(&f->valid));
+        if (!col) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, col);
+    }
+    return list;
+}
+
+static PyObject *decode(PyObject *self, PyObject *py_args) {
+    Py_buffer chunk;
+    PyObject *top_spec, *arg_spec;
+    Py_ssize_t args_len;
+    Spec *spec = calloc(1, sizeof(Spec));
+    if (!spec) return PyErr_NoMemory();
+    if (!PyArg_ParseTuple(py_args, "y*Oy#O", &chunk, &top_spec, &spec->args_key, &args_len,
+                          &arg_spec)) {
+        free(spec);
+        return NULL;
+    }
+    spec->args_len = (size_t)args_len;
+    Buf args_valid = {0};
+    PyObject *result = NULL;
+    if (!load_table(top_spec, &spec->top) && !load_table(arg_spec, &spec->args)) {
+        Py_ssize_t rows = 0;
+        int rc;
+        Ptr s = (Ptr)chunk.buf;
+        Py_BEGIN_ALLOW_THREADS
+        rc = decode_lines(s, s + chunk.len, spec, &args_valid, &rows);
+        Py_END_ALLOW_THREADS
+        if (rc == NOMEM)
+            PyErr_NoMemory();
+        else if (rc == BAIL)
+            result = Py_NewRef(Py_None);
+        else
+            result = Py_BuildValue("(nNNN)", rows, as_bytes(&args_valid), columns(&spec->top),
+                                   columns(&spec->args));
+    }
+    free_table(&spec->top);
+    free_table(&spec->args);
+    free(spec);
+    free(args_valid.p);
+    PyBuffer_Release(&chunk);
+    return result;
+}
+
+static PyMethodDef METHODS[] = {
+    {"decode", decode, METH_VARARGS, "Decode NDJSON trace events into columns, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {
+    PyModuleDef_HEAD_INIT, "_eventdecode", "Kineto event decoder (see _eventdecode.c).", -1, METHODS,
+};
+
+PyMODINIT_FUNC PyInit__eventdecode(void) {
+    init_tables();
+    return PyModule_Create(&MODULE);
+}
