@@ -111,8 +111,6 @@ def test_values_read_like_polars(line, expected):
         b'{"ph": "X", "args": {"Input Dims": {"a": 1}}}',
         b'{"ph": "X", "args": {"Input type": ["a\\"b"]}}',
         b'{"p\\u0068": "X"}',  # an escaped key
-        b'{"ph": "X"} {"ph": "i"}',  # two objects on one line
-        b'{"ph": "X",\n"name": "k"}',  # an object over two lines
         b'["X"]',
         b'{"ph": "X", "ts": NaN}',
         b'{"ph": "X", "ts": 1e999}',
@@ -133,6 +131,16 @@ def test_blank_lines_are_no_rows():
     line = json.dumps(EVENT).encode()
     frame = assert_same_or_declined(b"\n  \t\n" + line + b"\n\r\n" + line + b"  ")
     assert frame is not None and frame.height == 2
+
+
+def test_events_as_the_array_holds_them():
+    """Pretty-printed, comma-separated events decode as the same events one per line."""
+    batch = [EVENT, {**EVENT, "args": {"Input Dims": [[1, 2]], "External id": 3}}, {"ph": "i"}]
+    as_array = ",\n".join(json.dumps(e, indent=2) for e in batch).encode() + b",\n  "
+    one_per_line = "\n".join(json.dumps(e) for e in batch).encode()
+    assert_frame_equal(eventdecode.decode(as_array, EVENT_SCHEMA), polars_frame(one_per_line))
+    for broken in (b"," + as_array, as_array + b",", as_array[:-40], b"[" + as_array):
+        assert eventdecode.decode(broken, EVENT_SCHEMA) is None
 
 
 KEYS = [*EVENT_SCHEMA, *ARG_FIELDS, "cbid", "Trace name"]

@@ -160,3 +160,60 @@ def test_real_traces_split_alike_by_layout_and_by_scan(path):
     # Every public trace but the one-line vLLM export is laid out one event per line set.
     if b"\n  {" in data[:100_000] or b"\n    {" in data[:100_000]:
         assert fast_scan.split_by_layout > 0
+
+
+def _decoded_events(data: bytes, chunk: int, raw_runs: bool):
+    """The kept events of every piece, decoded (runs in place, NDJSON as lines)."""
+    import polars as pl
+
+    from traceanalyzer.ingest import eventdecode
+    from traceanalyzer.ingest.kineto import EVENT_SCHEMA, KEPT_PHASES
+
+    scan = ScanResult()
+    frames = []
+    for piece in iter_ndjson_chunks(io.BytesIO(data), scan, chunk_bytes=chunk,
+                                    keep_phases=b"XiI", by_layout=True, raw_runs=raw_runs):
+        runs = isinstance(piece, jsonscan.EventRun)
+        frame = eventdecode.decode(piece.data if runs else piece, EVENT_SCHEMA)
+        assert frame is not None
+        frames.append(frame.filter(pl.col("ph").is_in(KEPT_PHASES)))
+    return pl.concat(frames), scan
+
+
+needs_decoder = pytest.mark.skipif(
+    not __import__("traceanalyzer.ingest.eventdecode").ingest.eventdecode.AVAILABLE,
+    reason="the C event decoder is not built",
+)
+
+
+@needs_decoder
+@pytest.mark.parametrize("indent", [1, 2, 4, "\t"])
+@pytest.mark.parametrize("chunk", [300, 1000, 4096, 50_000])
+def test_runs_cut_in_place_decode_like_the_scan(indent, chunk):
+    evs = events(150)
+    for i in range(0, 150, 7):
+        evs.insert(i, {"ph": "f", "id": i, "ts": i, "cat": "ac2g", "name": "flow"})
+    data = json.dumps({"traceEvents": evs, "traceName": "t"}, indent=indent).encode()
+    runs, scan = _decoded_events(data, chunk, raw_runs=True)
+    lines, _ = _decoded_events(data, chunk, raw_runs=False)
+    assert runs.equals(lines) and runs.height == 150
+    if 4096 <= chunk < len(data) // 4:  # several events per chunk: the layout is learned
+        assert scan.split_by_layout > 0
+
+
+@needs_decoder
+def test_run_cut_inside_an_event_is_read_again_with_the_scan(tmp_path, monkeypatch):
+    # Later events open their args on a line of its own at the event indent: the layout's cut
+    # can land inside such an event. The decoder rejects the run's unfinished last event and the
+    # reader starts over with the structural scan, losing nothing.
+    normal = ["  " + json.dumps({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1,
+                                 "tid": 1, "ts": i, "dur": 1}) for i in range(100)]
+    odd = [f'  {{"ph": "X", "cat": "cpu_op", "name": "late{i}", "pid": 1, "tid": 1, '
+           f'"ts": {1000 + i}, "dur": 1, "args":\n  {{"External id": {i}}}}}' for i in range(100)]
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": [\n' + ",\n".join(normal + odd) + "\n]}")
+    monkeypatch.setattr(jsonscan, "DEFAULT_CHUNK_BYTES", 1500)
+    monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 1500)
+    trace = read_kineto(path)
+    assert trace.cpu.height == 200
+    assert trace.cpu.filter(trace.cpu["name"] == "late99")["external_id"].to_list() == [99]

@@ -1,28 +1,32 @@
-/* Kineto event decoder: NDJSON lines of trace events straight into typed columns.
+/* Kineto event decoder: trace events straight into typed columns.
  *
  * Polars' NDJSON reader is the reference (traceanalyzer/ingest/kineto.py falls back to it). It
  * tokenizes every value of every event, and costs about 8 CPU-s per GB of trace; this decoder
  * validates the same JSON but only converts the fields asked for, at a fraction of that.
  *
- * The contract is "same frame as Polars or no frame": whatever this decoder is not sure to read
- * exactly as Polars does (a field of an unexpected JSON type, escapes in keys, floats inside a
- * text field, duplicate keys, invalid JSON or UTF-8, numbers beyond int64, ...) makes decode()
- * return None, and the caller decodes that chunk with Polars. Real traces almost never hit that.
+ * Input: complete event objects one after another, either one per line (NDJSON) or as the
+ * trace's array holds them (a comma and any whitespace between two events), so a run of events
+ * can be decoded where it lies in the file, with no NDJSON rewrite.
+ *
+ * The contract is "the events Polars would read, or nothing": whatever this decoder is not sure
+ * to read exactly as Polars does (escapes in keys, floats or objects inside a text field,
+ * duplicate keys, invalid JSON or UTF-8, integers of 20 digits, ...) makes decode() return None,
+ * and the caller decodes that piece another way. Real traces almost never hit that.
  *
  * decode(chunk, top_fields, args_key, arg_fields) -> None | (rows, args_valid, top_cols, arg_cols)
  *   *_fields: tuple of (key: bytes, kind: int), kind 0 = text, 1 = int64, 2 = float64
  *   a text column is (offsets: int64 bytes, data: bytes, valid: bytes); a number column is
  *   (values: bytes, valid: bytes); valid holds one byte per row.
  *
- * What Polars does, and so this decoder: a line holding only whitespace is no row; a text field
- * holding a number, boolean, list or object gets that value as JSON text with ", " and ": "
- * separators; an integer read as float64 is converted; "args" missing or null is a null struct.
+ * What Polars does with ignore_errors, and so this decoder: a text field holding a number,
+ * boolean or list gets that value as JSON text with ", " separators; a number field holding
+ * another type is null (int64 takes only integers within int64; float64 takes integers too);
+ * "args" missing or not an object is a null struct.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,8 +88,7 @@ static void init_tables(void) {
 }
 
 static inline Ptr skip_ws(Ptr s, Ptr e) {
-    /* A newline ends the NDJSON line: inside an event it is an error, so it is not whitespace. */
-    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    while (s < e && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++;
     return s;
 }
 
@@ -493,15 +496,11 @@ close:
     return OK;
 }
 
-static int decode_lines(Ptr s, Ptr e, Spec *spec, Buf *args_valid, Py_ssize_t *rows) {
+/* Events one after another: one per line (NDJSON), or as in the file's array, separated by a
+ * comma and whitespace. Either way each event is a complete object. */
+static int decode_events(Ptr s, Ptr e, Spec *spec, Buf *args_valid, Py_ssize_t *rows) {
     int rc;
-    while (s < e) {
-        s = skip_ws(s, e);
-        if (s < e && *s == '\n') {
-            s++;
-            continue;
-        }
-        if (s >= e) break;
+    for (s = skip_ws(s, e); s < e;) {
         if (*s != '{') return BAIL;
         int present = 0;
         if ((rc = object(&s, e, &spec->top, spec, &present))) return rc;
@@ -510,9 +509,9 @@ static int decode_lines(Ptr s, Ptr e, Spec *spec, Buf *args_valid, Py_ssize_t *r
                 if ((rc = put_null(&spec->args.f[i]))) return rc;
         char flag = present == 2;
         if ((rc = buf_put(args_valid, &flag, 1))) return rc;
-        s = skip_ws(s, e);
-        if (s < e && *s != '\n') return BAIL; /* more than one value on the line */
         (*rows)++;
+        s = skip_ws(s, e);
+        if (s < e && *s == ',') s = skip_ws(s + 1, e);
     }
     return OK;
 }
@@ -600,7 +599,7 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
         int rc;
         Ptr s = (Ptr)chunk.buf;
         Py_BEGIN_ALLOW_THREADS
-        rc = decode_lines(s, s + chunk.len, spec, &args_valid, &rows);
+        rc = decode_events(s, s + chunk.len, spec, &args_valid, &rows);
         Py_END_ALLOW_THREADS
         if (rc == NOMEM)
             PyErr_NoMemory();

@@ -57,6 +57,14 @@ class ScanResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class EventRun:
+    """Complete events as the file holds them (objects separated by a comma and whitespace),
+    yielded instead of NDJSON for a decoder that reads that form (``raw_runs``)."""
+
+    data: memoryview
+
+
 class NotATrace(ValueError):
     """The input is JSON-like but has no event array."""
 
@@ -289,7 +297,8 @@ def iter_ndjson_chunks(
     chunk_bytes: int | None = None,
     keep_phases: bytes | None = None,
     by_layout: bool = False,
-) -> Iterator[bytes]:
+    raw_runs: bool = False,
+) -> Iterator[bytes | EventRun]:
     """Yield NDJSON chunks of the trace's events; fill ``result`` with metadata and truncation.
 
     With ``keep_phases`` (e.g. ``b"XiI"``), events whose ``ph`` is plainly another one-letter
@@ -299,6 +308,11 @@ def iter_ndjson_chunks(
     own (see :func:`_learn_layout`), chunks are split by that layout alone: a pass over the
     newlines instead of the full scan. ``result.split_by_layout`` then counts such chunks; their
     lines are unverified until a JSON decoder accepts them.
+
+    With ``raw_runs`` as well, such chunks are not rewritten at all: each is cut before the last
+    event start of the layout and yielded as an :class:`EventRun`, in place, all phases kept. A
+    cut that the layout got wrong leaves an incomplete event in the run, which its decoder
+    must reject (the caller then reads the file again without the layout).
     """
     chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
     header = b""  # bytes before the event array, while it has not been found
@@ -343,7 +357,15 @@ def iter_ndjson_chunks(
             raw = _read_after(stream, carry, min(chunk_bytes, FIRST_READ_BYTES << reads))
             eof = len(raw) == len(carry)
         buf = np.frombuffer(raw, dtype=np.uint8)
-        if prefix is not None and raw.find(b"\r") < 0:
+        if prefix is not None and raw_runs:
+            cut = raw.rfind(prefix)
+            if cut > 0:
+                carry = bytes(raw[cut + len(prefix) - 1 :])
+                result.split_by_layout += 1
+                del buf
+                yield EventRun(memoryview(raw)[:cut])
+                continue
+        elif prefix is not None and raw.find(b"\r") < 0:
             split = _split_by_layout(buf, prefix, keep_phases)
             if split is not None:
                 lines, carry = split

@@ -30,7 +30,7 @@ import polars.selectors as cs
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import eventdecode
-from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
+from traceanalyzer.ingest.jsonscan import EventRun, NotATrace, ScanResult, iter_ndjson_chunks
 from traceanalyzer.model import (
     FRAME_SCHEMAS,
     Device,
@@ -214,7 +214,8 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
     """Yield NDJSON chunks; a gzip stream cut short counts as truncation, not as an error."""
     try:
         yield from iter_ndjson_chunks(stream, scan, keep_phases="".join(KEPT_PHASES).encode(),
-                                      by_layout=by_layout)
+                                      by_layout=by_layout,
+                                      raw_runs=by_layout and eventdecode.AVAILABLE)
     except (EOFError, gzip.BadGzipFile, *INFLATE_ERRORS) as exc:
         if not scan.found_events_array:
             raise
@@ -222,7 +223,13 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
         scan.warnings.append(f"compressed stream ends early ({exc}); kept the events read so far")
 
 
-def _decode_chunk(chunk: bytes, scan: ScanResult) -> _Parts:
+def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> _Parts:
+    if isinstance(chunk, EventRun):
+        # Events cut by the learned layout: a run the decoder declines may have been cut wrong.
+        frame = eventdecode.decode(chunk.data, EVENT_SCHEMA)
+        if frame is None:
+            raise _LayoutMismatch
+        return _reduce(frame)
     frame = eventdecode.decode(chunk, EVENT_SCHEMA)
     if frame is None:  # no compiled decoder, or a chunk it leaves to Polars
         try:
