@@ -13,8 +13,11 @@
  * duplicate keys, invalid JSON or UTF-8, integers of 20 digits, ...) makes decode() return None,
  * and the caller decodes that piece another way. Real traces almost never hit that.
  *
- * decode(chunk, top_fields, args_key, arg_fields) -> None | (rows, args_valid, top_cols, arg_cols)
+ * decode(chunk, top_fields, args_key, arg_fields[, keep_index, keep_values])
+ *     -> None | (rows, args_valid, top_cols, arg_cols)
  *   *_fields: tuple of (key: bytes, kind: int), kind 0 = text, 1 = int64, 2 = float64
+ *   keep_index, keep_values: only events whose top-level text field keep_index has one of these
+ *   values (a tuple of bytes) become rows, as a Polars is_in filter would keep them
  *   a text column is (offsets: int64 bytes, data: bytes, valid: bytes); a number column is
  *   (values: bytes, valid: bytes); valid holds one byte per row.
  *
@@ -435,12 +438,47 @@ static inline Field *lookup(Table *t, Ptr key, size_t n) {
     return NULL;
 }
 
-/* The fields of one event: the top-level keys asked for, and those of its "args" object. */
+#define MAX_KEEP 16
+/* The fields of one event: the top-level keys asked for, and those of its "args" object; and
+ * the values of one top-level text field (the phase) that keep an event, if any. */
 typedef struct {
     Table top, args;
     const char *args_key;
     size_t args_len;
+    Field *keep_field;
+    const char *keep[MAX_KEEP];
+    size_t keep_len[MAX_KEEP];
+    int n_keep;
 } Spec;
+
+typedef struct {
+    size_t values, offsets, valid;
+} Mark;
+
+static void mark(const Table *t, Mark *m) {
+    for (int i = 0; i < t->n; i++)
+        m[i] = (Mark){t->f[i].values.len, t->f[i].offsets.len, t->f[i].valid.len};
+}
+
+static void rollback(Table *t, const Mark *m) {
+    for (int i = 0; i < t->n; i++) {
+        t->f[i].values.len = m[i].values;
+        t->f[i].offsets.len = m[i].offsets;
+        t->f[i].valid.len = m[i].valid;
+    }
+}
+
+/* Whether the event just read has a kept value in spec->keep_field (null is not kept). */
+static int kept(const Spec *spec) {
+    const Field *f = spec->keep_field;
+    if (!f) return 1;
+    if (!f->valid.p[f->valid.len - 1]) return 0;
+    const int64_t *ends = (const int64_t *)f->offsets.p + f->offsets.len / 8 - 1;
+    size_t start = (size_t)ends[-1], n = (size_t)ends[0] - start;
+    for (int i = 0; i < spec->n_keep; i++)
+        if (spec->keep_len[i] == n && !memcmp(spec->keep[i], f->values.p + start, n)) return 1;
+    return 0;
+}
 
 static int object(Ptr *ps, Ptr e, Table *t, Spec *spec, int *args_present);
 
@@ -500,16 +538,26 @@ close:
  * comma and whitespace. Either way each event is a complete object. */
 static int decode_events(Ptr s, Ptr e, Spec *spec, Buf *args_valid, Py_ssize_t *rows) {
     int rc;
+    Mark top_mark[MAX_FIELDS], args_mark[MAX_FIELDS];
     for (s = skip_ws(s, e); s < e;) {
         if (*s != '{') return BAIL;
+        if (spec->keep_field) {
+            mark(&spec->top, top_mark);
+            mark(&spec->args, args_mark);
+        }
         int present = 0;
         if ((rc = object(&s, e, &spec->top, spec, &present))) return rc;
         if (present != 2)
             for (int i = 0; i < spec->args.n; i++)
                 if ((rc = put_null(&spec->args.f[i]))) return rc;
-        char flag = present == 2;
-        if ((rc = buf_put(args_valid, &flag, 1))) return rc;
-        (*rows)++;
+        if (kept(spec)) {
+            char flag = present == 2;
+            if ((rc = buf_put(args_valid, &flag, 1))) return rc;
+            (*rows)++;
+        } else {
+            rollback(&spec->top, top_mark);
+            rollback(&spec->args, args_mark);
+        }
         s = skip_ws(s, e);
         if (s < e && *s == ',') s = skip_ws(s + 1, e);
     }
@@ -553,6 +601,26 @@ static int load_table(PyObject *spec, Table *t) {
     return 0;
 }
 
+/* The kept values of the text field at keep_index (-1: keep every event). */
+static int load_keep(Spec *spec, Py_ssize_t keep_index, PyObject *keep) {
+    if (keep_index < 0) return 0;
+    if (keep_index >= spec->top.n || spec->top.f[keep_index].kind != K_TEXT || !keep ||
+        !PyTuple_Check(keep) || PyTuple_GET_SIZE(keep) > MAX_KEEP) {
+        PyErr_SetString(PyExc_ValueError, "keep: a text field's index and a tuple of bytes");
+        return -1;
+    }
+    spec->keep_field = &spec->top.f[keep_index];
+    spec->n_keep = (int)PyTuple_GET_SIZE(keep);
+    for (int i = 0; i < spec->n_keep; i++) {
+        char *value;
+        Py_ssize_t n;
+        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(keep, i), &value, &n)) return -1;
+        spec->keep[i] = value;
+        spec->keep_len[i] = (size_t)n;
+    }
+    return 0;
+}
+
 static void free_table(Table *t) {
     for (int i = 0; i < t->n; i++) {
         free(t->f[i].values.p);
@@ -582,19 +650,20 @@ static PyObject *columns(Table *t) {
 
 static PyObject *decode(PyObject *self, PyObject *py_args) {
     Py_buffer chunk;
-    PyObject *top_spec, *arg_spec;
-    Py_ssize_t args_len;
+    PyObject *top_spec, *arg_spec, *keep = NULL;
+    Py_ssize_t args_len, keep_index = -1;
     Spec *spec = calloc(1, sizeof(Spec));
     if (!spec) return PyErr_NoMemory();
-    if (!PyArg_ParseTuple(py_args, "y*Oy#O", &chunk, &top_spec, &spec->args_key, &args_len,
-                          &arg_spec)) {
+    if (!PyArg_ParseTuple(py_args, "y*Oy#O|nO", &chunk, &top_spec, &spec->args_key, &args_len,
+                          &arg_spec, &keep_index, &keep)) {
         free(spec);
         return NULL;
     }
     spec->args_len = (size_t)args_len;
     Buf args_valid = {0};
     PyObject *result = NULL;
-    if (!load_table(top_spec, &spec->top) && !load_table(arg_spec, &spec->args)) {
+    if (!load_table(top_spec, &spec->top) && !load_table(arg_spec, &spec->args) &&
+        !load_keep(spec, keep_index, keep)) {
         Py_ssize_t rows = 0;
         int rc;
         Ptr s = (Ptr)chunk.buf;

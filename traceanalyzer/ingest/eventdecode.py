@@ -9,6 +9,7 @@ Polars. Without a C compiler at install time the module is missing and Polars do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
 import numpy as np
@@ -41,12 +42,24 @@ def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> tuple:
     return tuple(top), (struct_name or "").encode(), tuple(inner)
 
 
-def decode(chunk: bytes, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
-    """Events of an NDJSON chunk as a frame of ``schema``, or None (use Polars' reader)."""
+def decode(
+    chunk: bytes | memoryview, schema: dict[str, pl.DataType],
+    keep: tuple[str, Sequence[str]] | None = None,
+) -> pl.DataFrame | None:
+    """Events of a chunk as a frame of ``schema``, or None (use Polars' reader).
+
+    ``keep=(column, values)`` leaves out, before they take any memory, the events whose text
+    ``column`` holds none of ``values`` (as ``.filter(pl.col(column).is_in(values))`` would).
+    """
     if _eventdecode is None:
         return None
     top, struct_key, inner = _spec(tuple(schema.items()))
-    out = _eventdecode.decode(chunk, top, struct_key, inner)
+    extra: tuple = ()
+    if keep is not None:
+        column, values = keep
+        flat = [name for name, dtype in schema.items() if not isinstance(dtype, pl.Struct)]
+        extra = (flat.index(column), tuple(v.encode() for v in values))
+    out = _eventdecode.decode(chunk, top, struct_key, inner, *extra)
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out

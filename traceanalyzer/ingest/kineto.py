@@ -226,11 +226,11 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
 def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> _Parts:
     if isinstance(chunk, EventRun):
         # Events cut by the learned layout: a run the decoder declines may have been cut wrong.
-        frame = eventdecode.decode(chunk.data, EVENT_SCHEMA)
+        frame = eventdecode.decode(chunk.data, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
         if frame is None:
             raise _LayoutMismatch
         return _reduce(frame)
-    frame = eventdecode.decode(chunk, EVENT_SCHEMA)
+    frame = eventdecode.decode(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     if frame is None:  # no compiled decoder, or a chunk it leaves to Polars
         try:
             frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
