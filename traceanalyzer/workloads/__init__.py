@@ -92,6 +92,12 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             min_gpus=2,
         ),
         WorkloadInfo(
+            "sync_memcpy",
+            "cudaMemcpy/cudaMemset from pageable memory every step vs cudaMemcpyAsync/"
+            "cudaMemsetAsync from pinned memory, results read one step later",
+            ("sync-memcpy",),
+        ),
+        WorkloadInfo(
             "gpt_step",
             "small GPT training step: naive (fp32, unfused attention, per-param AdamW, .item(), "
             "pageable input) vs tuned (bf16, SDPA, fused AdamW, no sync, pinned input)",

@@ -88,6 +88,10 @@ def time_steps(step, iters: int | None = None) -> tuple[float, int]:
         torch.cuda.synchronize()
         one = max(time.perf_counter() - t0, 1e-5)
         iters = int(min(50, max(5, TARGET_TIMING_S / one)))
+        if torch.distributed.is_initialized():  # every rank must run as many collectives
+            agreed = torch.tensor([iters], device="cuda")
+            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
+            iters = int(agreed.item())
     torch.cuda.synchronize()
     start.record()
     for _ in range(iters):
@@ -108,8 +112,10 @@ def profile_torch(step, path: Path) -> None:
         with_stack=True,
         on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
     ) as prof:
-        for _ in range(PROFILE_STEPS):
+        for i in range(PROFILE_STEPS):
             step()
+            if i == 1:  # the next prof.step() starts recording: let every rank start it together
+                _barrier()
             prof.step()
     torch.cuda.synchronize()
 
@@ -120,12 +126,24 @@ def profile_nvtx(step) -> None:
 
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
+    _barrier()  # each rank's capture starts at its own time: line the ranks up again
     for i in range(PROFILE_STEPS):
         torch.cuda.nvtx.range_push(f"ProfilerStep#{i}")
         step()
         torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+
+
+def _barrier() -> None:
+    """Wait for every rank (multi-GPU runs): a profiler's start costs each process a different
+    time, and a rank that starts its recorded steps late makes the others wait inside their
+    first collectives, which the trace would show as exposed communication."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.cuda.synchronize()
 
 
 def _dist_rank() -> tuple[int, int]:

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Traces for the workloads that scripts/gpu_corpus.sh does not make: nccl_overlap (2+ GPUs, one
+# process per GPU) and sync_memcpy, both variants, under torch.profiler and Nsight Systems.
+#
+#   bash scripts/gpu_multi.sh            # on a machine with 2+ GPUs (nvidia-h200-x2)
+#
+# torch: sync_memcpy in one process; nccl_overlap under torchrun (one trace per rank:
+#        torch/nccl_overlap_<variant>_rank<r>.json.gz).
+# nsys:  one `nsys profile` per process, as for multi-node jobs: sync_memcpy_<variant>.sqlite and
+#        nccl_overlap_<variant>_rank<r>.sqlite (each rank's nsys started with RANK/WORLD_SIZE in
+#        its environment, which the nsys ingestor reads back). The nsys runs reuse the batch the
+#        torch run chose (TA_NCCL_BATCH). Then export, stats and analyze as gpu_corpus.sh does.
+# Also: scripts/probe_sync_copies.py (which torch calls make synchronous copies) -> $OUT.
+# Ends in $OUT/multi-torch.tgz and $OUT/multi-nsys.tgz (torch/ or nsys/ plus records/).
+# Needs: .gpu-libs/ with libdw.so.1 and libelf.so.1 (carried; see ../shared/docs/GPU-TRACES.md).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+W=${WORK:-/tmp/ta-multi}
+RUN="$ROOT/traceanalyzer/workloads/run.py"
+NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
+QDI=${QDI:-/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter}
+# NVLink multicast stays off (it can take the host's shared GPUs out of service)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# one NCCL channel: a slower link, as between nodes (see traceanalyzer/workloads/nccl_overlap.py)
+export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-1}
+# SYNC=0 skips sync_memcpy, PROBE=0 the probe (to redo only nccl_overlap)
+SYNC=${SYNC:-1} PROBE=${PROBE:-1}
+export LD_LIBRARY_PATH=$ROOT/.gpu-libs:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+cd "$ROOT" || exit 2
+mkdir -p "$OUT" "$W/torch" "$W/nsys" "$W/records"
+exec > >(tee -a "$OUT/multi.log") 2>&1
+NGPU=$(nvidia-smi -L | wc -l)
+T0=$SECONDS
+nvidia-smi -L; nvidia-smi topo -m
+
+echo "== torch $((SECONDS - T0)) s"
+[ "$SYNC" = 1 ] && timeout -k 5 200 python3 "$RUN" sync_memcpy --variant all --profiler torch --out "$W/torch"
+timeout -k 5 300 torchrun --standalone --nproc-per-node "$NGPU" "$RUN" nccl_overlap \
+  --variant all --profiler torch --out "$W/torch"
+mv "$W"/torch/*.record.json "$W/records/" 2>/dev/null
+ls -la "$W/torch"
+tar czf "$OUT/multi-torch.tgz" -C "$W" torch records
+TA_NCCL_BATCH=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['params']['batch'])" \
+  "$W/records/nccl_overlap_bad_rank0.torch.record.json" 2>/dev/null) && export TA_NCCL_BATCH
+echo "TA_NCCL_BATCH=${TA_NCCL_BATCH:-unset}"
+
+postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs
+  local s=$1 t0=$SECONDS
+  if [ -f "$W/nsys/$s.qdstrm" ] && [ ! -f "$W/nsys/$s.nsys-rep" ]; then
+    timeout -k 5 180 "$QDI" -i "$W/nsys/$s.qdstrm" > "$W/nsys/$s.import.log" 2>&1 || { echo "IMPORT FAILED $s"; tail -5 "$W/nsys/$s.import.log"; return 1; }
+  fi
+  [ -f "$W/nsys/$s.nsys-rep" ] || { echo "NO REPORT $s"; ls -la "$W/nsys" | grep "$s"; tail -5 "$W/nsys/$s.profile.log"; return 1; }
+  timeout -k 5 180 "$NSYS" export --type sqlite -o "$W/nsys/$s.sqlite" --force-overwrite true "$W/nsys/$s.nsys-rep" > /dev/null 2>&1 || { echo "EXPORT FAILED $s"; return 1; }
+  mkdir -p "$W/nsys/$s"
+  timeout -k 5 120 "$NSYS" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum -f csv -o "$W/nsys/$s/stats" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "stats failed $s"
+  timeout -k 5 120 "$NSYS" analyze -q -r gpu_gaps,gpu_time_util,cuda_api_sync,cuda_memcpy_sync,cuda_memcpy_async -f csv -o "$W/nsys/$s/analyze" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "analyze failed $s"
+  rm -f "$W/nsys/$s.qdstrm" "$W/nsys/$s.nsys-rep"
+  echo "post $s: $((SECONDS - t0)) s, sqlite $(du -h "$W/nsys/$s.sqlite" | cut -f1)"
+}
+nsys_profile() {  # stem, then the command
+  local s=$1; shift
+  timeout -k 5 150 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
+    --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
+    -o "$W/nsys/$s" --force-overwrite true "$@" > "$W/nsys/$s.profile.log" 2>&1
+  echo "profile $s: rc=$?; $(grep -E "ms/step|FAILED|Error" "$W/nsys/$s.profile.log" | head -3)"
+}
+
+echo "== nsys $((SECONDS - T0)) s"
+pids=()
+for v in bad good; do
+  [ "$SYNC" = 1 ] || continue
+  nsys_profile "sync_memcpy_$v" python3 "$RUN" sync_memcpy --variant "$v" --profiler nsys --out "$W/records"
+  postprocess "sync_memcpy_$v" & pids+=($!)
+done
+port=29611
+for v in bad good; do
+  ranks=()
+  for ((r = 0; r < NGPU; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NGPU LOCAL_WORLD_SIZE=$NGPU MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$port nsys_profile "nccl_overlap_${v}_rank$r" \
+      python3 "$RUN" nccl_overlap --variant "$v" --profiler nsys --out "$W/records" &
+    ranks+=($!)
+  done
+  for p in "${ranks[@]}"; do wait "$p"; done
+  for ((r = 0; r < NGPU; r++)); do postprocess "nccl_overlap_${v}_rank$r" & pids+=($!); done
+  port=$((port + 1))
+done
+for p in "${pids[@]}"; do wait "$p"; done
+ls -la "$W/nsys" "$W/records"
+tar czf "$OUT/multi-nsys.tgz" --exclude="*.qdstrm" --exclude="*.nsys-rep" -C "$W" nsys records
+echo "== probe $((SECONDS - T0)) s"
+[ "$PROBE" = 1 ] && timeout -k 5 ${PROBE_TIMEOUT:-120} python3 scripts/probe_sync_copies.py > "$OUT/probe_sync_copies.txt" 2>&1
+echo "probe rc=$?"; grep -E "SYNC|ok |FAIL" "$OUT/probe_sync_copies.txt"
+
+ls -la "$OUT"
+echo "== done $((SECONDS - T0)) s"
