@@ -24,10 +24,16 @@ _COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|red
             "top_collective", "top_collective_exposed_ms", "rank"),
 )
 def nccl_exposed(views, p: Params) -> Detection | None:
-    """Communication kernels not covered by compute kernels on the same device; fires when the
-    exposed time is at least ``min_exposed_pct`` of the window."""
+    """Communication kernels not covered by compute kernels on the same device (only those of
+    the steps, when the trace marks steps); fires when the exposed time is at least
+    ``min_exposed_pct`` of the window."""
     launches = own_rank(views, views.launches)
     comm = launches.filter(pl.col("kind") == "kernel", pl.col("category") == "communication")
+    if views.steps.height and "step" in comm.columns:
+        # The steps' communication: a collective before the first step (the process group's
+        # first barrier, DDP's parameter broadcast, ranks lining up when a profiler starts)
+        # is set-up that no overlap can hide, and it would otherwise count as exposed.
+        comm = comm.filter(pl.col("step").is_not_null())
     if comm.height == 0:
         return None
     compute = launches.filter(pl.col("kind") == "kernel", pl.col("category") != "communication")
