@@ -44,15 +44,30 @@ def test_every_entry_has_the_keys_and_valid_values(manifest: dict) -> None:
     assert len({t["path"] for t in traces}) == len(traces)
 
 
-def test_every_single_gpu_pair_has_both_profilers(manifest: dict) -> None:
-    have = {(t["workload"], t["variant"], t["profiler"]) for t in manifest["traces"]}
+def test_every_pair_has_both_profilers(manifest: dict) -> None:
+    have = {(t["workload"], t["variant"], t["profiler"], t.get("rank")) for t in manifest["traces"]}
+    not_run = {n["workload"] for n in manifest["not_run"]}
     for name, info in WORKLOADS.items():
-        if info.min_gpus > 1:
-            assert name in {n["workload"] for n in manifest["not_run"]}
+        if name in not_run:
             continue
+        # a multi-GPU workload has one trace per rank, named <workload>_<variant>_rank<r>
+        ranks = range(info.min_gpus) if info.min_gpus > 1 else (None,)
         for variant in info.variants:
             for prof in ("torch", "nsys"):
-                assert (name, variant, prof) in have, (name, variant, prof)
+                for rank in ranks:
+                    assert (name, variant, prof, rank) in have, (name, variant, prof, rank)
+
+
+def test_multi_rank_entries_name_their_rank(manifest: dict) -> None:
+    multi = [t for t in manifest["traces"] if "rank" in t]
+    assert {t["workload"] for t in multi} == {n for n, w in WORKLOADS.items() if w.min_gpus > 1}
+    for t in multi:
+        assert t["world_size"] >= WORKLOADS[t["workload"]].min_gpus
+        assert Path(t["path"]).name.split(".")[0].endswith(f"_rank{t['rank']}"), t["path"]
+        rec = json.loads((ROOT / "records" / f"{Path(t['path']).name.split('.')[0]}."
+                          f"{t['profiler']}.record.json").read_text())
+        assert (rec["rank"], rec["world_size"], rec["step_ms"]) == (
+            t["rank"], t["world_size"], t["step_ms"])
 
 
 def test_bad_traces_name_their_rule_and_good_twins_exclude_it(manifest: dict) -> None:

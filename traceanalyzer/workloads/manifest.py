@@ -31,11 +31,8 @@ EXTRA = (
      "CUPTI_ACTIVITY_KIND_GRAPH_TRACE and there is no kernel table at all; step_ms is that of "
      "the node-level run"),
 )
-NOT_RUN = (
-    {"workload": "nccl_overlap", "variants": ["bad", "good"],
-     "reason": "needs 2+ GPUs; only a single H200 was lent. The nccl-not-overlapped rule is "
-               "proven on the public multi-GPU traces instead"},
-)
+#: workloads with no traces yet, and why (nccl_overlap was, until a 2-GPU machine was lent)
+NOT_RUN: tuple[dict[str, Any], ...] = ()
 
 
 def expectations(workload: str, variant: str, profiler: str) -> tuple[list[str], list[str]]:
@@ -47,32 +44,41 @@ def expectations(workload: str, variant: str, profiler: str) -> tuple[list[str],
     return [], list(info.rules)
 
 
-def _records(root: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+Key = tuple[str, str, str, int | None]
+
+
+def _rank(rec: dict[str, Any]) -> int | None:
+    """The rank of a multi-process run's record (one trace per rank), else None."""
+    return rec.get("rank", 0) if rec.get("world_size", 1) > 1 else None
+
+
+def _records(root: Path) -> dict[Key, dict[str, Any]]:
     out = {}
     for p in sorted((root / "records").glob("*.record.json")):
         rec = json.loads(p.read_text())
-        out[(rec["workload"], rec["variant"], rec["profiler"])] = rec
+        out[(rec["workload"], rec["variant"], rec["profiler"], _rank(rec))] = rec
     return out
 
 
 def build_manifest(root: Path) -> dict[str, Any]:
     recs = _records(root)
-    rows: list[tuple[str, str, str, str, str | None]] = []
-    for (workload, variant, profiler) in recs:
-        path = PROFILER_PATHS[profiler].format(stem=f"{workload}_{variant}")
-        rows.append((path, workload, variant, profiler, None))
-    rows += list(EXTRA)
+    rows: list[tuple[str, str, str, str, str | None, int | None]] = []
+    for (workload, variant, profiler, rank) in recs:
+        stem = f"{workload}_{variant}" + (f"_rank{rank}" if rank is not None else "")
+        rows.append((PROFILER_PATHS[profiler].format(stem=stem), workload, variant, profiler, None,
+                     rank))
+    rows += [(*extra, None) for extra in EXTRA]
     order = {name: i for i, name in enumerate(WORKLOADS)}
     rows.sort(key=lambda r: (r[3], order[r[1]], WORKLOADS[r[1]].variants.index(r[2]), r[0]))
     traces = []
-    for path, workload, variant, profiler, note in rows:
+    for path, workload, variant, profiler, note, rank in rows:
         if not (root / path).exists():
             continue
-        rec = recs[(workload, variant, profiler)]
-        bad = recs.get((workload, "bad", profiler))
+        rec = recs[(workload, variant, profiler, rank)]
+        bad = recs.get((workload, "bad", profiler, rank))
         mine = rec["step_ms"]
-        if variant == "bad":  # the speedup its (first) good twin gets
-            good = recs.get((workload, "good", profiler))
+        if variant == "bad":  # the speedup its (first) good twin gets (the same rank's)
+            good = recs.get((workload, "good", profiler, rank))
             speedup = bad["step_ms"] / good["step_ms"] if good else None
         else:
             speedup = bad["step_ms"] / mine if bad else None
@@ -88,6 +94,9 @@ def build_manifest(root: Path) -> dict[str, Any]:
             "must_fire": must_fire,
             "must_not_fire": must_not_fire,
         }
+        if rank is not None:  # one trace per rank of a multi-GPU run
+            entry["rank"] = rank
+            entry["world_size"] = rec["world_size"]
         if note:
             entry["note"] = note
         traces.append(entry)
