@@ -438,14 +438,23 @@ def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         & ~pl.col("name").str.contains(STEP_PATTERN)
     ).select(
         "name", "start_ns", "end_ns", "correlation",
-        kind=pl.col("cat").replace_strict(CPU_CATEGORIES, default="other"),
+        kind=_lookup("cat", CPU_CATEGORIES, default="other"),
         pid=pl.col("pid_int"),
         tid=pl.col("tid_int"),
         external_id=pl.col("External id"),
         input_dims=pl.col("Input Dims"),
         input_types=pl.col("Input type"),
-        call_stack=pl.col("Call stack").replace("", None),
+        call_stack=pl.when(pl.col("Call stack") != "").then(pl.col("Call stack")),
     )
+
+
+def _lookup(column: str, mapping: dict[str, str], default: str | None = None) -> pl.Expr:
+    """``replace_strict`` for a handful of keys, as a when/then chain: per chunk, the join that
+    ``replace_strict`` builds cost more than the whole column's work (0.8 of 5 ms a chunk)."""
+    expr = pl.lit(default, pl.String)
+    for key, value in reversed(mapping.items()):
+        expr = pl.when(pl.col(column) == key).then(pl.lit(value)).otherwise(expr)
+    return expr
 
 
 def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
@@ -486,7 +495,7 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     """GPU activities with every row-wise column; the launch join waits for all CPU rows."""
     gpu = ev.filter((pl.col("ph") == "X") & pl.col("cat").is_in(list(GPU_CATEGORIES)))
     gpu = gpu.with_columns(
-        kind=pl.col("cat").replace_strict(GPU_CATEGORIES),
+        kind=_lookup("cat", GPU_CATEGORIES),
         device=pl.coalesce("device", "pid_int"),
         stream=pl.coalesce("stream", "tid_int"),
         external_id=pl.col("External id"),
