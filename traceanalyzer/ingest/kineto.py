@@ -82,11 +82,11 @@ CPU_CATEGORIES = {
 }
 STEP_PATTERN = r"^ProfilerStep#(\d+)$"
 KEPT_PHASES = ["X", "i", "I"]
-# Chunks decoded at once. Each decode is already multi-threaded, but its per-chunk reduction is
-# not, so a second one keeps both cores busy. More cost memory: 1 GB on 2 CPUs, one at a time
-# 8.4 s / 933 MiB; two of 4 MB 7.7 s / 913 MiB; three of 8 MB 7.0 s / 951-995 MiB (over the
-# file's size); at 300 MB 430, 446 and 500 MiB.
+# Groups of chunks decoded at once: the C decoder runs without the GIL, and so do most of the
+# reduction's Polars calls, so two keep both cores busy. (With Polars' reader, three groups of
+# 8 MB were faster but went over the file's size in peak memory.)
 DECODE_THREADS = 2
+GROUP_BYTES = 16 << 20  # trace bytes per reduction, at most (see _decode_events)
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
@@ -195,19 +195,39 @@ class _LayoutMismatch(Exception):
 
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
-    # Polars decodes chunks on its own threads, without the GIL, while this thread scans the
-    # next one; at most DECODE_THREADS chunks are decoding or waiting, which bounds memory.
+    # Chunks decode on DECODE_THREADS threads, without the GIL, while this thread reads the next
+    # ones; at most DECODE_THREADS groups are decoding or waiting, which bounds memory. A group
+    # of consecutive chunks is reduced at once: the reduction has a fixed cost of a few ms a
+    # call, which 4 MB chunks paid ~250 times per GB. Groups grow from one chunk (a small trace
+    # still spreads over both threads) to GROUP_BYTES.
     frames: list[_Parts] = []
     pending: deque[Future[_Parts]] = deque()
+    group: list[bytes | EventRun] = []
+    size, target = 0, 1
     with ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="ndjson") as pool:
         for chunk in _chunks_until_damage(stream, scan, by_layout):
-            pending.append(pool.submit(_decode_chunk, chunk, scan))
+            group.append(chunk)
+            size += len(chunk.data if isinstance(chunk, EventRun) else chunk)
+            if size < target:
+                continue
+            pending.append(pool.submit(_decode_group, group, scan))
+            group, size, target = [], 0, min(max(target, size) * 2, GROUP_BYTES)
             while len(pending) > DECODE_THREADS:
                 frames.append(pending.popleft().result())
+        if group:
+            pending.append(pool.submit(_decode_group, group, scan))
         frames.extend(f.result() for f in pending)
     if getattr(stream, "truncated", False):
         scan.warnings.append("the gzip stream ends early; kept the events it holds")
     return frames or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
+
+
+def _decode_group(chunks: list[bytes | EventRun], scan: ScanResult) -> _Parts:
+    frames = []
+    while chunks:  # each chunk's bytes are released as soon as it is decoded
+        frames.append(_decode_chunk(chunks.pop(0), scan))
+    # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
+    return _reduce(pl.concat(frames) if len(frames) > 1 else frames[0])
 
 
 def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) -> Any:
@@ -223,13 +243,13 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
         scan.warnings.append(f"compressed stream ends early ({exc}); kept the events read so far")
 
 
-def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> _Parts:
+def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame:
     if isinstance(chunk, EventRun):
         # Events cut by the learned layout: a run the decoder declines may have been cut wrong.
         frame = eventdecode.decode(chunk.data, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
         if frame is None:
             raise _LayoutMismatch
-        return _reduce(frame)
+        return frame
     frame = eventdecode.decode(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     if frame is None:  # no compiled decoder, or a chunk it leaves to Polars
         try:
@@ -238,8 +258,7 @@ def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> _Parts:
             if scan.split_by_layout:
                 raise _LayoutMismatch from None
             frame = _decode_chunk_slowly(chunk, scan)
-    # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
-    return _reduce(frame)
+    return frame
 
 
 def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
