@@ -18,8 +18,9 @@
  *   *_fields: tuple of (key: bytes, kind: int), kind 0 = text, 1 = int64, 2 = float64
  *   keep_index, keep_values: only events whose top-level text field keep_index has one of these
  *   values (a tuple of bytes) become rows, as a Polars is_in filter would keep them
- *   a text column is (offsets: int64 bytes, data: bytes, valid: bytes); a number column is
- *   (values: bytes, valid: bytes); valid holds one byte per row.
+ *   a text column is (views, data, valid): Arrow string views (16 bytes a row; up to 12 bytes
+ *   of text inline, longer text in data), which Polars takes without a copy; a number column
+ *   is (values, valid). valid holds one byte per row. All are bytes objects.
  *
  * What Polars does with ignore_errors, and so this decoder: a text field holding a number,
  * boolean or list gets that value as JSON text with ", " separators; a number field holding
@@ -65,7 +66,7 @@ typedef struct {
     size_t keylen;
     int kind;
     int seen; /* set in the current row */
-    Buf values, offsets, valid;
+    Buf values, views, valid; /* values: numbers, or the data of long texts */
 } Field;
 
 #define SLOTS 128 /* open-addressing hash of the keys: an event has ~20 keys to look up */
@@ -377,12 +378,40 @@ static int value(Ptr *ps, Ptr e, Buf *out, int depth) {
 }
 
 static int put_null(Field *f) {
-    static const char zero[8] = {0};
+    static const char zero[16] = {0};
     char no = 0;
     int rc = buf_put(&f->valid, &no, 1);
     if (rc) return rc;
-    if (f->kind == K_TEXT) return buf_put(&f->offsets, &f->values.len, 8);
+    if (f->kind == K_TEXT) return buf_put(&f->views, zero, 16);
     return buf_put(&f->values, zero, 8);
+}
+
+/* The Arrow string view of the text just written at values[start:]: up to 12 bytes inline
+ * (taken back out of the data), else its length, first 4 bytes and offset in data. */
+static int put_view(Field *f, size_t start) {
+    size_t n = f->values.len - start;
+    unsigned char view[16] = {0};
+    if (n > INT32_MAX || start > INT32_MAX) return BAIL;
+    int32_t len = (int32_t)n, offset = (int32_t)start;
+    memcpy(view, &len, 4);
+    if (n <= 12) {
+        memcpy(view + 4, f->values.p + start, n);
+        f->values.len = start;
+    } else {
+        memcpy(view + 4, f->values.p + start, 4);
+        memcpy(view + 12, &offset, 4); /* bytes 8-11: data buffer 0 */
+    }
+    return buf_put(&f->views, view, 16);
+}
+
+/* The text of the last row's view in field f. */
+static const char *last_text(const Field *f, size_t *n) {
+    const unsigned char *view = (const unsigned char *)f->views.p + f->views.len - 16;
+    int32_t len, offset;
+    memcpy(&len, view, 4);
+    memcpy(&offset, view + 12, 4);
+    *n = (size_t)len;
+    return len <= 12 ? (const char *)view + 4 : f->values.p + offset;
 }
 
 /* Read the value at *ps into field f (one row). As Polars with ignore_errors: a number field
@@ -392,6 +421,7 @@ static int field_value(Ptr *ps, Ptr e, Field *f) {
     int rc;
     char yes = 1;
     if (f->kind == K_TEXT) {
+        size_t start = f->values.len;
         if (*s == 'n') {
             if ((rc = match_literal(&s, e, "null", 4))) return rc;
             *ps = s;
@@ -407,7 +437,7 @@ static int field_value(Ptr *ps, Ptr e, Field *f) {
         } else if ((rc = value(&s, e, &f->values, 0))) {
             return rc;
         }
-        if ((rc = buf_put(&f->offsets, &f->values.len, 8))) return rc;
+        if ((rc = put_view(f, start))) return rc;
     } else {
         Number num;
         int numeric = *s == '-' || (*s >= '0' && *s <= '9');
@@ -452,18 +482,18 @@ typedef struct {
 } Spec;
 
 typedef struct {
-    size_t values, offsets, valid;
+    size_t values, views, valid;
 } Mark;
 
 static void mark(const Table *t, Mark *m) {
     for (int i = 0; i < t->n; i++)
-        m[i] = (Mark){t->f[i].values.len, t->f[i].offsets.len, t->f[i].valid.len};
+        m[i] = (Mark){t->f[i].values.len, t->f[i].views.len, t->f[i].valid.len};
 }
 
 static void rollback(Table *t, const Mark *m) {
     for (int i = 0; i < t->n; i++) {
         t->f[i].values.len = m[i].values;
-        t->f[i].offsets.len = m[i].offsets;
+        t->f[i].views.len = m[i].views;
         t->f[i].valid.len = m[i].valid;
     }
 }
@@ -473,10 +503,10 @@ static int kept(const Spec *spec) {
     const Field *f = spec->keep_field;
     if (!f) return 1;
     if (!f->valid.p[f->valid.len - 1]) return 0;
-    const int64_t *ends = (const int64_t *)f->offsets.p + f->offsets.len / 8 - 1;
-    size_t start = (size_t)ends[-1], n = (size_t)ends[0] - start;
+    size_t n;
+    const char *text = last_text(f, &n);
     for (int i = 0; i < spec->n_keep; i++)
-        if (spec->keep_len[i] == n && !memcmp(spec->keep[i], f->values.p + start, n)) return 1;
+        if (spec->keep_len[i] == n && !memcmp(spec->keep[i], text, n)) return 1;
     return 0;
 }
 
@@ -591,11 +621,6 @@ static int load_table(PyObject *spec, Table *t) {
         unsigned h = key_hash((const unsigned char *)key, f->keylen);
         while (t->slot[h] >= 0) h = (h + 1) % SLOTS;
         t->slot[h] = (signed char)(t->n - 1);
-        if (kind == K_TEXT && buf_put(&f->offsets, &f->values.len, 8)) {
-            Py_DECREF(seq);
-            PyErr_NoMemory();
-            return -1;
-        }
     }
     Py_DECREF(seq);
     return 0;
@@ -624,7 +649,7 @@ static int load_keep(Spec *spec, Py_ssize_t keep_index, PyObject *keep) {
 static void free_table(Table *t) {
     for (int i = 0; i < t->n; i++) {
         free(t->f[i].values.p);
-        free(t->f[i].offsets.p);
+        free(t->f[i].views.p);
         free(t->f[i].valid.p);
     }
 }
@@ -637,7 +662,7 @@ static PyObject *columns(Table *t) {
     for (int i = 0; i < t->n; i++) {
         Field *f = &t->f[i];
         PyObject *col = f->kind == K_TEXT
-            ? Py_BuildValue("(NNN)", as_bytes(&f->offsets), as_bytes(&f->values), as_bytes(&f->valid))
+            ? Py_BuildValue("(NNN)", as_bytes(&f->views), as_bytes(&f->values), as_bytes(&f->valid))
             : Py_BuildValue("(NN)", as_bytes(&f->values), as_bytes(&f->valid));
         if (!col) {
             Py_DECREF(list);

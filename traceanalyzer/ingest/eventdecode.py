@@ -1,7 +1,8 @@
 """Decode NDJSON trace events with the compiled decoder (``_eventdecode.c``), when it is built.
 
-The C decoder reads only the fields of an explicit Polars schema, straight into column buffers,
-at about a fifth of the CPU of Polars' NDJSON reader (which converts every value of every event).
+The C decoder reads only the fields of an explicit Polars schema, straight into column buffers
+that Polars takes over without a copy, at about a fifth of the CPU of Polars' NDJSON reader
+(which converts every value of every event).
 It promises the frame ``pl.read_ndjson(chunk, schema=schema, ignore_errors=True)`` would give, or
 nothing: on anything it is not sure to read the same way it returns None, and the caller uses
 Polars. Without a C compiler at install time the module is missing and Polars does everything.
@@ -24,7 +25,7 @@ except ImportError:  # pragma: no cover - depends on how the package was install
 AVAILABLE = _eventdecode is not None
 TEXT, INT, FLOAT = 0, 1, 2
 _KINDS = {pl.String: TEXT, pl.Int64: INT, pl.Float64: FLOAT}
-_ARROW = {TEXT: pa.large_string(), INT: pa.int64(), FLOAT: pa.float64()}
+_ARROW = {TEXT: pa.string_view(), INT: pa.int64(), FLOAT: pa.float64()}
 
 
 @cache
@@ -73,8 +74,8 @@ def decode(
             )
         else:
             columns[name] = next(flat)
-    # large_string, int64, float64 and struct arrive as the schema's String, Int64, Float64 and
-    # Struct: no cast is needed.
+    # string_view, int64, float64 and struct arrive as the schema's String, Int64, Float64 and
+    # Struct, without a copy (string views are Polars' own layout for text).
     frame = pl.from_arrow(pa.table(columns))
     assert isinstance(frame, pl.DataFrame)
     return frame
