@@ -1,7 +1,7 @@
 """Build hook: compile the Kineto event decoder, ``traceanalyzer/ingest/_eventdecode.c``.
 
 Optional by design. Without a C compiler or the Python headers the package installs without it,
-and Kineto ingest decodes every chunk with Polars' NDJSON reader: the same frames, at about 1.5x
+and Kineto ingest decodes every chunk with Polars' NDJSON reader: the same frames, at about 2.5x
 the CPU. ``traceanalyzer.ingest.eventdecode.AVAILABLE`` tells which one a process uses.
 """
 
