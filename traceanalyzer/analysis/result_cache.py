@@ -51,7 +51,8 @@ _RULE_FAILED = "rule failed on this input"
 
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    """Hash of the tool version, the Polars/NumPy versions and every source file of the package.
+    """Hash of the tool version, the Polars/NumPy versions and every source file of the package
+    (Python, and the C of the event decoder).
 
     Reading ~100 small files costs a few milliseconds, once per process.
     """
@@ -61,7 +62,7 @@ def code_hash() -> str:
     h.update(f"traceanalyzer {__version__} polars {pl.__version__} numpy {numpy.__version__}\n"
              .encode())
     package = Path(__file__).resolve().parents[1]
-    for file in sorted(package.rglob("*.py")):
+    for file in sorted([*package.rglob("*.py"), *package.rglob("*.c")]):
         h.update(str(file.relative_to(package)).encode() + b"\0")
         try:
             h.update(file.read_bytes())
