@@ -230,6 +230,9 @@ def machine() -> dict[str, Any]:
             versions[mod] = __import__(mod).__version__
         except (ImportError, AttributeError):
             versions[mod] = "absent"
+    from traceanalyzer.ingest import eventdecode
+
+    versions["kineto_decoder"] = "C (_eventdecode)" if eventdecode.AVAILABLE else "Polars"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=REPO).stdout.strip()
     return {"nproc": os.cpu_count(), "mem_gib": round(mem, 1), "cpu": cpu, "versions": versions,
@@ -253,7 +256,8 @@ def write_results(rows: list[dict], batch: dict | None, info: dict, a: argparse.
           f"- machine: {info['nproc']} CPUs ({info['cpu']}), {info['mem_gib']} GiB RAM, "
           f"Linux {info['kernel']}",
           f"- versions: Python {v['python']}, polars {v['polars']}, numpy {v['numpy']}, "
-          f"pyarrow {v['pyarrow']}, isal {v['isal']}, traceanalyzer {v['traceanalyzer']}",
+          f"pyarrow {v['pyarrow']}, isal {v['isal']}, traceanalyzer {v['traceanalyzer']} "
+          f"(Kineto decoder: {v.get('kineto_decoder', '?')})",
           f"- seed: `{a.seed.name}` tiled by bench/make_big_trace.py "
           f"(nsys seed `{a.nsys_seed.name}`)", ""]
     hta_v = next((r["hta"].get("hta_version") for r in rows if r.get("hta")), None)
