@@ -177,7 +177,7 @@ def _decoded_events(data: bytes, chunk: int, raw_runs: bool):
         frame = eventdecode.decode(piece.data if runs else piece, EVENT_SCHEMA)
         assert frame is not None
         frames.append(frame.filter(pl.col("ph").is_in(KEPT_PHASES)))
-    return pl.concat(frames), scan
+    return (pl.concat(frames) if frames else pl.DataFrame(schema=EVENT_SCHEMA)), scan
 
 
 needs_decoder = pytest.mark.skipif(
@@ -217,3 +217,26 @@ def test_run_cut_inside_an_event_is_read_again_with_the_scan(tmp_path, monkeypat
     trace = read_kineto(path)
     assert trace.cpu.height == 200
     assert trace.cpu.filter(trace.cpu["name"] == "late99")["external_id"].to_list() == [99]
+
+
+@needs_decoder
+@settings(max_examples=120, deadline=None)
+@given(
+    n=st.integers(0, 30),
+    indent=st.sampled_from([None, 0, 1, 2, 3]),
+    chunk=st.integers(40, 1500),
+    names=st.lists(st.text(max_size=12), min_size=1, max_size=5),
+    cut=st.integers(0, 60),
+)
+def test_property_runs_decode_like_the_scan(n, indent, chunk, names, cut):
+    """Runs cut in place by the layout, truncated or not, hold exactly the events the structural
+    scan finds, and the decoder takes every one of them."""
+    evs = [{"ph": "X", "name": names[i % len(names)], "ts": i, "args": {"External id": i,
+            "Input Dims": [[i, 2], []], "other": {"b": names[0]}}} for i in range(n)]
+    data = json.dumps({"traceEvents": evs, "z": names}, indent=indent, ensure_ascii=False).encode()
+    for body in (data, data[:-cut] if cut else None):
+        if body is None or b'"traceEvents": [' not in body:
+            continue
+        runs, _ = _decoded_events(body, chunk, raw_runs=True)
+        lines, _ = _decoded_events(body, chunk, raw_runs=False)
+        assert runs.equals(lines)
