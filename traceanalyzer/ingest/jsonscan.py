@@ -16,7 +16,9 @@ Most traces put each event on lines of its own (Kineto writes ``},\n  {`` betwee
 the structural scan of a chunk has shown that layout, later chunks are split at the newlines that
 begin an event line, a pass over the newlines (``by_layout``, half the CPU of the scan). That split is
 checked, not trusted: a piece that is not exactly one JSON object fails to decode, and the reader
-starts over with the structural scan.
+starts over with the structural scan. With a decoder that reads events as the array holds them
+(the C decoder, ``raw_runs``), those chunks are not rewritten at all: each is only cut before its
+last event start and handed on in place (:class:`EventRun`).
 
 The file is read in chunks. A chunk ends at the last complete event; the bytes of the event still
 open are carried into the next chunk, where the scan restarts outside any string at array depth.
