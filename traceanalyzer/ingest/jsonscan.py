@@ -66,6 +66,9 @@ class EventRun:
 
     data: memoryview
 
+    def __len__(self) -> int:
+        return len(self.data)
+
 
 class NotATrace(ValueError):
     """The input is JSON-like but has no event array."""

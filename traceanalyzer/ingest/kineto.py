@@ -207,7 +207,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     with ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="ndjson") as pool:
         for chunk in _chunks_until_damage(stream, scan, by_layout):
             group.append(chunk)
-            size += len(chunk.data if isinstance(chunk, EventRun) else chunk)
+            size += len(chunk)
             if size < target:
                 continue
             pending.append(pool.submit(_decode_group, group, scan))
@@ -244,21 +244,18 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
 
 
 def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame:
-    if isinstance(chunk, EventRun):
-        # Events cut by the learned layout: a run the decoder declines may have been cut wrong.
-        frame = eventdecode.decode(chunk.data, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
-        if frame is None:
-            raise _LayoutMismatch
+    run = isinstance(chunk, EventRun)
+    frame = eventdecode.decode(chunk.data if run else chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    if frame is not None:
         return frame
-    frame = eventdecode.decode(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
-    if frame is None:  # no compiled decoder, or a chunk it leaves to Polars
-        try:
-            frame = pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
-        except pl.exceptions.PolarsError:
-            if scan.split_by_layout:
-                raise _LayoutMismatch from None
-            frame = _decode_chunk_slowly(chunk, scan)
-    return frame
+    if run:  # events cut by the learned layout: a run the decoder declines may be cut wrong
+        raise _LayoutMismatch
+    try:  # no compiled decoder, or a chunk it leaves to Polars
+        return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
+    except pl.exceptions.PolarsError:
+        if scan.split_by_layout:
+            raise _LayoutMismatch from None
+        return _decode_chunk_slowly(chunk, scan)
 
 
 def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
