@@ -13,6 +13,11 @@ rank's **lateness** in it is its start minus the earliest start. NCCL kernels of
 end together (each waits for all ranks), so the rank that starts last is the one the others
 waited for.
 
+Exposed communication per rank is the nccl-not-overlapped rule's (:mod:`analysis.comm`): when a
+rank's trace marks steps, only collectives launched inside steps count (a set-up barrier before
+the first step is left out), so the job view and the rule agree; ``exposed_comm_window`` says
+which window applied. The metrics' ``exposed_communication_ns`` is the whole-trace figure.
+
 Stragglers follow HTA's "late start" analysis (``hta/analyzers/straggler.py``,
 ``find_stragglers_with_late_start_comm_kernels``): per iteration, take the last long
 communication kernel (at least 1% of the mean iteration time) for each (rank, stream, name);
@@ -39,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis.comm import exposed_by_rank
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
@@ -55,7 +61,9 @@ class JobResult:
 
     result: AnalysisResult
     #: Per rank: the metrics of ``Metrics`` plus collectives, lateness_mean_ns, lateness_p50_ns,
-    #: lateness_max_ns, late_count, late_share, hta_late_iterations, straggler, source.
+    #: lateness_max_ns, late_count, late_share, hta_late_iterations, straggler, source, and the
+    #: rule's exposed communication (:mod:`traceanalyzer.analysis.comm`): exposed_comm_ns,
+    #: exposed_comm_pct (of span_ns), exposed_comm_collectives, exposed_comm_window.
     ranks: pl.DataFrame
     #: Per matched collective: step, name, ordinal, first_start_ns, last_start_ns, skew_ns,
     #: latest_rank, mean_duration_ns.
@@ -303,8 +311,14 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     metrics = rank_table(views.metrics_by_rank).cast({"rank": pl.Int32})
     sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
                for r in src["ranks"]}
+    # The exposed communication the nccl-not-overlapped rule reports (steps only, when steps are
+    # marked); the metrics' exposed_communication_ns stays the whole-trace HTA/TraceLens figure.
+    exposed = exposed_by_rank(views.launches, views.steps, ranks)
     table = (
         metrics.join(lateness, on="rank", how="left")
+        .join(exposed, on="rank", how="left")
+        .with_columns(exposed_comm_pct=pl.when(pl.col("span_ns") > 0)
+                      .then(100.0 * pl.col("exposed_comm_ns") / pl.col("span_ns")))
         .join(hta_late_iterations(views.launches, ranks), on="rank", how="left")
         .with_columns(straggler=pl.col("rank").is_in(stragglers),
                       source=pl.col("rank").replace_strict(
@@ -323,6 +337,22 @@ def _windows_overlap(by_rank: dict[int, Any]) -> bool:
     if len(windows) < 2:
         return True
     return max(w[0] for w in windows) < min(w[1] for w in windows)
+
+
+def exposed_note(ranks: pl.DataFrame) -> str:
+    """Which window the exposed-communication column covers: the rule nccl-not-overlapped's."""
+    where = {"steps": "collectives launched inside profiler steps (set-up before the first step "
+                      "left out)",
+             "trace": "all collectives (the trace marks no steps)"}
+    by_window: dict[str, list[str]] = {}
+    for rank, window in zip(ranks["rank"], ranks["exposed_comm_window"], strict=True):
+        by_window.setdefault(window, []).append(str(rank))
+    if len(by_window) == 1:
+        which = where[next(iter(by_window))]
+    else:
+        which = "; ".join(f"rank {', '.join(rs)}: {where[w]}" for w, rs in sorted(by_window.items()))
+    return (f"exposed comm: {which}, not covered by compute on the same GPU; % of the rank's "
+            "span. Same figure as rule nccl-not-overlapped.")
 
 
 def job_to_dict(job: JobResult) -> dict[str, Any]:

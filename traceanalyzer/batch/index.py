@@ -86,6 +86,8 @@ def render_index(summary: pl.DataFrame, sections: list[str] | None = None) -> st
 
 def job_section(job: Any, top: int = 10) -> str:
     """An HTML section for a multi-rank job (:class:`traceanalyzer.analysis.job.JobResult`)."""
+    from traceanalyzer.analysis.job import exposed_note
+
     head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
             "<th class=n>comm</th><th class=n>exposed comm</th><th class=n>collectives</th>"
             "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
@@ -100,7 +102,7 @@ def job_section(job: Any, top: int = 10) -> str:
             f"</td><td>{esc(PurePath(r['source'] or '').name)}</td>"
             f"<td class=n>{_ms(r['span_ns'])}</td><td class=n>{_pct(r['busy_pct'])}</td>"
             f"<td class=n>{_ms(r['communication_ns'])}</td>"
-            f"<td class=n>{_ms(r['exposed_communication_ns'])}</td>"
+            f"<td class=n>{_ms(r['exposed_comm_ns'])} ({_pct(r['exposed_comm_pct'])})</td>"
             f"<td class=n>{esc(r['collectives'])}</td><td class=n>{_us(r['lateness_mean_ns'])}</td>"
             f"<td class=n>{_us(r['lateness_max_ns'])}</td>"
             f"<td class=n>{esc(r['late_count'])}{share}</td><td class=n>{esc(hta)}</td></tr>"
@@ -109,7 +111,7 @@ def job_section(job: Any, top: int = 10) -> str:
                "last, and the other ranks wait for it." if job.stragglers
                else "No straggler stands out.")
     parts = [f'<section id="job"><h2>Job: {job.ranks.height} ranks</h2><p>{esc(verdict)}</p>',
-             f"<table>{head}{''.join(rows)}</table>"]
+             f"<table>{head}{''.join(rows)}</table>", f"<p>{esc(exposed_note(job.ranks))}</p>"]
     coll = job.collectives
     if coll.height:
         skew = coll["skew_ns"]

@@ -54,6 +54,8 @@ def job(inputs: tuple[str, ...], json_path: Path | None, html_path: Path | None,
 
 def render_job(result: Any, top: int = 5) -> str:
     """The terminal view of a job."""
+    from traceanalyzer.analysis.job import exposed_note
+
     ranks = result.ranks
     lines = [f"== job: {ranks.height} ranks"]
     rows = []
@@ -64,8 +66,8 @@ def render_job(result: Any, top: int = 5) -> str:
             safe(PurePath(r["source"] or "").name, 32),
             fmt_ns(span), fmt_pct(r["busy_pct"]),
             fmt_ns(r["communication_ns"]),
-            fmt_ns(r["exposed_communication_ns"]),
-            fmt_pct(100.0 * r["exposed_communication_ns"] / span if span else None),
+            fmt_ns(r["exposed_comm_ns"]),
+            fmt_pct(r["exposed_comm_pct"]),
             fmt_ns(r["step_time_mean_ns"]),
             str(r["collectives"] or 0),
             fmt_ns(r["lateness_mean_ns"]), fmt_ns(r["lateness_max_ns"]),
@@ -77,6 +79,7 @@ def render_job(result: Any, top: int = 5) -> str:
                                "exposed %", "step mean", "colls", "late mean", "late max",
                                "started last", "HTA late iters"],
                         right=set(range(2, 13)))]
+    lines.append(exposed_note(ranks))
     if result.stragglers:
         lines.append("")
         lines.append("Straggler: rank " + ", ".join(map(str, result.stragglers))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analysis.comm import step_collectives
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     ms,
-    overlap_ns,
     own_rank,
     pct,
     window_length,
@@ -27,22 +27,15 @@ def nccl_exposed(views, p: Params) -> Detection | None:
     """Communication kernels not covered by compute kernels on the same device (only those of
     the steps, when the trace marks steps); fires when the exposed time is at least
     ``min_exposed_pct`` of the window."""
-    launches = own_rank(views, views.launches)
-    comm = launches.filter(pl.col("kind") == "kernel", pl.col("category") == "communication")
-    if views.steps.height and "step" in comm.columns:
-        # The steps' communication: a collective before the first step (the process group's
-        # first barrier, DDP's parameter broadcast, ranks lining up when a profiler starts)
-        # is set-up that no overlap can hide, and it would otherwise count as exposed.
-        comm = comm.filter(pl.col("step").is_not_null())
+    # One definition with the job view (analysis/comm.py): only the steps' collectives count when
+    # the trace marks steps; a set-up collective before the first step cannot be overlapped.
+    comm = step_collectives(own_rank(views, views.launches), own_rank(views, views.steps))
     if comm.height == 0:
         return None
-    compute = launches.filter(pl.col("kind") == "kernel", pl.col("category") != "communication")
-    comm = overlap_ns(comm, compute.select("rank", "device", "start_ns", "end_ns"),
-                      name="covered_ns").with_columns(
-        dur=pl.col("end_ns") - pl.col("start_ns"),
+    comm = comm.with_columns(
         collective=pl.col("name").str.extract(_COLLECTIVE, 1).str.to_lowercase()
         .str.replace_all("_", "").fill_null("other"),
-    ).with_columns(exposed_ns=pl.col("dur") - pl.col("covered_ns"))
+    )
     exposed = int(comm["exposed_ns"].sum())
     window = window_length(views)
     if not window or pct(exposed, window) < p["min_exposed_pct"]:

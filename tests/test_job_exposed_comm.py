@@ -1,0 +1,107 @@
+"""The job view's exposed communication is the nccl-not-overlapped rule's (analysis/comm.py): on
+the real 2-GPU nccl_overlap traces the two report the same share for every rank. The nsys traces
+hold a set-up barrier before the first step (30 ms on rank 0 of the good run) that both leave out,
+while the headline metric stays HTA/TraceLens's whole-trace figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest import SAMPLES
+from test_rules_detectors import Synth, busy_loop
+
+from traceanalyzer.analysis.comm import exposed_by_rank, step_collectives
+from traceanalyzer.analysis.job import analyze_job, combine, exposed_note
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.ingest import load
+from traceanalyzer.rules import RuleConfig, evaluate
+
+SLUG = "nccl-not-overlapped"
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+RUNS = [(fmt, run) for fmt in ("torch", "nsys") for run in ("good", "bad")]
+
+
+def _paths(fmt: str, run: str) -> list[Path]:
+    ext = ".json.gz" if fmt == "torch" else ".sqlite"
+    paths = [SAMPLES / fmt / f"nccl_overlap_{run}_rank{r}{ext}" for r in (0, 1)]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("nccl_overlap sample traces missing")
+    return paths
+
+
+def _rule_exposed_pct(views: Views) -> float:
+    """The rule's exposed share, with its threshold at 0 so it always reports it."""
+    only = RuleConfig(overrides={SLUG: {"min_exposed_pct": 0}})
+    only.disabled = {r.slug for r in only.rules() if r.slug != SLUG}
+    findings, _ = evaluate(views, only)
+    (finding,) = [f for f in findings if f.slug == SLUG]
+    return finding.impact_pct
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "run"), RUNS)
+def test_job_and_rule_report_the_same_exposed_share(fmt: str, run: str) -> None:
+    traces = [load(p) for p in _paths(fmt, run)]
+    job = analyze_job(combine(traces), rules=False)
+    assert job.ranks["rank"].to_list() == [0, 1]
+    for trace, row in zip(traces, job.ranks.iter_rows(named=True), strict=True):
+        assert trace.meta.rank == row["rank"]
+        rule_pct = _rule_exposed_pct(Views(trace))
+        assert row["exposed_comm_pct"] == pytest.approx(rule_pct, abs=0.01), (fmt, run, row["rank"])
+        assert row["exposed_comm_window"] == "steps"
+        assert 0 < row["exposed_comm_ns"] <= row["exposed_communication_ns"]
+    bad_share = job.ranks["exposed_comm_pct"].min()
+    assert (bad_share > 20) if run == "bad" else (job.ranks["exposed_comm_pct"].max() < 5)
+
+
+@pytest.mark.slow
+def test_pre_step_barrier_is_left_out_of_the_job_view_but_not_the_headline() -> None:
+    traces = [load(p) for p in _paths("nsys", "good")]
+    row = analyze_job(combine(traces), rules=False).ranks.row(0, named=True)
+    whole = 100 * row["exposed_communication_ns"] / row["span_ns"]
+    assert whole == pytest.approx(8.0, abs=0.1)  # the 30 ms barrier before the first step
+    assert row["exposed_comm_pct"] == pytest.approx(2.18, abs=0.05)
+    assert Views(traces[0]).metrics.exposed_communication_ns == row["exposed_communication_ns"]
+
+
+def _rank_with_barrier(*, steps: bool) -> Synth:
+    s = Synth()
+    s.kernel(NCCL, 0, 2000, launch=-10, stream=20)  # set-up barrier: nothing to overlap with
+    end = busy_loop(s, n=20, start=2100)
+    s.kernel(NCCL, end + 2, 500, launch=end - 20, stream=20)  # exposed, inside the last step
+    if steps:
+        s.step(0, 2090, 2110)
+        s.step(1, 4200, end - 4200 + 600)
+    return s
+
+
+def test_steps_restrict_per_rank_and_the_note_says_which() -> None:
+    # Both record rank 0; combine numbers them 0 and 1 in the order given.
+    views = Views(combine([_rank_with_barrier(steps=True).trace(),
+                           _rank_with_barrier(steps=False).trace()]))
+    assert views.ranks == [0, 1]
+    table = exposed_by_rank(views.launches, views.steps, views.ranks)
+    assert table.to_dicts() == [
+        {"rank": 0, "exposed_comm_ns": 500_000, "exposed_comm_collectives": 1,
+         "exposed_comm_window": "steps"},
+        {"rank": 1, "exposed_comm_ns": 2_500_000, "exposed_comm_collectives": 2,
+         "exposed_comm_window": "trace"},
+    ]
+    note = exposed_note(table)
+    assert "rank 0: collectives launched inside profiler steps" in note
+    assert "rank 1: all collectives" in note
+    assert "nccl-not-overlapped" in note
+
+
+def test_compute_on_the_same_gpu_covers_a_collective() -> None:
+    s = Synth()
+    s.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", 0, 1000)
+    s.kernel(NCCL, 400, 1000, stream=20)  # 600 µs covered, 400 µs exposed
+    s.kernel(NCCL, 3000, 100, stream=20, device=1)  # another GPU's compute would not cover it
+    views = Views(s.trace())
+    comm = step_collectives(views.launches, views.steps).sort("start_ns")
+    assert comm["covered_ns"].to_list() == [600_000, 0]
+    assert comm["exposed_ns"].to_list() == [400_000, 100_000]
+    assert comm.schema["exposed_ns"] == pl.Int64
