@@ -266,7 +266,7 @@ static int scan_number(Ptr *ps, Ptr e, Number *num) {
     num->is_int = !has_frac && !has_exp;
     num->int_ok = 0;
     if (num->is_int) {
-        if (ndigits >= 20) return BAIL; /* beyond uint64: Polars' reader gives up */
+        if (ndigits >= 20) return BAIL; /* how Polars reads these varies (u64, float, error) */
         uint64_t v = 0;
         for (Ptr d = digits; d < s; d++) v = v * 10 + (uint64_t)(*d - '0');
         if (!neg && v <= (uint64_t)INT64_MAX) num->value = (int64_t)v, num->int_ok = 1;
@@ -285,7 +285,7 @@ static int scan_number(Ptr *ps, Ptr e, Number *num) {
 
 static double number_as_double(const Number *num) {
     if (num->int_ok) return (double)num->value;
-    char tmp[512];
+    char tmp[512]; /* scan_number declined tokens this long */
     size_t n = (size_t)(num->stop - num->start);
     memcpy(tmp, num->start, n);
     tmp[n] = 0;
