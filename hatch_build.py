@@ -25,12 +25,19 @@ def compile_extension(root: Path) -> Path:
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
     # LDSHARED carries the platform's flags for a loadable module (-shared, or -bundle on macOS).
     ldshared = sysconfig.get_config_var("LDSHARED") or f"{cc} -shared"
+    # Built beside the target and renamed over it: a process that has the old module loaded
+    # keeps its file (overwriting a loaded shared library in place crashes that process).
+    tmp = target.with_name(target.name + ".tmp")
     cmd = [
         *shlex.split(ldshared), *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"),
         "-O2", "-DNDEBUG", f"-I{sysconfig.get_paths()['include']}",
-        str(root / SOURCE), "-o", str(target),
+        str(root / SOURCE), "-o", str(tmp),
     ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 

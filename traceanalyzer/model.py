@@ -91,7 +91,7 @@ CPU_ACTIVITY_SCHEMA = pl.Schema(
         "end_ns": pl.Int64,
         "correlation": pl.Int64,  # runtime/driver calls: the id shared with the GPU activity
         "external_id": pl.Int64,  # Kineto: links runtime calls to the operator that made them
-        "input_dims": pl.String,  # JSON text as recorded, e.g. "[[8, 1024], [1024, 1024]]"
+        "input_dims": pl.String,  # JSON text, ", "-separated, e.g. "[[8, 1024], [1024, 1024]]"
         "input_types": pl.String,  # JSON text, e.g. '["float", "c10::BFloat16"]'
         "call_stack": pl.String,  # Python stack, innermost frame first, ';'-separated
         "parent_op": pl.String,  # name of the outermost framework operator enclosing this call
