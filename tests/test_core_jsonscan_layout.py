@@ -240,3 +240,20 @@ def test_property_runs_decode_like_the_scan(n, indent, chunk, names, cut):
         runs, _ = _decoded_events(body, chunk, raw_runs=True)
         lines, _ = _decoded_events(body, chunk, raw_runs=False)
         assert runs.equals(lines)
+
+
+def test_an_event_longer_than_a_chunk_is_read_whole(tmp_path, monkeypatch):
+    """One event (a long Python stack) spans several chunks after the layout is learned."""
+    from test_core_kineto import reference_read
+
+    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+            "args": {"External id": i, "Call stack": "x" * 300_000 if i == 900 else "a.py(1): f"}}
+           for i in range(2000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": evs}, indent=2))
+    monkeypatch.setattr(jsonscan, "DEFAULT_CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 64 << 10)
+    fast, slow = read_kineto(path), reference_read(path)
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name
+    assert fast.cpu.filter(fast.cpu["external_id"] == 900)["call_stack"].str.len_chars().item() == 300_000
