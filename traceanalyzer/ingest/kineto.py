@@ -86,7 +86,7 @@ KEPT_PHASES = ["X", "i", "I"]
 # reduction's Polars calls, so two keep both cores busy. (With Polars' reader, three groups of
 # 8 MB were faster but went over the file's size in peak memory.)
 DECODE_THREADS = 2
-GROUP_BYTES = 16 << 20  # trace bytes per reduction, at most (see _decode_events)
+GROUP_BYTES = 8 << 20  # trace bytes per reduction, at most (see _decode_events)
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
