@@ -257,3 +257,23 @@ def test_an_event_longer_than_a_chunk_is_read_whole(tmp_path, monkeypatch):
     for name, frame in fast.frames().items():
         assert frame.equals(slow.frames()[name]), name
     assert fast.cpu.filter(fast.cpu["external_id"] == 900)["call_stack"].str.len_chars().item() == 300_000
+
+
+@needs_decoder
+def test_a_wrong_first_guess_of_the_layout_is_read_again(tmp_path, monkeypatch):
+    """Every event opens its args on a line at the event indent: the layout guessed from the
+    first event cuts inside events, the decoder rejects the run, and the file is read again."""
+    from test_core_kineto import reference_read
+
+    body = ",\n".join(f'  {{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, '
+                      f'"ts": {i}, "dur": 1, "args":\n  {{"External id": {i}}}}}' for i in range(300))
+    data = ('{"traceEvents": [\n' + body + "\n]}").encode()
+    assert jsonscan._guess_layout(bytearray(data[data.index(b"[") + 1:])) == b"\n  {"
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    monkeypatch.setattr(jsonscan, "DEFAULT_CHUNK_BYTES", 2000)
+    monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 2000)
+    fast, slow = read_kineto(path), reference_read(path)
+    assert fast.cpu.height == 300
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name

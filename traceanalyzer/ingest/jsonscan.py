@@ -29,6 +29,7 @@ truncation, and every complete event before it is kept.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -225,6 +226,16 @@ def _learn_layout(buf: np.ndarray, raw: bytearray, opens: np.ndarray, n: int) ->
     return prefix
 
 
+def _guess_layout(raw: bytearray) -> bytes | None:
+    """The line prefix of the first event (newline, indent, ``{``) if it starts a line.
+
+    Only for a decoder that rejects a run cut inside an event (``raw_runs``): a wrong guess then
+    costs a re-read, and a small trace is spared the structural scan of its first chunk.
+    """
+    found = re.match(rb"\s*\n([ \t]*)\{", bytes(raw[:4096]))
+    return b"\n" + found.group(1) + b"{" if found else None
+
+
 def _layout_starts(buf: np.ndarray, prefix: bytes) -> np.ndarray:
     """Positions of the ``{`` that end each ``prefix`` (newline, indent, ``{``) in ``buf``.
 
@@ -355,6 +366,8 @@ def iter_ndjson_chunks(
             raw = bytearray(header[pos + 1 :])
             header = header[: pos + 1]
             eof = False
+            if by_layout and raw_runs:
+                prefix = _guess_layout(raw)
         else:
             # Chunks grow from 1 MB to chunk_bytes: the decoder gets work sooner and a small
             # trace is split into enough pieces to overlap scanning and decoding.
@@ -364,11 +377,14 @@ def iter_ndjson_chunks(
         buf = np.frombuffer(raw, dtype=np.uint8)
         if prefix is not None and raw_runs:
             cut = raw.rfind(prefix)
-            if cut > 0:
+            # The run starts at its first event: a chunk that follows one ending between two
+            # events begins with their separator.
+            start = raw.find(b"{", 0, max(cut, 0))
+            if cut > 0 and start >= 0 and not raw[:start].strip(b" \t\r\n,"):
                 carry = bytes(raw[cut + len(prefix) - 1 :])
                 result.split_by_layout += 1
                 del buf
-                yield EventRun(memoryview(raw)[:cut])
+                yield EventRun(memoryview(raw)[start:cut])
                 continue
         elif prefix is not None and raw.find(b"\r") < 0:
             split = _split_by_layout(buf, prefix, keep_phases)
