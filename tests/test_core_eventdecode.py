@@ -181,3 +181,11 @@ def test_random_events_match_polars_or_are_declined(batch, separators, ascii_onl
 def test_kineto_shaped_events_take_the_fast_path(batch):
     chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode() + b"\n"
     assert assert_same_or_declined(chunk) is not None
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "sample_traces" / "torch").glob("*.json.gz")),
+                         ids=lambda p: p.name)
+def test_sample_traces_are_read_once(path):
+    # A layout cut the decoder rejects costs a second read of the whole file: correct, but a
+    # regression in speed the public traces are checked for too (test_core_kineto).
+    assert "read_twice" not in read_kineto(path).meta.extra

@@ -35,6 +35,7 @@ def reference_read(path: Path):
 def test_public_trace_matches_reference_parser(path):
     fast, slow = read_kineto(path), reference_read(path)
     fast.validate()
+    assert "read_twice" not in fast.meta.extra  # the layout (or its guess) held
     for name, frame in fast.frames().items():
         assert frame.equals(slow.frames()[name]), name
     # Kernel counts agree with a plain count of the JSON.

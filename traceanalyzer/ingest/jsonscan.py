@@ -344,8 +344,9 @@ def iter_ndjson_chunks(
         if not in_events or done_events:
             # A small first read: the structural scan of the first events (which teaches the
             # layout) and the first decode start sooner, which is what a small trace waits for.
-            data = stream.read(chunk_bytes if header or done_events else min(chunk_bytes, FIRST_READ_BYTES))
-            eof = not data
+            want = chunk_bytes if header or done_events else min(chunk_bytes, FIRST_READ_BYTES)
+            data = stream.read(want)
+            eof, last_read = not data, len(data) < want
         if done_events:
             if eof:
                 break
@@ -372,10 +373,13 @@ def iter_ndjson_chunks(
             # Chunks grow from 1 MB to chunk_bytes: the decoder gets work sooner and a small
             # trace is split into enough pieces to overlap scanning and decoding.
             reads += 1
-            raw = _read_after(stream, carry, min(chunk_bytes, FIRST_READ_BYTES << reads))
-            eof = len(raw) == len(carry)
+            want = min(chunk_bytes, FIRST_READ_BYTES << reads)
+            raw = _read_after(stream, carry, want)
+            eof, last_read = len(raw) == len(carry), len(raw) - len(carry) < want
         buf = np.frombuffer(raw, dtype=np.uint8)
-        if prefix is not None and raw_runs:
+        # Not the input's last piece: that holds the array's end, and objects after it at the
+        # event indent (Kineto's deviceProperties) would look like event starts.
+        if prefix is not None and raw_runs and not last_read:
             cut = raw.rfind(prefix)
             # The run starts at its first event: a chunk that follows one ending between two
             # events begins with their separator.
