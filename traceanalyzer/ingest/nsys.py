@@ -285,10 +285,11 @@ def _read(db: _Db) -> Trace:
         )
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
         tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
-        gpu_raw = _gpu_rows(*(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
+        gpu_raw = _gpu_rows(strings,
+                            *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
         ranks = _rank_map(gpu_raw)
         rank_of_pid = ranks.select("pid", "rank")
-        gpu = _gpu_frame(gpu_raw, strings, rank_of_pid)
+        gpu = _gpu_frame(gpu_raw, rank_of_pid)
         del gpu_raw
         ann = _annotation_frame(tables.pop(NVTX).result(), strings, rank_of_pid, meta)
         ops = _operator_ranges(ann)
@@ -320,23 +321,39 @@ def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
     return frame.with_columns(end_ns=pl.max_horizontal("start_ns", "end_ns"))
 
 
-def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
+def _gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
               memset: pl.DataFrame | None, graphs: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Kernels, copies and memsets in one frame. Kernel names are still StringIds ids
-    (``name_id``); copies and memsets get their Kineto-style name ("Memcpy HtoD (Pageable ->
-    Device)") so reports read the same whichever profiler wrote the trace.
+    """Kernels, copies and memsets in one frame, with names and categories. Copies and
+    memsets get their Kineto-style name ("Memcpy HtoD (Pageable -> Device)") so reports read
+    the same whichever profiler wrote the trace.
 
     Columns get their canonical dtypes here (enums, int32), before the frame is sorted: the
-    sort moves every byte of every column."""
+    sort moves every byte of every column. Each part gets its own name and category, so no
+    per-row choice between them is needed after the concat (a when/then or coalesce of string
+    columns costs ~45 ns a row)."""
     parts = []
+    category = GPU_ACTIVITY_SCHEMA["category"]
     common = dict(device=pl.col("deviceId").cast(I32), stream=pl.col("streamId"),
                   start_ns=pl.col("start"), end_ns=pl.col("end"),
                   correlation=pl.col("correlationId"), pid=_pid("globalPid"),
                   graph_launched=pl.col("graphNodeId").is_not_null())
     if kernels is not None:
         name_id = pl.coalesce(*(c for c in ("demangledName", "shortName") if c in kernels.columns))
+        kernels = kernels.with_columns(name_id=name_id)
+        # Name and category per distinct kernel name id (the regexes never run once per row),
+        # mapped onto the rows through small tables.
+        names = _names(strings, kernels["name_id"], "<unknown kernel {}>").with_columns(
+            category=pl.when("known").then(kernel_category(pl.col("value")))
+            .otherwise(pl.lit("other")).cast(category),
+        )
+        name_id = pl.col("name_id")
         parts.append(kernels.select(
-            kind=pl.lit("kernel", GPU_KIND), name_id=name_id, name=pl.lit(None, STR), **common,
+            kind=pl.lit("kernel", GPU_KIND),
+            name=name_id.replace_strict(names["id"], names["value"], default=None,
+                                        return_dtype=STR),
+            category=name_id.replace_strict(names["id"], names["category"], default="other",
+                                            return_dtype=category),
+            **common,
             **{new: pl.col(old).cast(I32) for new, old in (
                 ("grid_x", "gridX"), ("grid_y", "gridY"), ("grid_z", "gridZ"),
                 ("block_x", "blockX"), ("block_y", "blockY"), ("block_z", "blockZ"),
@@ -346,7 +363,8 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
         ))
     if memcpy is not None:
         parts.append(memcpy.select(
-            kind=pl.lit("memcpy", GPU_KIND), **common, bytes="bytes",
+            kind=pl.lit("memcpy", GPU_KIND), category=pl.lit("memcpy", category), **common,
+            bytes="bytes",
             copy_kind=pl.col("copyKind").replace_strict(COPY_KIND, default="other",
                                                         return_dtype=STR),
             src_kind=_memory_kind("srcKind"), dst_kind=_memory_kind("dstKind"),
@@ -358,19 +376,20 @@ def _gpu_rows(kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
         # kernel-kind activity, so GPU busy time and launches stay right.
         parts.append(graphs.with_columns(graphNodeId=pl.lit(0, I64)).select(
             kind=pl.lit("kernel", GPU_KIND), name=pl.format(GRAPH_NAME, pl.col("graphId")),
+            category=pl.lit("other", category),
             **common,
         ))
     if memset is not None:
         parts.append(memset.select(
-            kind=pl.lit("memset", GPU_KIND), **common, bytes="bytes",
+            kind=pl.lit("memset", GPU_KIND), category=pl.lit("memset", category), **common,
+            bytes="bytes",
             dst_kind=_memory_kind("memKind"),
         ).with_columns(name=pl.format("Memset ({})", _label("dst_kind")))
         .with_columns(_enums("dst_kind")))
     if not parts:
-        return pl.DataFrame(schema={"kind": GPU_KIND, "name_id": I64, "pid": I64, "name": STR,
+        return pl.DataFrame(schema={"kind": GPU_KIND, "pid": I64, "name": STR,
                                     "start_ns": I64})
-    rows = pl.concat(parts, how="diagonal_relaxed")
-    return rows if "name_id" in rows.columns else rows.with_columns(name_id=pl.lit(None, I64))
+    return pl.concat(parts, how="diagonal_relaxed")
 
 
 def _enums(*cols: str) -> list[pl.Expr]:
@@ -427,31 +446,10 @@ def _names(strings: pl.DataFrame, ids: pl.Series, unknown: str | None = None) ->
     )
 
 
-def _gpu_frame(gpu_raw: pl.DataFrame, strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+def _gpu_frame(gpu_raw: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if gpu_raw.height == 0:
         return empty_frame("gpu")
-    # Name and category per distinct kernel name id (the regexes never run once per row),
-    # mapped onto the rows through small tables.
-    kernel_names = _names(strings, gpu_raw["name_id"], "<unknown kernel {}>").with_columns(
-        category=pl.when("known").then(kernel_category(pl.col("value"))).otherwise(pl.lit("other"))
-        .cast(GPU_ACTIVITY_SCHEMA["category"]),
-    )
-    name_id, kind, category = pl.col("name_id"), pl.col("kind"), GPU_ACTIVITY_SCHEMA["category"]
-    gpu = _sorted(_with_rank(gpu_raw, ranks), "start_ns").with_columns(
-        # when/then, not coalesce: coalesce copies the text of long kernel names (0.25 CPU-s
-        # for 2 M kernels), when/then only their views.
-        name=pl.when(pl.col("name").is_null())
-        .then(name_id.replace_strict(kernel_names["id"], kernel_names["value"], default=None,
-                                     return_dtype=STR))
-        .otherwise(pl.col("name")),
-        # memcpy and memset are categories of their own: compared as enums, not cast as text.
-        category=pl.when(kind == "kernel")
-        .then(name_id.replace_strict(kernel_names["id"], kernel_names["category"],
-                                     default="other"))
-        .when(kind == "memcpy").then(pl.lit("memcpy", category))
-        .when(kind == "memset").then(pl.lit("memset", category)),
-    )
-    return conform(gpu, "gpu")
+    return conform(_sorted(_with_rank(gpu_raw, ranks), "start_ns"), "gpu")
 
 
 def _kept(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
