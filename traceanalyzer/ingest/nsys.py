@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -206,19 +207,20 @@ class _Reader:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-read")
 
     def submit(self, table: str, where: str = "", sort_by: str | None = None,
-               keep: pl.Expr | None = None) -> Future[pl.DataFrame | None]:
+               prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+               ) -> Future[pl.DataFrame | None]:
         """The table, read on the background thread; sorted there by ``sort_by`` if given, so
         the sort overlaps work on this thread and the unsorted frame is freed before the
-        result is handed over. ``keep`` filters the rows there too (see :func:`_kept`)."""
-        return self.pool.submit(self._read, table, where, sort_by, keep)
+        result is handed over. ``prepare`` (rows filtered, say) runs there before the sort."""
+        return self.pool.submit(self._read, table, where, sort_by, prepare)
 
     def _read(self, table: str, where: str, sort_by: str | None,
-              keep: pl.Expr | None) -> pl.DataFrame | None:
+              prepare: Callable[[pl.DataFrame], pl.DataFrame] | None) -> pl.DataFrame | None:
         frame = self.db.read(table, where)
         if frame is None:
             return None
-        if keep is not None:
-            frame = _kept(frame, keep)
+        if prepare is not None:
+            frame = prepare(frame)
         return frame if sort_by is None else _sorted(frame, sort_by)
 
     def __enter__(self) -> _Reader:
@@ -281,7 +283,7 @@ def _read(db: _Db) -> Trace:
         # (~30 ns, 0.25 CPU-s for 8 M rows) than Polars' test, and other types are rare.
         tables[NVTX] = reader.submit(
             NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
-            sort_by="start", keep=pl.col("eventType").is_in(NVTX_TYPES),
+            sort_by="start", prepare=_nvtx_rows,
         )
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
         tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
@@ -452,12 +454,14 @@ def _gpu_frame(gpu_raw: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     return conform(_sorted(_with_rank(gpu_raw, ranks), "start_ns"), "gpu")
 
 
-def _kept(frame: pl.DataFrame, keep: pl.Expr) -> pl.DataFrame:
-    """The rows where ``keep`` is true (null counts as false); the frame itself when that is
-    all of them, which a test of one column finds without copying every column."""
-    if frame.select(keep.fill_null(False).all()).item():
-        return frame
-    return frame.filter(keep)
+def _nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
+    """The NVTX events of the types we read (all of them, in practice: then the frame itself,
+    which a test of one column finds without copying every column), event types as one byte
+    each for the sort to move."""
+    keep = pl.col("eventType").is_in(NVTX_TYPES)
+    if not nvtx.select(keep.fill_null(False).all()).item():
+        nvtx = nvtx.filter(keep)
+    return nvtx.with_columns(pl.col("eventType").cast(pl.Int8))
 
 
 def _sorted(frame: pl.DataFrame, col: str) -> pl.DataFrame:
@@ -501,7 +505,8 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
         correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
-        kind=pl.coalesce(
+        # Where every call has its eventClass (nsys >= 2023), the names are not needed.
+        kind=pl.col("kind") if not calls["kind"].null_count() else pl.coalesce(
             "kind",
             name_id.replace_strict(names["id"], names["kind"], default=None,
                                    return_dtype=CPU_KIND),
