@@ -46,19 +46,7 @@ TA_NCCL_BATCH=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[
   "$W/records/nccl_overlap_bad_rank0.torch.record.json" 2>/dev/null) && export TA_NCCL_BATCH
 echo "TA_NCCL_BATCH=${TA_NCCL_BATCH:-unset}"
 
-postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs
-  local s=$1 t0=$SECONDS
-  if [ -f "$W/nsys/$s.qdstrm" ] && [ ! -f "$W/nsys/$s.nsys-rep" ]; then
-    timeout -k 5 180 "$QDI" -i "$W/nsys/$s.qdstrm" > "$W/nsys/$s.import.log" 2>&1 || { echo "IMPORT FAILED $s"; tail -5 "$W/nsys/$s.import.log"; return 1; }
-  fi
-  [ -f "$W/nsys/$s.nsys-rep" ] || { echo "NO REPORT $s"; ls -la "$W/nsys" | grep "$s"; tail -5 "$W/nsys/$s.profile.log"; return 1; }
-  timeout -k 5 180 "$NSYS" export --type sqlite -o "$W/nsys/$s.sqlite" --force-overwrite true "$W/nsys/$s.nsys-rep" > /dev/null 2>&1 || { echo "EXPORT FAILED $s"; return 1; }
-  mkdir -p "$W/nsys/$s"
-  timeout -k 5 120 "$NSYS" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum -f csv -o "$W/nsys/$s/stats" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "stats failed $s"
-  timeout -k 5 120 "$NSYS" analyze -q -r gpu_gaps,gpu_time_util,cuda_api_sync,cuda_memcpy_sync,cuda_memcpy_async -f csv -o "$W/nsys/$s/analyze" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "analyze failed $s"
-  rm -f "$W/nsys/$s.qdstrm" "$W/nsys/$s.nsys-rep"
-  echo "post $s: $((SECONDS - t0)) s, sqlite $(du -h "$W/nsys/$s.sqlite" | cut -f1)"
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_nsys_post.sh"  # postprocess: qdstrm -> sqlite -> reference CSVs
 nsys_profile() {  # stem, then the command
   local s=$1; shift
   timeout -k 5 150 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
