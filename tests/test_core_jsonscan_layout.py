@@ -67,14 +67,18 @@ def test_one_line_traces_never_use_the_layout():
     assert parsed == events(100) and scan.split_by_layout == 0
 
 
-@settings(max_examples=120, deadline=None)
-@given(
+#: Small traces of any layout and chunk size, and how many bytes to cut off their end.
+TRACES = dict(
     n=st.integers(0, 30),
     indent=st.sampled_from([None, 0, 1, 2, 3]),
     chunk=st.integers(40, 1500),
     names=st.lists(st.text(max_size=12), min_size=1, max_size=5),
     cut=st.integers(0, 60),
 )
+
+
+@settings(max_examples=120, deadline=None)
+@given(**TRACES)
 def test_property_layout_split_equals_json(n, indent, chunk, names, cut):
     evs = [{"ph": "X", "name": names[i % len(names)], "ts": i, "args": {"a": [i, {"b": names[0]}]}}
            for i in range(n)]
@@ -221,13 +225,7 @@ def test_run_cut_inside_an_event_is_read_again_with_the_scan(tmp_path, monkeypat
 
 @needs_decoder
 @settings(max_examples=120, deadline=None)
-@given(
-    n=st.integers(0, 30),
-    indent=st.sampled_from([None, 0, 1, 2, 3]),
-    chunk=st.integers(40, 1500),
-    names=st.lists(st.text(max_size=12), min_size=1, max_size=5),
-    cut=st.integers(0, 60),
-)
+@given(**TRACES)
 def test_property_runs_decode_like_the_scan(n, indent, chunk, names, cut):
     """Runs cut in place by the layout, truncated or not, hold exactly the events the structural
     scan finds, and the decoder takes every one of them."""
