@@ -17,16 +17,9 @@
 set -uo pipefail
 PHASE=${1:-all}; shift || true
 NAMES=("$@")
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-$ROOT/gpu-out}
 W=${WORK:-/tmp/ta-corpus}
-RUN="$ROOT/traceanalyzer/workloads/run.py"
-NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
-QDI=${QDI:-/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter}
-export LD_LIBRARY_PATH=$ROOT/.gpu-libs:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1 TRACEANALYZER_EXT_DIR=/tmp/traceanalyzer_ext
-cd "$ROOT" || exit 2
-mkdir -p "$OUT" "$W/torch" "$W/nsys" "$W/records"
+. "$(dirname "$0")/gpu_common.sh"  # ROOT, OUT, RUN, NSYS, QDI, postprocess; cd "$ROOT"
+export TRACEANALYZER_EXT_DIR=/tmp/traceanalyzer_ext
 LOG="$OUT/corpus-$PHASE.log"
 exec > >(tee -a "$LOG") 2>&1
 
@@ -51,7 +44,6 @@ print("\n".join(later))
 PY
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_nsys_post.sh"  # postprocess: qdstrm -> sqlite -> reference CSVs
 
 run_torch() {
   local t0=$SECONDS

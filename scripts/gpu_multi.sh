@@ -14,22 +14,14 @@
 # Ends in $OUT/multi-torch.tgz and $OUT/multi-nsys.tgz (torch/ or nsys/ plus records/).
 # Needs: .gpu-libs/ with libdw.so.1 and libelf.so.1 (carried; see ../shared/docs/GPU-TRACES.md).
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${OUT:-$ROOT/gpu-out}
 W=${WORK:-/tmp/ta-multi}
-RUN="$ROOT/traceanalyzer/workloads/run.py"
-NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
-QDI=${QDI:-/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter}
+. "$(dirname "$0")/gpu_common.sh"  # ROOT, OUT, RUN, NSYS, QDI, postprocess; cd "$ROOT"
 # NVLink multicast stays off (it can take the host's shared GPUs out of service)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # one NCCL channel: a slower link, as between nodes (see traceanalyzer/workloads/nccl_overlap.py)
 export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-1}
 # SYNC=0 skips sync_memcpy, PROBE=0 the probe (to redo only nccl_overlap)
 SYNC=${SYNC:-1} PROBE=${PROBE:-1}
-export LD_LIBRARY_PATH=$ROOT/.gpu-libs:${LD_LIBRARY_PATH:-}
-export PYTHONUNBUFFERED=1
-cd "$ROOT" || exit 2
-mkdir -p "$OUT" "$W/torch" "$W/nsys" "$W/records"
 exec > >(tee -a "$OUT/multi.log") 2>&1
 NGPU=$(nvidia-smi -L | wc -l)
 T0=$SECONDS
@@ -46,7 +38,6 @@ TA_NCCL_BATCH=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[
   "$W/records/nccl_overlap_bad_rank0.torch.record.json" 2>/dev/null) && export TA_NCCL_BATCH
 echo "TA_NCCL_BATCH=${TA_NCCL_BATCH:-unset}"
 
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_nsys_post.sh"  # postprocess: qdstrm -> sqlite -> reference CSVs
 nsys_profile() {  # stem, then the command
   local s=$1; shift
   timeout -k 5 150 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \

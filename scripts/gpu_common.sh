@@ -1,5 +1,15 @@
-# Shared by scripts/gpu_corpus.sh and scripts/gpu_multi.sh (sourced; uses their $W, $QDI, $NSYS).
+# Shared set-up of scripts/gpu_corpus.sh and scripts/gpu_multi.sh, sourced once they have set W
+# (their work folder): paths, the Nsight tools, and the nsys post-processing step.
 # shellcheck shell=bash
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$ROOT/gpu-out}
+RUN="$ROOT/traceanalyzer/workloads/run.py"
+NSYS=${NSYS:-/opt/nvidia/nsight-compute/2025.3.1/host/target-linux-x64/nsys}
+QDI=${QDI:-/opt/nvidia/nsight-compute/2025.3.1/host/linux-desktop-glibc_2_11_3-x64/QdstrmImporter}
+export LD_LIBRARY_PATH=$ROOT/.gpu-libs:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+cd "$ROOT" || exit 2
+mkdir -p "$OUT" "$W/torch" "$W/nsys" "$W/records"
 
 postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs (CPU only; runs in background)
   local s=$1 t0=$SECONDS
