@@ -42,6 +42,8 @@ GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
 
 #: Kinds of CPU activity.
 CPU_KINDS: tuple[str, ...] = ("op", "runtime", "driver", "python", "other")
+#: CPU kinds of CUDA/HIP API calls: the ones that launch GPU work and carry its correlation id.
+API_KINDS: tuple[str, ...] = ("runtime", "driver")
 
 #: Kinds of annotation.
 ANNOTATION_KINDS: tuple[str, ...] = ("step", "user", "gpu_user", "nvtx")

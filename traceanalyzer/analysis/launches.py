@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.model import Trace
+from traceanalyzer.model import API_KINDS, Trace
 
 LAUNCH_COLUMNS = ["launch_name", "launch_start_ns", "launch_end_ns", "launch_tid", "op_name",
                   "call_stack"]
@@ -17,7 +17,7 @@ def launches(trace: Trace) -> pl.DataFrame:
     The join is on (rank, correlation): correlation ids are unique within one process's trace.
     """
     calls = (
-        trace.cpu.filter(pl.col("kind").is_in(["runtime", "driver"]), pl.col("correlation").is_not_null())
+        trace.cpu.filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
         .sort("start_ns")
         # Runtime and driver records can share a correlation id; the runtime call is the launch.
         .sort(pl.col("kind") != "runtime", maintain_order=True)

@@ -12,6 +12,7 @@ import polars as pl
 
 from traceanalyzer.analysis import intervals
 from traceanalyzer.analysis.result import Metrics
+from traceanalyzer.model import API_KINDS
 
 #: CPU API calls that launch GPU work; their total time is the launch overhead.
 LAUNCH_API_PATTERN = r"^(cuda|hip|cu)(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel|GraphLaunch|LaunchKernelExC|LaunchKernelEx)"
@@ -63,7 +64,7 @@ def compute_metrics(rank: int, launches: pl.DataFrame, cpu: pl.DataFrame, gaps: 
         m.kernels_per_step = in_steps / steps.height
     window = _cpu_window(m, cpu)
     if window:
-        launch_calls = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]),
+        launch_calls = cpu.filter(pl.col("kind").is_in(API_KINDS),
                                   pl.col("name").str.contains(LAUNCH_API_PATTERN))
         if not launch_calls.is_empty():
             busy = intervals.union_length(intervals.clip(launch_calls, *window))

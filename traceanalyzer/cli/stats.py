@@ -8,6 +8,7 @@ import click
 import polars as pl
 
 from traceanalyzer.cli.common import cache_options, frame_output, trace_processor_option
+from traceanalyzer.model import API_KINDS
 
 REPORTS = ("kernels", "api", "memops", "nvtx")
 
@@ -43,7 +44,7 @@ def stats_frame(trace, report: str) -> pl.DataFrame:  # type: ignore[no-untyped-
     if report == "kernels":
         return kernel_summary(trace.gpu)
     if report == "api":
-        calls = trace.cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))
+        calls = trace.cpu.filter(pl.col("kind").is_in(API_KINDS))
         return _duration_summary(calls, "name")
     if report == "memops":
         ops = trace.gpu.filter(pl.col("kind").is_in(["memcpy", "memset"])).with_columns(

@@ -32,6 +32,7 @@ from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import eventdecode
 from traceanalyzer.ingest.jsonscan import EventRun, NotATrace, ScanResult, iter_ndjson_chunks
 from traceanalyzer.model import (
+    API_KINDS,
     FRAME_SCHEMAS,
     Device,
     Trace,
@@ -202,7 +203,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     # ones; at most DECODE_THREADS groups are decoding or waiting, which bounds memory. A group
     # of consecutive chunks is reduced at once: the reduction has a fixed cost of a few ms a
     # call, which 4 MB chunks paid ~250 times per GB. Groups grow from one chunk (a small trace
-    # still spreads over both threads) to GROUP_BYTES.
+    # still spreads over the threads) to GROUP_BYTES.
     frames: list[_Parts] = []
     pending: deque[Future[_Parts]] = deque()
     group: list[bytes | EventRun] = []
@@ -482,7 +483,7 @@ def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
     # The operator that issued a runtime call shares its Kineto "External id". Only the ids that
     # some launch carries are grouped: grouping every operator (1.5 M at 1 GB) was the largest
     # allocation of the whole ingest.
-    calls = pl.col("kind").is_in(["runtime", "driver"])
+    calls = pl.col("kind").is_in(API_KINDS)
     launch_ids = rows.filter(calls).get_column("external_id").drop_nulls().unique()
     ops = (
         rows.filter(pl.col("kind") == "op", pl.col("external_id").is_in(launch_ids.implode()))
@@ -563,7 +564,7 @@ def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.Dat
     if rows.is_empty():
         return empty_frame("gpu")
     names = _name_columns(rows.select("kind", "name").unique())
-    launch_names = cpu.filter(pl.col("kind").is_in(["runtime", "driver"])).select(
+    launch_names = cpu.filter(pl.col("kind").is_in(API_KINDS)).select(
         "correlation", launch_name="name"
     ).unique("correlation", keep="first")
     gpu = (

@@ -24,7 +24,7 @@ from traceanalyzer.ingest.perfetto_decode import (
     TYPE_SLICE_END,
     RawTables,
 )
-from traceanalyzer.model import COPY_KINDS, Device, Trace, TraceMeta, conform
+from traceanalyzer.model import API_KINDS, COPY_KINDS, Device, Trace, TraceMeta, conform
 
 #: Name of the instant event our writer uses to carry trace-level metadata (rank, world size).
 META_EVENT = "traceanalyzer.meta"
@@ -383,7 +383,7 @@ def _cpu_frame(ev: pl.DataFrame) -> pl.DataFrame:
     frame = ev.with_columns(kind=kind).with_columns(
         correlation=pl.coalesce(
             "correlation",
-            pl.when(pl.col("kind").is_in(["runtime", "driver"])).then(
+            pl.when(pl.col("kind").is_in(API_KINDS)).then(
                 pl.col("flow").cast(pl.Int64, strict=False)
             ),
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.model import API_KINDS
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
@@ -87,7 +88,7 @@ def hidden_sync(views, p: Params) -> Detection | None:
     them (each idle gap counted once)."""
     cpu = own_rank(views, views.cpu)
     calls = cpu.filter(
-        pl.col("kind").is_in(["runtime", "driver"]), pl.col("name").str.contains(SYNC_API),
+        pl.col("kind").is_in(API_KINDS), pl.col("name").str.contains(SYNC_API),
         pl.col("end_ns") - pl.col("start_ns") >= p["min_stall_us"] * NS_PER_US,
     )
     calls = _in_steps(views, calls)
@@ -151,7 +152,7 @@ def sync_memcpy(views, p: Params) -> Detection | None:
     = the host time blocked in them."""
     cpu = own_rank(views, views.cpu)
     calls = cpu.filter(
-        pl.col("kind").is_in(["runtime", "driver"]), pl.col("name").str.contains(SYNC_COPY_API)
+        pl.col("kind").is_in(API_KINDS), pl.col("name").str.contains(SYNC_COPY_API)
     )
     if calls.height == 0:
         return None
