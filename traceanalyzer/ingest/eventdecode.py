@@ -58,13 +58,12 @@ def decode(
     extra: tuple = ()
     if keep is not None:
         column, values = keep
-        flat = [name for name, dtype in schema.items() if not isinstance(dtype, pl.Struct)]
-        extra = (flat.index(column), tuple(v.encode() for v in values))
+        extra = ([key for key, _ in top].index(column.encode()), tuple(v.encode() for v in values))
     out = _eventdecode.decode(chunk, top, struct_key, inner, *extra)
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out
-    flat = iter(_arrays(rows, top, top_cols))
+    top_arrays = iter(_arrays(rows, top, top_cols))
     columns = {}
     for name, dtype in schema.items():
         if isinstance(dtype, pl.Struct):
@@ -74,7 +73,7 @@ def decode(
             columns[name] = pa.Array.from_buffers(struct, rows, [_bitmap(struct_valid)],
                                                   children=children)
         else:
-            columns[name] = next(flat)
+            columns[name] = next(top_arrays)
     # string_view, int64, float64 and struct arrive as the schema's String, Int64, Float64 and
     # Struct, without a copy (string views are Polars' own layout for text).
     frame = pl.from_arrow(pa.table(columns))
