@@ -298,7 +298,8 @@ static int match_literal(Ptr *ps, Ptr e, const char *lit, size_t n) {
     return OK;
 }
 
-/* Validate any JSON value at *ps; with out != NULL also write it as Polars writes JSON text. */
+/* Validate any JSON value at *ps; with out != NULL also write it as Polars writes JSON text
+ * (lists and scalars; an object there is declined). */
 static int value(Ptr *ps, Ptr e, Buf *out, int depth) {
     Ptr s = *ps;
     if (s >= e) return BAIL;
@@ -327,12 +328,11 @@ static int value(Ptr *ps, Ptr e, Buf *out, int depth) {
         } else {
             for (int first = 1;; first = 0) {
                 if (out && !first && (rc = buf_put(out, ", ", 2))) return rc;
-                if (obj) {
+                if (obj) { /* only validated: out is NULL here */
                     if (s >= e || *s != '"') return BAIL;
-                    if ((rc = value(&s, e, out, depth + 1))) return rc;
+                    if ((rc = value(&s, e, NULL, depth + 1))) return rc;
                     s = skip_ws(s, e);
                     if (s >= e || *s != ':') return BAIL;
-                    if (out && (rc = buf_put(out, ": ", 2))) return rc;
                     s = skip_ws(s + 1, e);
                 }
                 if ((rc = value(&s, e, out, depth + 1))) return rc;
