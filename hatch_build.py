@@ -22,9 +22,9 @@ SOURCE = Path("traceanalyzer") / "ingest" / "_eventdecode.c"
 def compile_extension(root: Path) -> Path:
     """Compile the decoder next to its source; raises OSError/CalledProcessError on failure."""
     target = root / SOURCE.with_name("_eventdecode" + sysconfig.get_config_var("EXT_SUFFIX"))
-    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    # LDSHARED carries the platform's flags for a loadable module (-shared, or -bundle on macOS).
-    ldshared = sysconfig.get_config_var("LDSHARED") or f"{cc} -shared"
+    # LDSHARED is the compiler with the platform's flags for a loadable module (-shared, or
+    # -bundle on macOS); like setuptools, the environment may override it.
+    ldshared = os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED") or "cc -shared"
     # Built beside the target and renamed over it: a process that has the old module loaded
     # keeps its file (overwriting a loaded shared library in place crashes that process).
     tmp = target.with_name(target.name + ".tmp")
