@@ -418,7 +418,6 @@ def _rank_map(gpu_raw: pl.DataFrame) -> pl.DataFrame:
 
 def _with_rank(frame: FrameT, ranks: pl.DataFrame) -> FrameT:
     """Attach ``rank`` from ``pid``; processes without GPU activity get rank 0 (unknown)."""
-    known = pl.col("pid").is_in(ranks["pid"].implode())
     if ranks.height <= RANK_CHAIN_MAX:
         # A few comparisons per row cost a sixth of replace_strict's hash join.
         rank: pl.Expr = pl.lit(0, I32)
@@ -427,11 +426,14 @@ def _with_rank(frame: FrameT, ranks: pl.DataFrame) -> FrameT:
     else:
         rank = pl.col("pid").replace_strict(ranks["pid"], ranks["rank"], default=0,
                                             return_dtype=I32)
-    return frame.with_columns(
-        rank=rank,
-        # Without pids on the GPU side (old exports) every process counts as known.
-        known=known.fill_null(False) | pl.lit(ranks.height == 0),
-    )
+    return frame.with_columns(rank=rank)
+
+
+def _known(ranks: pl.DataFrame) -> pl.Expr:
+    """Whether the row's process is a rank (has GPU activity): only the CPU frame needs it,
+    so it is not built, and sorted, for the millions of GPU rows."""
+    # Without pids on the GPU side (old exports) every process counts as known.
+    return pl.col("pid").is_in(ranks["pid"].implode()).fill_null(False) | pl.lit(ranks.height == 0)
 
 
 def _names(strings: pl.DataFrame, ids: pl.Series, unknown: str | None = None) -> pl.DataFrame:
@@ -504,7 +506,7 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         name=name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
-        correlation=pl.when(pl.col("known")).then(pl.col("correlationId")),
+        correlation=pl.when(_known(ranks)).then(pl.col("correlationId")),
         # Where every call has its eventClass (nsys >= 2023), the names are not needed.
         kind=pl.col("kind") if not calls["kind"].null_count() else pl.coalesce(
             "kind",
