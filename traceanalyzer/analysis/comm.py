@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analysis import intervals
+from traceanalyzer.rules.detectors._common import overlap_ns
 
 #: Per-rank columns of :func:`exposed_by_rank`.
 RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_collectives": pl.Int64,
@@ -35,11 +35,10 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     if steps.height and "step" in comm.columns:
         stepped = steps["rank"].unique().implode()
         comm = comm.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(stepped))
-    comm = comm.with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
-    covered = _covered_ns(comm, kernels.filter(~is_comm))
-    return comm.with_columns(covered_ns=covered).with_columns(
-        exposed_ns=pl.col("dur") - pl.col("covered_ns")
-    )
+    cover = kernels.filter(~is_comm).select("rank", "device", "start_ns", "end_ns")
+    return overlap_ns(comm, cover, name="covered_ns").with_columns(
+        dur=pl.col("end_ns") - pl.col("start_ns")
+    ).with_columns(exposed_ns=pl.col("dur") - pl.col("covered_ns"))
 
 
 def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,
@@ -61,19 +60,3 @@ def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,
         .select(list(RANK_SCHEMA)).cast(RANK_SCHEMA).sort("rank")
     )
 
-
-def _covered_ns(items: pl.DataFrame, cover: pl.DataFrame) -> pl.Series:
-    """How much of each item the union of ``cover`` on its rank and device overlaps."""
-    out = pl.Series("covered_ns", [0] * items.height, dtype=pl.Int64)
-    if items.height == 0 or cover.height == 0:
-        return out
-    by = ["rank", "device"]
-    indexed = items.select(*by, "start_ns", "end_ns").with_row_index("_row")
-    parts = []
-    for key, group in indexed.group_by(by, maintain_order=True):
-        mask = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(by, key, strict=True))
-        merged = intervals.merge(cover.filter(mask))
-        parts.append(group.select("_row").with_columns(covered_ns=pl.Series(
-            intervals.covered_between(merged, group["start_ns"].to_numpy(),
-                                      group["end_ns"].to_numpy()), dtype=pl.Int64)))
-    return pl.concat(parts).sort("_row")["covered_ns"]

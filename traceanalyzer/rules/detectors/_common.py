@@ -30,7 +30,8 @@ def overlap_ns(
     parts = []
     indexed = items.with_row_index("_row")
     for key, group in indexed.group_by(by, maintain_order=True):
-        mask = pl.all_horizontal(pl.col(k) == v for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
+        # eq_missing: an unknown device (null) is covered by kernels of the same unknown device
+        mask = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
         merged = intervals.merge(cover.filter(mask))
         covered = intervals.covered_between(
             merged, group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
