@@ -543,6 +543,7 @@ def _sync_frame(syncs: pl.DataFrame | None, cpu: pl.DataFrame,
 
 def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: pl.DataFrame,
                       meta: TraceMeta) -> pl.DataFrame:
+    """The annotations of ``nvtx``, which comes sorted by start (the reader sorts it)."""
     if nvtx is None or nvtx.height == 0:
         return empty_frame("annotations")
     is_domain = pl.col("eventType") == NVTX_DOMAIN_CREATE
@@ -556,7 +557,7 @@ def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: p
     # Millions of rows here: each intermediate frame and string column costs (copies, page
     # faults), so the rest is one lazy query, ids are mapped through small per-distinct-value
     # tables, and only the columns the export needs are built.
-    events = _sorted(nvtx, "start").lazy().filter(~is_domain, ~ranges | pl.col("end").is_not_null())
+    events = nvtx.lazy().filter(~is_domain, ~ranges | pl.col("end").is_not_null())
     names: list[pl.Expr] = [pl.col("text")]
     if nvtx["textId"].null_count() < nvtx.height:
         text_ids = _names(strings, nvtx["textId"])
