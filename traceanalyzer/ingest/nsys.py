@@ -290,14 +290,13 @@ def _read(db: _Db) -> Trace:
         gpu_raw = _gpu_rows(strings,
                             *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
         ranks = _rank_map(gpu_raw)
-        rank_of_pid = ranks.select("pid", "rank")
-        gpu = _gpu_frame(gpu_raw, rank_of_pid)
+        gpu = _gpu_frame(gpu_raw, ranks)
         del gpu_raw
-        ann = _annotation_frame(tables.pop(NVTX).result(), strings, rank_of_pid, meta)
+        ann = _annotation_frame(tables.pop(NVTX).result(), strings, ranks, meta)
         ops = _operator_ranges(ann)
         cpu = _cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
-                         rank_of_pid)
-        syn = _sync_frame(tables.pop(SYNC).result(), cpu, rank_of_pid)
+                         ranks)
+        syn = _sync_frame(tables.pop(SYNC).result(), cpu, ranks)
     cpu = _with_parent_op(cpu, ops)
     del ops
 
@@ -421,7 +420,7 @@ def _with_rank(frame: FrameT, ranks: pl.DataFrame) -> FrameT:
     if ranks.height <= RANK_CHAIN_MAX:
         # A few comparisons per row cost a sixth of replace_strict's hash join.
         rank: pl.Expr = pl.lit(0, I32)
-        for pid, r in reversed(list(ranks.select("pid", "rank").iter_rows())):
+        for pid, r in reversed(ranks.rows()):  # (pid, rank) pairs of _rank_map
             rank = pl.when(pl.col("pid") == pid).then(pl.lit(r, I32)).otherwise(rank)
     else:
         rank = pl.col("pid").replace_strict(ranks["pid"], ranks["rank"], default=0,
