@@ -452,7 +452,8 @@ def _names(strings: pl.DataFrame, ids: pl.Series, unknown: str | None = None) ->
 def _gpu_frame(gpu_raw: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if gpu_raw.height == 0:
         return empty_frame("gpu")
-    return conform(_sorted(_with_rank(gpu_raw, ranks), "start_ns"), "gpu")
+    # Rank after the sort, so that the sort has one column less to move.
+    return conform(_with_rank(_sorted(gpu_raw, "start_ns"), ranks), "gpu")
 
 
 def _nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
