@@ -80,6 +80,19 @@ def kineto() -> KinetoBuilder:
     return KinetoBuilder()
 
 
+def _sqlite_engines() -> list[str]:
+    from traceanalyzer.ingest import sqlite_columns
+
+    return ["sqlite3"] + (["connectorx"] if sqlite_columns.engine() == "connectorx" else [])
+
+
+@pytest.fixture(params=_sqlite_engines())
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each SQLite engine the nsys ingest can use here (connectorx only when installed)."""
+    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", request.param)
+    return request.param
+
+
 def assert_engines_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The nsys ingest gives the same frames through connectorx and through sqlite3."""
     from traceanalyzer.ingest.nsys import read_nsys

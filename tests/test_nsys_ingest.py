@@ -17,14 +17,6 @@ from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest import sqlite_columns as sqc
 from traceanalyzer.ingest.nsys import read_nsys, split_by_process
 
-ENGINES = ["sqlite3"] + (["connectorx"] if sqc.engine() == "connectorx" else [])
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request, monkeypatch):
-    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", request.param)
-    return request.param
-
 
 def basic_export() -> NsysBuilder:
     b = NsysBuilder()

@@ -16,14 +16,6 @@ from traceanalyzer.ingest import nsys
 from traceanalyzer.ingest import sqlite_columns as sqc
 from traceanalyzer.ingest.nsys import read_nsys
 
-ENGINES = ["sqlite3"] + (["connectorx"] if sqc.engine() == "connectorx" else [])
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request, monkeypatch):
-    monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", request.param)
-    return request.param
-
 
 def test_registered_and_inline_nvtx_text(tmp_path, engine):
     b = NsysBuilder()
