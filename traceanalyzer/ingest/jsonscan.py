@@ -39,10 +39,13 @@ import numpy as np
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
 NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
-TRACE_EVENTS_KEY = b'"traceEvents"'
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 4 << 20
 FIRST_READ_BYTES = 1 << 20
+# What follows the event array (metadata, device properties) is expected within this many bytes
+# of the end; a longer trailer is still read right, by a second pass (see iter_ndjson_chunks).
+TAIL_BYTES = 256 << 10
 
 
 @dataclass
@@ -112,20 +115,18 @@ def _structure(
     return brackets, chars, depth
 
 
-def _find_events_array(buf: np.ndarray) -> tuple[int, int] | None:
+def _find_events_array(header: bytes) -> tuple[int, int] | None:
     """Position of the ``[`` that opens the event array, and the array's depth, or None."""
-    brackets, chars, depth = _structure(buf, 0)
-    if brackets.size == 0:
-        return None
-    if chars[0] == LBRACKET:  # the JSON Array Format: the file is the event array itself
-        return int(brackets[0]), 1
-    candidates = brackets[(chars == LBRACKET) & (depth == 2)]
-    raw = buf.tobytes() if candidates.size else b""
-    for pos in candidates:
-        before = raw[: int(pos)].rstrip()
-        if before.endswith(b":") and before[:-1].rstrip().endswith(TRACE_EVENTS_KEY):
-            # Only a key at depth 1 counts; the ':' directly before the '[' makes it a key.
-            return int(pos), 2
+    if header.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"[":  # the JSON Array Format
+        return header.index(b"["), 1
+    # The structural scan runs only up to each spelling of the key: a trace's header is small,
+    # but the first read also holds a megabyte of events that a small trace waits on.
+    for key in EVENTS_KEY.finditer(header):
+        end = key.end()  # just past the '['
+        brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=end), 0)
+        # Only a key at depth 1 counts: the '[' must be outside strings and open depth 2.
+        if brackets.size and brackets[-1] == end - 1 and depth[-1] == 2:
+            return end - 1, 2
     return None
 
 
@@ -354,7 +355,7 @@ def iter_ndjson_chunks(
             continue
         if not in_events:
             header += data
-            found = _find_events_array(np.frombuffer(header, dtype=np.uint8))
+            found = _find_events_array(header)
             if found is None:
                 if eof:
                     if not header.strip():
@@ -377,10 +378,11 @@ def iter_ndjson_chunks(
             raw = _read_after(stream, carry, want)
             eof, last_read = len(raw) == len(carry), len(raw) - len(carry) < want
         buf = np.frombuffer(raw, dtype=np.uint8)
-        # Not the input's last piece: that holds the array's end, and objects after it at the
-        # event indent (Kineto's deviceProperties) would look like event starts.
-        if prefix is not None and raw_runs and not last_read:
-            cut = raw.rfind(prefix)
+        # The input's last piece holds the array's end, and objects after it at the event indent
+        # (Kineto's deviceProperties) would look like event starts: there the run stops
+        # TAIL_BYTES before the end, and only that tail goes through the structural scan.
+        if prefix is not None and raw_runs:
+            cut = raw.rfind(prefix, 0, max(len(raw) - TAIL_BYTES, 0) if last_read else len(raw))
             # The run starts at its first event: a chunk that follows one ending between two
             # events begins with their separator.
             start = raw.find(b"{", 0, max(cut, 0))
