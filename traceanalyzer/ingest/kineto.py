@@ -87,7 +87,8 @@ KEPT_PHASES = ["X", "i", "I"]
 # reduction's Polars calls; a third group fills the gaps while one holds the GIL (300 MB: 1.01-1.03
 # -> 0.95-0.96 s; 1 GB 3.2-3.4 -> 2.9-3.2 s, peak memory within the noise, 848-908 MiB).
 DECODE_THREADS = 3
-GROUP_BYTES = 8 << 20  # trace bytes per reduction, at most (see _decode_events)
+GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
+FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
@@ -199,37 +200,45 @@ class _LayoutMismatch(Exception):
 
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
-    # Chunks decode on DECODE_THREADS threads, without the GIL, while this thread reads the next
-    # ones; at most DECODE_THREADS groups are decoding or waiting, which bounds memory. A group
-    # of consecutive chunks is reduced at once: the reduction has a fixed cost of a few ms a
-    # call, which 4 MB chunks paid ~250 times per GB. Groups grow from one chunk (a small trace
-    # still spreads over the threads) to GROUP_BYTES.
-    frames: list[_Parts] = []
-    pending: deque[Future[_Parts]] = deque()
-    group: list[bytes | EventRun] = []
-    size, target = 0, 1
+    # Each chunk decodes on one of DECODE_THREADS threads, without the GIL, while this thread
+    # reads the next ones. Decoded chunks are then reduced in groups of up to GROUP_BYTES of
+    # trace: a reduction has a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB,
+    # and a trace below FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and
+    # DECODE_THREADS groups reduce at a time, which bounds memory.
+    decoding: deque[tuple[int, Future[pl.DataFrame]]] = deque()
+    reducing: deque[Future[_Parts]] = deque()
+    parts: list[_Parts] = []
+    group: list[pl.DataFrame] = []
+    group_bytes = groups = 0
+
+    def take_decoded(in_flight: int) -> None:
+        """Group the decoded chunks, in order, until at most ``in_flight`` are still decoding."""
+        nonlocal group, group_bytes, groups
+        while decoding and (len(decoding) > in_flight or decoding[0][1].done()):
+            size, frame = decoding.popleft()
+            group.append(frame.result())
+            group_bytes += size
+            if group_bytes >= (GROUP_BYTES if groups else FIRST_GROUP_BYTES):
+                reducing.append(pool.submit(_reduce_group, group))
+                group, group_bytes, groups = [], 0, groups + 1
+        while len(reducing) > DECODE_THREADS:
+            parts.append(reducing.popleft().result())
+
     with ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="ndjson") as pool:
         for chunk in _chunks_until_damage(stream, scan, by_layout):
-            group.append(chunk)
-            size += len(chunk)
-            if size < target:
-                continue
-            pending.append(pool.submit(_decode_group, group, scan))
-            group, size, target = [], 0, min(max(target, size) * 2, GROUP_BYTES)
-            while len(pending) > DECODE_THREADS:
-                frames.append(pending.popleft().result())
+            decoding.append((len(chunk), pool.submit(_decode_chunk, chunk, scan)))
+            del chunk  # the decoder holds the bytes until it is done with them
+            take_decoded(in_flight=DECODE_THREADS)
+        take_decoded(in_flight=0)
         if group:
-            pending.append(pool.submit(_decode_group, group, scan))
-        frames.extend(f.result() for f in pending)
+            reducing.append(pool.submit(_reduce_group, group))
+        parts.extend(f.result() for f in reducing)
     if getattr(stream, "truncated", False):
         scan.warnings.append("the gzip stream ends early; kept the events it holds")
-    return frames or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
+    return parts or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
-def _decode_group(chunks: list[bytes | EventRun], scan: ScanResult) -> _Parts:
-    frames = []
-    while chunks:  # each chunk's bytes are released as soon as it is decoded
-        frames.append(_decode_chunk(chunks.pop(0), scan))
+def _reduce_group(frames: list[pl.DataFrame]) -> _Parts:
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     return _reduce(pl.concat(frames) if len(frames) > 1 else frames[0])
 
