@@ -166,7 +166,7 @@ def test_real_traces_split_alike_by_layout_and_by_scan(path):
         assert fast_scan.split_by_layout > 0
 
 
-def _decoded_events(data: bytes, chunk: int, raw_runs: bool):
+def _decoded_events(data: bytes, chunk: int, raw_runs: bool, stream=None):
     """The kept events of every piece, decoded (runs in place, NDJSON as lines)."""
     import polars as pl
 
@@ -175,7 +175,7 @@ def _decoded_events(data: bytes, chunk: int, raw_runs: bool):
 
     scan = ScanResult()
     frames = []
-    for piece in iter_ndjson_chunks(io.BytesIO(data), scan, chunk_bytes=chunk,
+    for piece in iter_ndjson_chunks(stream or io.BytesIO(data), scan, chunk_bytes=chunk,
                                     keep_phases=b"XiI", by_layout=True, raw_runs=raw_runs):
         runs = isinstance(piece, jsonscan.EventRun)
         frame = eventdecode.decode(piece.data if runs else piece, EVENT_SCHEMA)
@@ -203,6 +203,63 @@ def test_runs_cut_in_place_decode_like_the_scan(indent, chunk):
     assert runs.equals(lines) and runs.height == 150
     if 4096 <= chunk < len(data) // 4:  # several events per chunk: the layout is learned
         assert scan.split_by_layout > 0
+
+
+@needs_decoder
+@pytest.mark.parametrize("chunk", [300, 5000, 50_000])
+@pytest.mark.parametrize(("tail", "trailer"), [(0, False), (700, False), (700, True),
+                                               (256 << 10, True)])
+def test_runs_mapped_from_a_file_decode_like_the_scan(tmp_path, monkeypatch, chunk, tail, trailer):
+    """A plain file is cut in memory-mapped windows, not read: the same events as the scan of
+    the same bytes from a stream, whatever the window size and the tail left to the scan, and
+    with objects at the event indent after the array (within the tail; a longer trailer is the
+    next test's)."""
+    evs = events(400)
+    for i in range(0, 400, 9):
+        evs.insert(i, {"ph": "f", "id": i, "ts": i, "cat": "ac2g", "name": "flow"})
+    extra = {"deviceProperties": [{"id": 0, "name": "GPU"}, {"id": 1}]} if trailer else {}
+    data = json.dumps({"schemaVersion": 1, "traceEvents": evs, **extra}, indent=2).encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    monkeypatch.setattr(jsonscan, "TAIL_BYTES", tail)
+    mapped = []
+    real_mapped_runs = jsonscan._mapped_runs
+
+    def spy(*args):
+        runs = real_mapped_runs(*args)
+        while True:
+            try:
+                mapped.append(next(runs))
+            except StopIteration as end:
+                return end.value
+            yield mapped[-1]
+
+    monkeypatch.setattr(jsonscan, "_mapped_runs", spy)
+    with open(path, "rb") as fh:
+        runs, scan = _decoded_events(data, chunk, raw_runs=True, stream=fh)
+    lines, _ = _decoded_events(data, chunk, raw_runs=False)
+    assert runs.equals(lines) and runs.height == 400
+    assert mapped and scan.split_by_layout >= len(mapped)
+    assert json.loads(scan.metadata_json).get("deviceProperties") == extra.get("deviceProperties")
+
+
+@needs_decoder
+def test_objects_after_the_array_beyond_the_tail_are_read_again(tmp_path, monkeypatch):
+    """Objects at the event indent after the array, more than TAIL_BYTES of them: the last
+    mapped run takes them for events, the decoder rejects it, and the file is read again."""
+    from test_core_kineto import reference_read
+
+    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+           for i in range(300)]
+    props = [{"id": i, "name": "GPU", "totalGlobalMem": 1 << 30} for i in range(40)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": evs, "deviceProperties": props}, indent=2))
+    monkeypatch.setattr(jsonscan, "TAIL_BYTES", 100)
+    monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 4000)
+    fast, slow = read_kineto(path), reference_read(path)
+    assert fast.meta.extra["read_twice"] and len(fast.meta.devices) == 40
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name
 
 
 @needs_decoder

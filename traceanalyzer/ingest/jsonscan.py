@@ -29,8 +29,11 @@ truncation, and every complete event before it is kept.
 from __future__ import annotations
 
 import io
+import mmap
+import os
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -308,6 +311,42 @@ def _other_phase_at_offset(
     return _phase_not_kept(buf, np.minimum(starts + offset, ends), ends, keep)
 
 
+def _plain_file(stream: BinaryIO) -> int | None:
+    """The file descriptor of a regular file, which can be memory-mapped; None for others."""
+    try:
+        fd = stream.fileno()
+        return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    except (AttributeError, OSError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
+def _mapped_runs(
+    fd: int, pos: int, prefix: bytes, chunk_bytes: int, result: ScanResult
+) -> Generator[EventRun, None, int]:
+    """:class:`EventRun` pieces of a regular file from ``pos`` on, each in a memory map of its
+    own; returns the offset where they stop: TAIL_BYTES before the end, or at a window that
+    holds no event start of the layout (an event longer than a chunk)."""
+    size = os.fstat(fd).st_size
+    reads = 0
+    while True:
+        reads += 1
+        end = min(pos + min(chunk_bytes, FIRST_READ_BYTES << reads), size)
+        limit = end - TAIL_BYTES if end == size else end
+        base = pos - pos % mmap.ALLOCATIONGRANULARITY
+        if limit <= pos:
+            return pos
+        window = mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ)
+        lo = pos - base
+        cut = window.rfind(prefix, lo, limit - base)
+        start = window.find(b"{", lo, max(cut, lo))
+        if cut <= lo or start < 0 or window[lo:start].strip(b" \t\r\n,"):
+            window.close()
+            return pos
+        result.split_by_layout += 1
+        yield EventRun(memoryview(window)[start:cut])
+        pos = base + cut + len(prefix) - 1
+
+
 def iter_ndjson_chunks(
     stream: BinaryIO,
     result: ScanResult,
@@ -370,6 +409,16 @@ def iter_ndjson_chunks(
             eof = False
             if by_layout and raw_runs:
                 prefix = _guess_layout(raw)
+            fd = _plain_file(stream) if prefix is not None else None
+            if fd is not None:
+                # A plain file is cut into runs where it lies, in memory-mapped windows: no
+                # read copies it, and each window is unmapped once its run is decoded.
+                start = stream.tell() - len(raw)  # the file offset of raw[0]
+                stop = yield from _mapped_runs(fd, start, prefix, chunk_bytes, result)
+                if stop > start:  # the rest (the array's end) is read as any stream's
+                    stream.seek(stop)
+                    raw = _read_after(stream, b"", chunk_bytes)
+                    eof, last_read = not raw, len(raw) < chunk_bytes
         else:
             # Chunks grow from 1 MB to chunk_bytes: the decoder gets work sooner and a small
             # trace is split into enough pieces to overlap scanning and decoding.
