@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import polars as pl
 
-# (category, case-insensitive regex). Order matters: first match wins.
+# (category, case-insensitive regex). Order matters: first match wins. Classes are ASCII
+# (``[0-9]``, ``(?-u:\b)``): Unicode ones cost milliseconds to compile in every process, and a
+# Unicode ``\b`` keeps the regex engine off its fast path for every name.
 KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("communication", r"^nccl|ncclkernel|nccldevkernel|^hccl|^rccl|^void nccl|cross_device_reduce|all_?reduce_kernel|allgather|reduce_?scatter"),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|softmax_warp|xformers|cutlass.*mem_eff"),
     ("optimizer", r"adam|sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer"),
     ("norm", r"norm|rms|welford"),
-    ("gemm", r"gemm|nvjet|matmul|xmma|cutlass|cublas|sm\d+_.*_tn|sm\d+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|\bmm\b|triton_tem"),
+    ("gemm", r"gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem"),
     ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy_kernel|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu"),
 )
