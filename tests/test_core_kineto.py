@@ -46,6 +46,31 @@ def test_public_trace_matches_reference_parser(path):
     assert fast.gpu.filter(pl.col("kind") == "kernel").height == n_kernels
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in public_kineto() if p.stat().st_size > 400_000][:3],
+                         ids=lambda p: p.name)
+def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatch):
+    """Small traces take one reduction and one query per frame; big ones many reductions (text
+    as categories) and a sort one column at a time. Forced here on real traces, they must give
+    exactly the reference frames too."""
+    from traceanalyzer.ingest import jsonscan, kineto
+
+    monkeypatch.setattr(jsonscan, "DEFAULT_CHUNK_BYTES", 32 << 10)
+    monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 16 << 10)
+    monkeypatch.setattr(kineto, "FIRST_GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(kineto, "GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(kineto, "COLUMNWISE_ROWS", 0)
+    reduced = []
+    real_reduce = kineto._reduce
+    monkeypatch.setattr(kineto, "_reduce", lambda ev, compact=False: reduced.append(compact)
+                        or real_reduce(ev, compact))
+    fast = read_kineto(path)
+    assert len(reduced) > 2 and all(reduced)
+    slow = reference_read(path)
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name
+
+
 def test_units_and_links(tmp_path, kineto):
     kineto.step(1, 0, 100)
     kineto.op("aten::mm", 10, 20, ext=5, **{"Input Dims": [[8, 16], [16, 32]],
