@@ -229,6 +229,12 @@ class Trace:
                 )
 
 
+#: The Polars engine of every query the package collects. ``collect()``'s default ("auto") picks
+#: the streaming engine, whose start-up dominates the many small queries of an ingest or an
+#: analysis; the in-memory engine measured faster at every size here (bench/NOTES.md, round 5).
+COLLECT_ENGINE = "in-memory"
+
+
 def empty_frame(name: str) -> pl.DataFrame:
     """An empty frame with the canonical schema of ``name``."""
     return pl.DataFrame(schema=FRAME_SCHEMAS[name])
@@ -256,7 +262,7 @@ def conform_lazy(frame: pl.DataFrame | pl.LazyFrame, name: str,
 
 def conform(frame: pl.DataFrame | pl.LazyFrame, name: str) -> pl.DataFrame:
     """:func:`conform_lazy`, collected."""
-    return conform_lazy(frame, name).collect()
+    return conform_lazy(frame, name).collect(engine=COLLECT_ENGINE)
 
 
 def empty_trace(meta: TraceMeta) -> Trace:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.model import COLLECT_ENGINE
+
 #: HTA's threshold between "kernel wait" and "other" idle time.
 KERNEL_WAIT_THRESHOLD_NS = 30_000
 
@@ -62,7 +64,7 @@ def idle_gaps(launches: pl.DataFrame, steps: pl.DataFrame | None = None,
             next_launch_start_ns="launch_start_ns",
             next_op_name="op_name",
         )
-        .collect()
+        .collect(engine=COLLECT_ENGINE)
     )
     return assign_steps(gaps, steps)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceanalyzer.model import COLLECT_ENGINE
+
 
 def merge(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     """The union of the intervals in ``frame`` as disjoint, sorted intervals (per ``by`` group).
@@ -37,7 +39,7 @@ def merge(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
         .sort(sort_cols)
         .drop("group")
     )
-    return grouped.collect()
+    return grouped.collect(engine=COLLECT_ENGINE)
 
 
 def total(merged: pl.DataFrame) -> int:

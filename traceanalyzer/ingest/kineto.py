@@ -33,6 +33,7 @@ from traceanalyzer.ingest import eventdecode
 from traceanalyzer.ingest.jsonscan import EventRun, NotATrace, ScanResult, iter_ndjson_chunks
 from traceanalyzer.model import (
     API_KINDS,
+    COLLECT_ENGINE,
     FRAME_SCHEMAS,
     Device,
     Trace,
@@ -91,10 +92,6 @@ GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
 FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
 # Frames of this many rows and more are sorted one column at a time (see _cpu_frame).
 COLUMNWISE_ROWS = 1 << 18
-# collect()'s default engine here is the streaming one, whose start-up cost dominates the small
-# queries of an ingest; the in-memory engine measured faster at every size and with a lower
-# peak (10 MB 76 -> 67 ms, 1 GB 2.63 -> 2.48 s and 887 -> 850 MiB).
-ENGINE = "in-memory"
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
@@ -415,7 +412,7 @@ def _reduce(events: pl.DataFrame, compact: bool = False) -> _Parts:
         )
         .unnest("args")
         .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0))
-        .collect(engine=ENGINE)
+        .collect(engine=COLLECT_ENGINE)
     )
     # Events whose timestamp is missing, not a number or beyond int64 ns cannot be placed in
     # time: they are skipped (and counted, for the user).
@@ -426,7 +423,7 @@ def _reduce(events: pl.DataFrame, compact: bool = False) -> _Parts:
     if compact:
         cpu, gpu = _as_categories(cpu), _as_categories(gpu)
     *frames, counted = pl.collect_all([cpu, gpu, _annotation_rows(lazy), _sync_rows(lazy),
-                                       _memory_rows(lazy), counts], engine=ENGINE)
+                                       _memory_rows(lazy), counts], engine=COLLECT_ENGINE)
     return _Parts(counted["untimed"].item(), counted["negative"].item(), frames)
 
 
@@ -498,10 +495,10 @@ def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height < COLUMNWISE_ROWS:  # one query: below this, each step's fixed cost dominates
         lazy = rows.lazy()
         cpu = pl.concat([lazy, _parent_ops(lazy)], how="horizontal")
-        return conform_lazy(cpu.sort("start_ns", maintain_order=True), "cpu").collect(engine=ENGINE)
+        return conform_lazy(cpu.sort("start_ns", maintain_order=True), "cpu").collect(engine=COLLECT_ENGINE)
     # Eager, one column at a time: a lazy join and sort of the whole frame cost several times
     # the frame's size in transient memory (the ingest's peak).
-    cpu = rows.with_columns(_parent_ops(rows.lazy()).collect(engine=ENGINE).to_series())
+    cpu = rows.with_columns(_parent_ops(rows.lazy()).collect(engine=COLLECT_ENGINE).to_series())
     del rows
     # A stable sort (ties in start_ns stay in file order: chunks arrive in order) and the cast to
     # the canonical types, one column at a time: each column is dropped from the input as soon
@@ -608,7 +605,7 @@ def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.Dat
     # then cast to the canonical types once.
     rows_in = rows.height
     deduped = (conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical})
-               .sort("start_ns", maintain_order=True).collect(engine=ENGINE))
+               .sort("start_ns", maintain_order=True).collect(engine=COLLECT_ENGINE))
     # Activities launched before profiling began have no launch call (and so no graph_launched);
     # count them, don't warn.
     meta.extra["gpu_without_launch"] = deduped.select(

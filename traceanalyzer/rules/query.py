@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import RuleError
+from traceanalyzer.model import COLLECT_ENGINE
 
 #: Tables a query may read, each an attribute of the analysis views.
 TABLES: tuple[str, ...] = (
@@ -101,7 +102,7 @@ def run_query(
         if not eager:
             lazy.collect_schema()
             return lazy
-        return lazy.collect()
+        return lazy.collect(engine=COLLECT_ENGINE)
     except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RuleError(f"{where}: the query does not run: {first}") from None
