@@ -20,8 +20,9 @@ starts over with the structural scan. With a decoder that reads events as the ar
 (the C decoder, ``raw_runs``), those chunks are not rewritten at all: each is only cut before its
 last event start and handed on in place (:class:`EventRun`).
 
-The file is read in chunks. A chunk ends at the last complete event; the bytes of the event still
-open are carried into the next chunk, where the scan restarts outside any string at array depth.
+The file is read in chunks; a plain file in the learned layout is not read at all but cut in
+memory-mapped windows (:func:`_mapped_runs`), which saves the copy out of the page cache. A chunk
+ends at the last complete event; the bytes of the event still open are carried into the next chunk, where the scan restarts outside any string at array depth.
 What is left when the input ends (an event cut short by a killed profiler) is reported as
 truncation, and every complete event before it is kept.
 """
@@ -325,7 +326,11 @@ def _mapped_runs(
 ) -> Generator[EventRun, None, int]:
     """:class:`EventRun` pieces of a regular file from ``pos`` on, each in a memory map of its
     own; returns the offset where they stop: TAIL_BYTES before the end, or at a window that
-    holds no event start of the layout (an event longer than a chunk)."""
+    holds no event start of the layout (an event longer than a chunk).
+
+    A file cut shorter while it is mapped would fault (SIGBUS) where reading would have seen an
+    early end; profilers write a trace once, they do not shrink it in place.
+    """
     size = os.fstat(fd).st_size
     reads = 0
     while True:

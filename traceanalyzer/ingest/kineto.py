@@ -1,8 +1,10 @@
 """Kineto / Chrome JSON traces (PyTorch profiler, NVIDIA CUPTI and AMD ROCm) into canonical frames.
 
-The event array is split into NDJSON chunks by :mod:`traceanalyzer.ingest.jsonscan` and decoded
-by Polars with an explicit schema, so only the fields analyses use are ever materialised and
-``args`` stays unparsed apart from them. Everything after that is Polars expressions.
+The event array is cut into chunks by :mod:`traceanalyzer.ingest.jsonscan` (runs of events as the
+file holds them, or NDJSON) and decoded with an explicit schema by the C decoder
+(:mod:`traceanalyzer.ingest.eventdecode`; Polars' NDJSON reader without it), so only the fields
+analyses use are ever materialised and ``args`` stays unparsed apart from them. Everything after
+that is Polars expressions.
 
 Times: Chrome trace ``ts``/``dur`` are microseconds (floats in traces with ns resolution). The
 decoder reads them as float64 µs; they become int64 ns by rounding the fractional part separately
@@ -204,7 +206,7 @@ class _LayoutMismatch(Exception):
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
     # Each chunk decodes on one of DECODE_THREADS threads, without the GIL, while this thread
-    # reads the next ones. Decoded chunks are then reduced in groups of up to GROUP_BYTES of
+    # cuts the next ones. Decoded chunks are then reduced in groups of up to GROUP_BYTES of
     # trace: a reduction has a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB,
     # and a trace below FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and
     # DECODE_THREADS groups reduce at a time, which bounds memory.
