@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from traceanalyzer import cpus
 from traceanalyzer.analysis import result_cache
 from traceanalyzer.batch import pool
 from traceanalyzer.batch.task import config_hash
@@ -18,10 +19,10 @@ def test_usable_cpus_follows_affinity_and_quota(monkeypatch):
         pytest.skip("no affinity API on this platform")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    monkeypatch.setattr(pool, "_cgroup_cpu_quota", lambda: None)
-    assert pool.usable_cpus() == 2  # taskset -c 0,1 on a 16-core host
-    monkeypatch.setattr(pool, "_cgroup_cpu_quota", lambda: 1)
-    assert pool.usable_cpus() == 1
+    monkeypatch.setattr(cpus, "_cgroup_cpu_quota", lambda: None)
+    assert cpus.usable_cpus() == 2  # taskset -c 0,1 on a 16-core host
+    monkeypatch.setattr(cpus, "_cgroup_cpu_quota", lambda: 1)
+    assert cpus.usable_cpus() == 1
 
 
 @pytest.mark.parametrize(("files", "expected"), [
@@ -37,7 +38,7 @@ def test_cgroup_quota(tmp_path: Path, files, expected):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert pool._cgroup_cpu_quota(tmp_path) == expected
+    assert cpus._cgroup_cpu_quota(tmp_path) == expected
 
 
 def test_worker_threads_share_usable_cpus(monkeypatch):

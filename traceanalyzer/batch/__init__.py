@@ -173,7 +173,7 @@ def run_batch(
     out = Path(out_dir)
     (out / REPORTS).mkdir(parents=True, exist_ok=True)
     if not workers:
-        from traceanalyzer.batch.pool import usable_cpus
+        from traceanalyzer.cpus import usable_cpus
 
         workers = min(len(paths), usable_cpus())
     settings = Settings(rules=rules, rule_config=portable_rule_config(rule_config),

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.cpus import usable_cpus
+
 #: Rows per parallel connectorx query; small tables are read in one query.
 PARTITION_ROWS = 250_000
 #: Rows per sqlite3 fetchmany batch in the fallback.
@@ -133,7 +135,7 @@ def _read_connectorx(
     if lo is None:
         return pl.DataFrame(schema=schema)
     base = f'SELECT {select} FROM "{table}" WHERE ' + (f"({where}) AND " if where else "")
-    parts = max(1, min(os.cpu_count() or 1, 8, (hi - lo + 1) // PARTITION_ROWS))
+    parts = max(1, min(usable_cpus(), 8, (hi - lo + 1) // PARTITION_ROWS))
     step = (hi - lo) // parts + 1
     queries = [
         f"{base}rowid >= {lo + i * step} AND rowid < {lo + (i + 1) * step}" for i in range(parts)
