@@ -20,7 +20,8 @@
  *   values (a tuple of bytes) become rows, as a Polars is_in filter would keep them
  *   a text column is (views, data, valid): Arrow string views (16 bytes a row; up to 12 bytes
  *   of text inline, longer text in data), which Polars takes without a copy; a number column
- *   is (values, valid). valid holds one byte per row. All are bytes objects.
+ *   is (values, valid). valid holds one byte per row, in bytes; the other buffers are objects
+ *   that own the decoder's memory and expose it through the buffer protocol (no copy).
  *
  * What Polars does with ignore_errors, and so this decoder: a text field holding a number,
  * boolean or list gets that value as JSON text with ", " separators; a number field holding
@@ -656,14 +657,60 @@ static void free_table(Table *t) {
 
 static PyObject *as_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len); }
 
+/* A column buffer handed to Python as it is, not copied into bytes: the copy cost a pass over
+ * every output byte, and in a fresh process the page faults of a second buffer as big. The
+ * memory is freed with the last reference (the Arrow buffer of a Polars column). */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *self) {
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : (char *)"", self->len, 1,
+                             flags);
+}
+
+static PyBufferProcs OWNED_BUFFER = {(getbufferproc)owned_getbuffer, NULL};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_eventdecode.Owned",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_buffer = &OWNED_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one decoded column, freed with the object.",
+};
+
+/* Moves b's memory into an Owned object (b is left empty), trimmed to its length. */
+static PyObject *as_owned(Buf *b) {
+    Owned *o = PyObject_New(Owned, &OwnedType);
+    if (!o) return NULL;
+    if (b->p && b->len < b->cap) {
+        char *trimmed = realloc(b->p, b->len ? b->len : 1);
+        if (trimmed) b->p = trimmed;
+    }
+    o->p = b->p;
+    o->len = (Py_ssize_t)b->len;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
+
 static PyObject *columns(Table *t) {
     PyObject *list = PyList_New(t->n);
     if (!list) return NULL;
     for (int i = 0; i < t->n; i++) {
         Field *f = &t->f[i];
         PyObject *col = f->kind == K_TEXT
-            ? Py_BuildValue("(NNN)", as_bytes(&f->views), as_bytes(&f->values), as_bytes(&f->valid))
-            : Py_BuildValue("(NN)", as_bytes(&f->values), as_bytes(&f->valid));
+            ? Py_BuildValue("(NNN)", as_owned(&f->views), as_owned(&f->values), as_bytes(&f->valid))
+            : Py_BuildValue("(NN)", as_owned(&f->values), as_bytes(&f->valid));
         if (!col) {
             Py_DECREF(list);
             return NULL;
@@ -722,5 +769,6 @@ static struct PyModuleDef MODULE = {
 
 PyMODINIT_FUNC PyInit__eventdecode(void) {
     init_tables();
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
     return PyModule_Create(&MODULE);
 }
