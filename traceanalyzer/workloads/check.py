@@ -3,7 +3,8 @@
     python3 traceanalyzer/workloads/check.py
 
 Checks the seed note's ``swiglu``, the fused epilogue, its ``torch.compile`` twin and the CUDA C
-saxpy of ``small_grid`` (both grid sizes), and that each bad/good pair computes the same result.
+saxpy of ``small_grid`` (both grid sizes), and that each bad/good pair computes the same result
+(attention, and sync_memcpy's synchronous against its asynchronous copies).
 Prints one line per check and exits non-zero if any fails.
 """
 
@@ -67,7 +68,32 @@ def checks() -> list[tuple[str, bool, str]]:
     close("sdpa vs materialized attention", F.scaled_dot_product_attention(q, k, v, is_causal=True),
           naive, 2e-2, 2e-2)
     torch.cuda.synchronize()
+    out.append(_sync_memcpy_same_results())
     return out
+
+
+def _sync_memcpy_same_results(steps: int = 7) -> tuple[str, bool, str]:
+    """sync_memcpy's bad variant (synchronous cudaMemcpy) and good one (pinned, async) return
+    the same per-step results."""
+    import numpy as np
+    import torch
+
+    from . import sync_memcpy
+
+    results = {}
+    for variant in ("bad", "good"):
+        built = sync_memcpy.build(variant)
+        for _ in range(steps):
+            built.step()
+        if built.close is not None:
+            built.close()
+        torch.cuda.synchronize()
+        results[variant] = list(built.results)  # type: ignore[attr-defined]
+        del built
+    bad, good = results["bad"], results["good"]
+    ok = len(bad) == len(good) == steps and bool(np.allclose(bad, good))
+    return (f"sync_memcpy bad == good over {steps} steps", ok,
+            f"first results {[round(r, 3) for r in bad[:3]]} vs {[round(r, 3) for r in good[:3]]}")
 
 
 def main() -> int:

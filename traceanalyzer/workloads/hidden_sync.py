@@ -7,7 +7,7 @@ The good variant accumulates on the device and reads back every ``SYNC_EVERY`` s
 
 from __future__ import annotations
 
-from .base import Built, busy_cpu, check_variant
+from .base import Built, busy_cpu, check_variant, linear_gelu_stack
 
 SYNC_EVERY = 50
 BATCH, WIDTH, DEPTH, CLASSES = 4096, 4096, 4, 1000
@@ -22,10 +22,7 @@ def build(variant: str) -> Built:
 
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
-    layers: list[nn.Module] = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
-    model = nn.Sequential(*layers, nn.Linear(WIDTH, CLASSES)).to(dev, dt)
+    model = nn.Sequential(*linear_gelu_stack(WIDTH, DEPTH), nn.Linear(WIDTH, CLASSES)).to(dev, dt)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     x = torch.randn(BATCH, WIDTH, device=dev, dtype=dt)
     y = torch.randint(0, CLASSES, (BATCH,), device=dev)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from .base import Built, check_variant
+from .base import Built, check_variant, linear_gelu_stack, time_steps
 
 WIDTH, DEPTH = 4096, 16
 PROBE_BATCH = 8192
@@ -33,18 +33,9 @@ _chosen: dict[str, object] = {}
 
 
 def _timed_ms(fn, iters: int = 10) -> float:
-    import torch
-
-    for _ in range(3):
+    for _ in range(3):  # cuBLAS heuristics, NCCL's first collective
         fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    return time_steps(fn, iters)[0]
 
 
 def choose_batch() -> dict[str, object]:
@@ -88,10 +79,7 @@ def build(variant: str) -> Built:
     batch = int(sizing["batch"])  # type: ignore[call-overload]
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
-    layers: list[nn.Module] = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
-    model: nn.Module = nn.Sequential(*layers).to(dev, dt)
+    model: nn.Module = nn.Sequential(*linear_gelu_stack(WIDTH, DEPTH)).to(dev, dt)
     x = torch.randn(batch, WIDTH, device=dev, dtype=dt)
     world = dist.get_world_size()
 

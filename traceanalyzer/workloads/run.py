@@ -38,9 +38,9 @@ if __name__ == "__main__" and not __package__:
     __package__ = "workloads"
 
 from . import WORKLOADS, get, load_module  # noqa: E402
+from .base import time_steps  # noqa: E402
 
 PROFILE_STEPS = 5  # wait=1, warmup=1, active=3: the trace holds 3 steps
-TARGET_TIMING_S = 1.0  # aim for about this much timed work per variant
 
 
 def device_info() -> dict[str, object]:
@@ -70,35 +70,6 @@ def versions() -> dict[str, object]:
     except ImportError:
         out["triton"] = None
     return out
-
-
-def time_steps(step, iters: int | None = None) -> tuple[float, int]:
-    """Mean step time in ms over ``iters`` steps, timed with CUDA events on the current stream.
-
-    The events bracket queued work, so the figure includes GPU idle time caused by the CPU
-    (syncs, slow input), which is what a step really costs.
-    """
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    if iters is None:  # size the run from one timed step: about TARGET_TIMING_S of work
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        one = max(time.perf_counter() - t0, 1e-5)
-        iters = int(min(50, max(5, TARGET_TIMING_S / one)))
-        if torch.distributed.is_initialized():  # every rank must run as many collectives
-            agreed = torch.tensor([iters], device="cuda")
-            torch.distributed.all_reduce(agreed, op=torch.distributed.ReduceOp.MAX)
-            iters = int(agreed.item())
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(iters):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters, iters
 
 
 def profile_torch(step, path: Path) -> None:

@@ -26,7 +26,7 @@ import glob
 import os
 import sys
 
-from .base import Built, busy_cpu, check_variant
+from .base import Built, busy_cpu, check_variant, linear_gelu_stack
 
 ROWS, WIDTH, DEPTH, OUT = 4096, 4096, 12, 256
 BATCHES = 4  # distinct input batches cycled through (the "data set" already in host memory)
@@ -85,10 +85,7 @@ def build(variant: str) -> Built:
     _ok(rt.cudaSetDevice(torch.cuda.current_device()), "cudaSetDevice")
     torch.manual_seed(0)
     dev, dt = "cuda", torch.bfloat16
-    layers: list[nn.Module] = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(WIDTH, WIDTH), nn.GELU()]
-    model = nn.Sequential(*layers, nn.Linear(WIDTH, OUT)).to(dev, dt).eval()
+    model = nn.Sequential(*linear_gelu_stack(WIDTH, DEPTH), nn.Linear(WIDTH, OUT)).to(dev, dt).eval()
     rng = np.random.default_rng(0)
     data = [rng.standard_normal((ROWS, WIDTH), dtype=np.float32).astype(np.float16)
             for _ in range(BATCHES)]
