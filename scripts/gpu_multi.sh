@@ -71,7 +71,7 @@ ls -la "$W/nsys" "$W/records"
 tar czf "$OUT/multi-nsys.tgz" --exclude="*.qdstrm" --exclude="*.nsys-rep" -C "$W" nsys records
 echo "== probe $((SECONDS - T0)) s"
 [ "$PROBE" = 1 ] && timeout -k 5 ${PROBE_TIMEOUT:-120} python3 scripts/probe_sync_copies.py > "$OUT/probe_sync_copies.txt" 2>&1
-echo "probe rc=$?"; grep -E "SYNC|ok |FAIL" "$OUT/probe_sync_copies.txt"
+echo "probe rc=$?"; grep -E "SYNC|FAILED" "$OUT/probe_sync_copies.txt"
 
 ls -la "$OUT"
 echo "== done $((SECONDS - T0)) s"
