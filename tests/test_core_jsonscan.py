@@ -43,6 +43,9 @@ def test_bare_array_form():
     events, scan = split(json.dumps(NASTY).encode(), 16)
     assert events == NASTY
     assert json.loads(scan.metadata_json) == []
+    for lead in (b"\xef\xbb\xbf", b" \n\t", b"\xef\xbb\xbf\r\n"):  # a BOM, whitespace
+        events, _ = split(lead + json.dumps(NASTY).encode(), 16)
+        assert events == NASTY
 
 
 def test_trace_events_key_after_other_arrays_and_in_strings():
