@@ -39,10 +39,14 @@ def test_run_writes_results_with_every_stage(tmp_path):
     raw = json.loads((tmp_path / "r.json").read_text())
     assert [r["size"] for r in raw["rows"]] == ["0.02MB", "0.06MB"]
     for row in raw["rows"]:
-        for stage in ("ingest", "ingest_gz", "stages", "e2e", "e2e_cached", "cached_load"):
+        for stage in ("ingest", "ingest_warm", "ingest_gz", "stages", "e2e", "e2e_cached",
+                      "cached_load"):
             assert row[stage]["error"] is None, (stage, row[stage]["error"])
             assert row[stage]["peak_rss_mb"] > 0
         assert row["ingest"]["rows"]["gpu"] > 0
+        # small traces: the median of several children, each of which timed the ingest
+        assert len(row["ingest"]["walls"]) == run.REPEATS and all(row["ingest"]["walls"])
+        assert row["ingest_warm"]["wall_s"] > 0
         assert row["stages"]["analysis_s"] is not None
         if nsys_seed.exists():
             assert row["nsys"]["error"] is None and row["nsys"]["rows"]["gpu"] > 0
@@ -51,3 +55,14 @@ def test_run_writes_results_with_every_stage(tmp_path):
     assert "| 0.06MB |" in text
     assert "Kineto JSON ingest ≥ 200 MB/s" in text
     assert "met" in text or "missed" in text
+
+
+def test_profile_kineto_prints_each_step(tmp_path, capfd):
+    spec = importlib.util.spec_from_file_location("bench_profile", REPO / "bench" / "profile_kineto.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main([str(seed_trace(tmp_path / "seed.json")), "--reads", "2"]) == 0
+    out = capfd.readouterr().out
+    assert "read 1 of this process" in out and "read 2 of this process" in out
+    for step in ("_decode_chunk end", "_reduce end", "_cpu_frame end", "_gpu_frame end"):
+        assert step in out
