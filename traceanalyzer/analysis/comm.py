@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.rules.detectors._common import overlap_ns
+from traceanalyzer.analysis.intervals import overlap_ns
 
 #: Per-rank columns of :func:`exposed_by_rank`.
 RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_collectives": pl.Int64,

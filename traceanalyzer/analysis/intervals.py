@@ -88,3 +88,24 @@ def covered_before(merged: pl.DataFrame, points: np.ndarray) -> np.ndarray:
 def covered_between(merged: pl.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Covered length of ``merged`` inside each window ``[starts[i], ends[i])``."""
     return covered_before(merged, ends) - covered_before(merged, starts)
+
+
+def overlap_ns(
+    items: pl.DataFrame, cover: pl.DataFrame, *, name: str = "overlap_ns"
+) -> pl.DataFrame:
+    """Add ``name``: how much of each item's [start_ns, end_ns) the union of ``cover`` overlaps,
+    per rank (and per device when both frames have one)."""
+    if items.height == 0 or cover.height == 0:
+        return items.with_columns(pl.lit(0, dtype=pl.Int64).alias(name))
+    by = [k for k in ("rank", "device") if k in items.columns and k in cover.columns]
+    parts = []
+    indexed = items.with_row_index("_row")
+    for key, group in indexed.group_by(by, maintain_order=True):
+        # eq_missing: an unknown device (null) is covered by kernels of the same unknown device
+        mask = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
+        merged = merge(cover.filter(mask))
+        covered = covered_between(
+            merged, group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
+        )
+        parts.append(group.with_columns(pl.Series(name, covered, dtype=pl.Int64)))
+    return pl.concat(parts).sort("_row").drop("_row")

@@ -1,5 +1,5 @@
-"""Small Polars helpers shared by the detectors: interval overlap, step assignment, enclosing
-operators and source lines.
+"""Small Polars helpers shared by the detectors: step assignment, enclosing operators and source
+lines.
 
 Idle gaps, their causes, steps and launches come from :class:`traceanalyzer.analysis.views.Views`
 and the interval algebra from :mod:`traceanalyzer.analysis.intervals`; nothing here redoes them.
@@ -9,35 +9,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analysis import intervals
-
 #: Frames of the Python stack that are library code, not the user's: skipped when naming the
 #: source line of an event.
 _LIBRARY_FRAME = r"(?i)site-packages|dist-packages|/torch/|^torch/|<built-in|<frozen|threading\.py|runpy\.py|/lib/python3"
 
 NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
-
-
-def overlap_ns(
-    items: pl.DataFrame, cover: pl.DataFrame, *, name: str = "overlap_ns"
-) -> pl.DataFrame:
-    """Add ``name``: how much of each item's [start_ns, end_ns) the union of ``cover`` overlaps,
-    per rank (and per device when both frames have one)."""
-    if items.height == 0 or cover.height == 0:
-        return items.with_columns(pl.lit(0, dtype=pl.Int64).alias(name))
-    by = [k for k in ("rank", "device") if k in items.columns and k in cover.columns]
-    parts = []
-    indexed = items.with_row_index("_row")
-    for key, group in indexed.group_by(by, maintain_order=True):
-        # eq_missing: an unknown device (null) is covered by kernels of the same unknown device
-        mask = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
-        merged = intervals.merge(cover.filter(mask))
-        covered = intervals.covered_between(
-            merged, group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
-        )
-        parts.append(group.with_columns(pl.Series(name, covered, dtype=pl.Int64)))
-    return pl.concat(parts).sort("_row").drop("_row")
 
 
 def assign_step(frame: pl.DataFrame, steps: pl.DataFrame, *, at: str = "start_ns") -> pl.DataFrame:

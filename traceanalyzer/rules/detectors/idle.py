@@ -13,7 +13,6 @@ from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     attach_source,
     ms,
-    overlap_ns,
     own_rank,
     pct,
     window_length,
@@ -153,10 +152,10 @@ def dataloader_stall(views, p: Params) -> Detection | None:
         return None
     merged = ranges.select("rank", "start_ns", "end_ns")
     merged = intervals.merge(merged, by=["rank"])
-    stall = int(overlap_ns(merged, gaps.select("rank", "start_ns", "end_ns"))["overlap_ns"].sum())
+    stall = int(intervals.overlap_ns(merged, gaps.select("rank", "start_ns", "end_ns"))["overlap_ns"].sum())
     if pct(stall, window) < p["min_stall_pct"]:
         return None
-    per_range = overlap_ns(ranges, gaps.select("rank", "start_ns", "end_ns"), name="gpu_idle_ns")
+    per_range = intervals.overlap_ns(ranges, gaps.select("rank", "start_ns", "end_ns"), name="gpu_idle_ns")
     per_range = per_range.filter(pl.col("gpu_idle_ns") > 0).sort("gpu_idle_ns", descending=True)
     top = per_range.group_by("name").agg(pl.col("gpu_idle_ns").sum()).sort(
         ["gpu_idle_ns", "name"], descending=[True, False]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.analysis import intervals
 from traceanalyzer.model import API_KINDS
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
@@ -12,7 +13,6 @@ from traceanalyzer.rules.detectors._common import (
     attach_source,
     enclosing_op,
     ms,
-    overlap_ns,
     own_rank,
     pct,
     window_length,
@@ -234,7 +234,7 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
         return None
     # Exposed: the part of a copy during which no kernel runs, i.e. on the critical path.
     kernels = launches.filter(pl.col("kind") == "kernel").select("rank", "start_ns", "end_ns")
-    pageable = overlap_ns(pageable, kernels, name="covered_ns").with_columns(
+    pageable = intervals.overlap_ns(pageable, kernels, name="covered_ns").with_columns(
         exposed_ns=pl.col("dur") - pl.col("covered_ns")
     )
     htod = pageable.filter(pl.col("copy_kind") == "HtoD")
