@@ -22,7 +22,8 @@ last event start and handed on in place (:class:`EventRun`).
 
 The file is read in chunks; a plain file in the learned layout is not read at all but cut in
 memory-mapped windows (:func:`_mapped_runs`), which saves the copy out of the page cache. A chunk
-ends at the last complete event; the bytes of the event still open are carried into the next chunk, where the scan restarts outside any string at array depth.
+ends at the last complete event; the bytes of the event still open are carried into the next
+chunk, where the scan restarts outside any string at array depth.
 What is left when the input ends (an event cut short by a killed profiler) is reported as
 truncation, and every complete event before it is kept.
 """
@@ -321,6 +322,18 @@ def _plain_file(stream: BinaryIO) -> int | None:
         return None
 
 
+def _run_bounds(buf: bytes | bytearray | mmap.mmap, lo: int, limit: int,
+                prefix: bytes) -> tuple[int, int] | None:
+    """Start and end of the run of whole events in ``buf[lo:]``: from its first ``{`` (a chunk
+    that follows one ending between two events begins with their separator) to the last event
+    start of the layout before ``limit``; None when there is none."""
+    cut = buf.rfind(prefix, lo, limit)
+    start = buf.find(b"{", lo, max(cut, lo))
+    if cut <= lo or start < 0 or buf[lo:start].strip(b" \t\r\n,"):
+        return None
+    return start, cut
+
+
 def _mapped_runs(
     fd: int, pos: int, prefix: bytes, chunk_bytes: int, result: ScanResult
 ) -> Generator[EventRun, None, int]:
@@ -341,12 +354,11 @@ def _mapped_runs(
         if limit <= pos:
             return pos
         window = mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ)
-        lo = pos - base
-        cut = window.rfind(prefix, lo, limit - base)
-        start = window.find(b"{", lo, max(cut, lo))
-        if cut <= lo or start < 0 or window[lo:start].strip(b" \t\r\n,"):
+        bounds = _run_bounds(window, pos - base, limit - base, prefix)
+        if bounds is None:
             window.close()
             return pos
+        start, cut = bounds
         result.split_by_layout += 1
         yield EventRun(memoryview(window)[start:cut])
         pos = base + cut + len(prefix) - 1
@@ -436,11 +448,10 @@ def iter_ndjson_chunks(
         # (Kineto's deviceProperties) would look like event starts: there the run stops
         # TAIL_BYTES before the end, and only that tail goes through the structural scan.
         if prefix is not None and raw_runs:
-            cut = raw.rfind(prefix, 0, max(len(raw) - TAIL_BYTES, 0) if last_read else len(raw))
-            # The run starts at its first event: a chunk that follows one ending between two
-            # events begins with their separator.
-            start = raw.find(b"{", 0, max(cut, 0))
-            if cut > 0 and start >= 0 and not raw[:start].strip(b" \t\r\n,"):
+            limit = max(len(raw) - TAIL_BYTES, 0) if last_read else len(raw)
+            bounds = _run_bounds(raw, 0, limit, prefix)
+            if bounds is not None:
+                start, cut = bounds
                 carry = bytes(raw[cut + len(prefix) - 1 :])
                 result.split_by_layout += 1
                 del buf
