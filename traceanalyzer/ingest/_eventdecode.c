@@ -20,8 +20,8 @@
  *   values (a tuple of bytes) become rows, as a Polars is_in filter would keep them
  *   a text column is (views, data, valid): Arrow string views (16 bytes a row; up to 12 bytes
  *   of text inline, longer text in data), which Polars takes without a copy; a number column
- *   is (values, valid). valid holds one byte per row, in bytes; the other buffers are objects
- *   that own the decoder's memory and expose it through the buffer protocol (no copy).
+ *   is (values, valid). valid holds one byte per row. Every buffer is an object that owns the
+ *   decoder's memory and exposes it through the buffer protocol (no copy).
  *
  * What Polars does with ignore_errors, and so this decoder: a text field holding a number,
  * boolean or list gets that value as JSON text with ", " separators; a number field holding
@@ -655,9 +655,7 @@ static void free_table(Table *t) {
     }
 }
 
-static PyObject *as_bytes(Buf *b) { return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len); }
-
-/* A column buffer handed to Python as it is, not copied into bytes: the copy cost a pass over
+/* A decoded buffer handed to Python as it is, not copied into bytes: the copy cost a pass over
  * every output byte, and in a fresh process the page faults of a second buffer as big. The
  * memory is freed with the last reference (the Arrow buffer of a Polars column). */
 typedef struct {
@@ -709,8 +707,8 @@ static PyObject *columns(Table *t) {
     for (int i = 0; i < t->n; i++) {
         Field *f = &t->f[i];
         PyObject *col = f->kind == K_TEXT
-            ? Py_BuildValue("(NNN)", as_owned(&f->views), as_owned(&f->values), as_bytes(&f->valid))
-            : Py_BuildValue("(NN)", as_owned(&f->values), as_bytes(&f->valid));
+            ? Py_BuildValue("(NNN)", as_owned(&f->views), as_owned(&f->values), as_owned(&f->valid))
+            : Py_BuildValue("(NN)", as_owned(&f->values), as_owned(&f->valid));
         if (!col) {
             Py_DECREF(list);
             return NULL;
@@ -747,7 +745,7 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
         else if (rc == BAIL)
             result = Py_NewRef(Py_None);
         else
-            result = Py_BuildValue("(nNNN)", rows, as_bytes(&args_valid), columns(&spec->top),
+            result = Py_BuildValue("(nNNN)", rows, as_owned(&args_valid), columns(&spec->top),
                                    columns(&spec->args));
     }
     free_table(&spec->top);

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -81,9 +82,10 @@ def decode(
     return frame
 
 
-def _bitmap(valid: bytes) -> pa.Buffer:
-    """Arrow's validity bitmap from one byte per row. (Not a mask through StructArray.from_arrays:
-    that imports pyarrow.compute, 45 ms that a small trace would wait for.)"""
+def _bitmap(valid: Any) -> pa.Buffer:
+    """Arrow's validity bitmap from the decoder's buffer of one byte per row. (Not a mask through
+    StructArray.from_arrays: that imports pyarrow.compute, 45 ms that a small trace would wait
+    for.)"""
     return pa.py_buffer(np.packbits(np.frombuffer(valid, dtype=np.uint8), bitorder="little"))
 
 
