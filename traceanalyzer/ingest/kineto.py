@@ -86,9 +86,10 @@ CPU_CATEGORIES = {
 }
 STEP_PATTERN = r"^ProfilerStep#([0-9]+)$"
 KEPT_PHASES = ["X", "i", "I"]
-# Groups of chunks decoded at once. The C decoder runs without the GIL, and so do most of the
-# reduction's Polars calls; a third group fills the gaps while one holds the GIL (300 MB: 1.01-1.03
-# -> 0.95-0.96 s; 1 GB 3.2-3.4 -> 2.9-3.2 s, peak memory within the noise, 848-908 MiB).
+# Worker threads, and the chunks (and groups) decoding (and reducing) at once. The C decoder runs
+# without the GIL, and so do most of the reduction's Polars calls; a third worker fills the gaps
+# while one holds the GIL (300 MB: 1.01-1.03 -> 0.95-0.96 s; 1 GB 3.2-3.4 -> 2.9-3.2 s, peak
+# memory within the noise, 848-908 MiB).
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
 FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
@@ -224,7 +225,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
             group.append(frame.result())
             group_bytes += size
             if group_bytes >= (GROUP_BYTES if groups else FIRST_GROUP_BYTES):
-                reducing.append(pool.submit(_reduce_group, group))
+                reducing.append(pool.submit(_reduce_group, group, True))
                 group, group_bytes, groups = [], 0, groups + 1
         while len(reducing) > DECODE_THREADS:
             parts.append(reducing.popleft().result())
@@ -243,7 +244,7 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     return parts or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
-def _reduce_group(frames: list[pl.DataFrame], compact: bool = True) -> _Parts:
+def _reduce_group(frames: list[pl.DataFrame], compact: bool) -> _Parts:
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     return _reduce(pl.concat(frames) if len(frames) > 1 else frames[0], compact)
 
