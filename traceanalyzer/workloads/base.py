@@ -21,6 +21,8 @@ class Built:
     close: Callable[[], None] | None = None
     #: facts worth keeping in the run record (shapes, dtypes, sizes)
     params: dict[str, object] = field(default_factory=dict)
+    #: what the steps computed, one value per step, where a check compares the bad and good variants
+    results: list[float] = field(default_factory=list)
 
 
 def check_variant(variant: str, allowed: tuple[str, ...]) -> None:

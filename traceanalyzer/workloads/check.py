@@ -88,7 +88,7 @@ def _sync_memcpy_same_results(steps: int = 7) -> tuple[str, bool, str]:
         if built.close is not None:
             built.close()
         torch.cuda.synchronize()
-        results[variant] = list(built.results)  # type: ignore[attr-defined]
+        results[variant] = list(built.results)
         del built
     bad, good = results["bad"], results["good"]
     ok = len(bad) == len(good) == steps and bool(np.allclose(bad, good))

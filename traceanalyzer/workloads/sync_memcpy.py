@@ -154,13 +154,11 @@ def build(variant: str) -> Built:
             consume(host_out[last])
             events[last] = None
 
-    built = Built(
-        step_bad if bad else step_good, close=close,
+    return Built(
+        step_bad if bad else step_good, close=close, results=results,
         params={"rows": ROWS, "width": WIDTH, "depth": DEPTH, "out": OUT, "dtype": "bf16",
                 "h2d_mb": in_bytes / 2**20, "d2h_mb": out_bytes / 2**20,
                 "host_memory": "pageable" if bad else "pinned",
                 "api": "cudaMemcpy/cudaMemset" if bad else "cudaMemcpyAsync/cudaMemsetAsync",
                 "cpu_work_ms": CPU_WORK_S * 1e3, "libcudart": rt.loaded_from},
     )
-    built.results = results  # type: ignore[attr-defined]  # for the bad == good check
-    return built
