@@ -56,6 +56,7 @@ static int buf_grow(Buf *b, size_t extra) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (!n) return OK; /* memcpy from or to NULL is undefined even for no bytes */
     if (b->len + n > b->cap && buf_grow(b, n)) return NOMEM;
     memcpy(b->p + b->len, src, n);
     b->len += n;
@@ -396,7 +397,7 @@ static int put_view(Field *f, size_t start) {
     int32_t len = (int32_t)n, offset = (int32_t)start;
     memcpy(view, &len, 4);
     if (n <= 12) {
-        memcpy(view + 4, f->values.p + start, n);
+        if (n) memcpy(view + 4, f->values.p + start, n); /* an empty text may have no buffer */
         f->values.len = start;
     } else {
         memcpy(view + 4, f->values.p + start, 4);
