@@ -147,6 +147,26 @@ def test_events_as_the_array_holds_them():
         assert eventdecode.decode(broken, EVENT_SCHEMA) is None
 
 
+
+@pytest.mark.parametrize("keep", [None, ("ph", KEPT_PHASES)])
+def test_buffers_grown_from_a_projection_hold_every_row(keep):
+    """Buffers grow to what the chunk will need at the rate seen so far. Chunks whose events
+    change halfway (fields that first appear late, names ten times longer, a long run of
+    dropped phases) make that projection wrong both ways; the rows must still be exact."""
+    small = [{**EVENT, "name": f"k{i}", "args": {}} for i in range(3000)]
+    dropped = [{"ph": "f", "name": "flow", "id": i} for i in range(2000)]
+    big = [{**EVENT, "name": "n" * (40 + i % 300), "args": {"Call stack": "f;" * (i % 50),
+                                                            "Input Dims": [[i, 2]], "bytes": i}}
+           for i in range(3000)]
+    for batch in (small + big, big + small, small + dropped + big, dropped + big + small):
+        chunk = "\n".join(json.dumps(e) for e in batch).encode()
+        assert len(chunk) > 1 << 17  # past the 64 KB the decoder projects from
+        fast = eventdecode.decode(chunk, EVENT_SCHEMA, keep=keep)
+        reference = polars_frame(chunk)
+        if keep is not None:
+            reference = reference.filter(pl.col("ph").is_in(KEPT_PHASES))
+        assert_frame_equal(fast, reference, check_exact=True)
+
 KEYS = [*EVENT_SCHEMA, *ARG_FIELDS, "cbid", "Trace name"]
 scalars = (
     st.none() | st.booleans() | st.integers(-(2**64), 2**64)
