@@ -434,8 +434,11 @@ def iter_ndjson_chunks(
                 stop = yield from _mapped_runs(fd, start, prefix, chunk_bytes, result)
                 if stop > start:  # the rest (the array's end) is read as any stream's
                     stream.seek(stop)
-                    raw = _read_after(stream, b"", chunk_bytes)
-                    eof, last_read = not raw, len(raw) < chunk_bytes
+                    # Only what is left (one byte more, to see the end): a buffer of
+                    # chunk_bytes would be zero-filled, page by page, for a few hundred KB.
+                    want = min(chunk_bytes, os.fstat(fd).st_size - stop + 1)
+                    raw = _read_after(stream, b"", want)
+                    eof, last_read = not raw, len(raw) < want
         else:
             # Chunks grow from 1 MB to chunk_bytes: the decoder gets work sooner and a small
             # trace is split into enough pieces to overlap scanning and decoding.
