@@ -270,11 +270,16 @@ def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame:
     if run:  # events cut by the learned layout: a run the decoder declines may be cut wrong
         raise _LayoutMismatch
     try:  # no compiled decoder, or a chunk it leaves to Polars
-        return pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True)
+        return _kept(pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True))
     except pl.exceptions.PolarsError:
         if scan.split_by_layout:
             raise _LayoutMismatch from None
-        return _decode_chunk_slowly(chunk, scan)
+        return _kept(_decode_chunk_slowly(chunk, scan))
+
+
+def _kept(events: pl.DataFrame) -> pl.DataFrame:
+    """The events of KEPT_PHASES, as the C decoder keeps them (the scan drops most others)."""
+    return events.filter(pl.col("ph").is_in(KEPT_PHASES))
 
 
 def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
@@ -398,14 +403,14 @@ class _Parts:
 
 
 def _build_trace(events: pl.DataFrame, meta: TraceMeta) -> Trace:
-    """Canonical frames from decoded events (``EVENT_SCHEMA``) in one piece."""
-    return _assemble([_reduce(events)], meta)
+    """Canonical frames from decoded events (``EVENT_SCHEMA``, any phase) in one piece."""
+    return _assemble([_reduce(_kept(events))], meta)
 
 
 def _reduce(events: pl.DataFrame, compact: bool = False) -> _Parts:
+    # Only KEPT_PHASES arrive: filtering here again copied every column of every event.
     ev = (
         events.lazy()
-        .filter(pl.col("ph").is_in(KEPT_PHASES))
         .with_columns(
             cat=pl.col("cat").str.to_lowercase(),
             start_ns=_ns("ts"),
@@ -425,8 +430,11 @@ def _reduce(events: pl.DataFrame, compact: bool = False) -> _Parts:
     cpu, gpu = _cpu_rows(lazy), _gpu_rows(lazy)
     if compact:
         cpu, gpu = _as_categories(cpu), _as_categories(gpu)
+    # Without common-subplan elimination: caching the shared filter for the six queries cost
+    # more than filtering six times (5.3 vs 6.6 ms on a 10 MB trace).
     *frames, counted = pl.collect_all([cpu, gpu, _annotation_rows(lazy), _sync_rows(lazy),
-                                       _memory_rows(lazy), counts], engine=COLLECT_ENGINE)
+                                       _memory_rows(lazy), counts], engine=COLLECT_ENGINE,
+                                      optimizations=pl.QueryOptFlags(comm_subplan_elim=False))
     return _Parts(counted["untimed"].item(), counted["negative"].item(), frames)
 
 
