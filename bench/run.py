@@ -430,7 +430,29 @@ def targets(rows: list[dict], batch: dict | None, a: argparse.Namespace) -> list
         add("MB/s roughly flat 10 MB → 2 GB (min/max ≥ 0.67)",
             "wall " + ", ".join(f"{s}: {x:.0f}" for s, x in rates) + f" (min/max {lo / hi:.2f}); "
             f"per CPU-s {per_cpu}; warm process {warm}", lo / hi >= 0.67)
+        split = fixed_part(rows)
+        if split:
+            add("(not a target) the smallest trace's ingest, split", split, None)
     return T + [""]
+
+
+def fixed_part(rows: list[dict]) -> str | None:
+    """The smallest trace's ingest as what it would take at the big traces' rate plus the rest:
+    the fixed cost per trace that makes MB/s fall at small sizes."""
+    timed = [r for r in rows if r["ingest"].get("wall_s")]
+    big = sorted(mbps(r["bytes"], r["ingest"]["wall_s"]) for r in timed if r["bytes"] >= 100e6)
+    if not big or not timed or min(r["bytes"] for r in timed) >= 100e6:
+        return None
+    small = min(timed, key=lambda r: r["bytes"])
+    rate = big[len(big) // 2]
+    at_rate = small["bytes"] / 1e6 / rate
+    text = (f"{small['size']}: {1000 * small['ingest']['wall_s']:.0f} ms = {1000 * at_rate:.0f} ms "
+            f"at the ≥ 100 MB traces' median {rate:.0f} MB/s + "
+            f"{1000 * (small['ingest']['wall_s'] - at_rate):.0f} ms fixed")
+    warm = (small.get("ingest_warm") or {}).get("wall_s")
+    if warm:
+        text += f"; in a warm process {1000 * warm:.0f} ms = {1000 * at_rate:.0f} + {1000 * (warm - at_rate):.0f} ms"
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,3 +66,20 @@ def test_profile_kineto_prints_each_step(tmp_path, capfd):
     assert "read 1 of this process" in out and "read 2 of this process" in out
     for step in ("_decode_chunk end", "_reduce end", "_cpu_frame end", "_gpu_frame end"):
         assert step in out
+
+
+def test_fixed_part_splits_the_smallest_ingest_at_the_big_traces_rate():
+    run = _run_module()
+
+    def row(size, nbytes, wall, warm=None):
+        return {"size": size, "bytes": nbytes, "ingest": {"wall_s": wall},
+                "ingest_warm": {"wall_s": warm} if warm else {}}
+
+    # 10 MB in 60 ms, warm 40 ms; the big traces' median is 400 MB/s, where 10 MB takes 25 ms
+    rows = [row("10MB", 10e6, 0.060, 0.040), row("100MB", 100e6, 0.25),
+            row("1GB", 1e9, 2.5), row("2GB", 2e9, 4.0)]
+    text = run.fixed_part(rows)
+    assert text.startswith("10MB: 60 ms = 25 ms at the ≥ 100 MB traces' median 400 MB/s + 35 ms")
+    assert text.endswith("in a warm process 40 ms = 25 + 15 ms")
+    assert run.fixed_part(rows[1:]) is None  # no small trace to split
+    assert run.fixed_part(rows[:1]) is None  # no big one to take the rate from
