@@ -332,3 +332,79 @@ def test_a_wrong_first_guess_of_the_layout_is_read_again(tmp_path, monkeypatch):
     assert fast.cpu.height == 300 and fast.meta.extra["read_twice"]
     for name, frame in fast.frames().items():
         assert frame.equals(slow.frames()[name]), name
+
+
+CUT_WHILE_MAPPED = r"""
+import json, os, sys
+from pathlib import Path
+from traceanalyzer.ingest import jsonscan
+from traceanalyzer.ingest.kineto import read_kineto
+
+path, cut, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+jsonscan.DEFAULT_CHUNK_BYTES = jsonscan.FIRST_READ_BYTES = 64 << 10
+jsonscan.TAIL_BYTES = 4 << 10
+real_mapped_runs = jsonscan._mapped_runs
+
+
+def cut_after_the_first_window(*args):
+    # The first window is mapped and cut into a run; then the file is cut shorter, inside that
+    # run (or before it), before anything decodes it.
+    runs = real_mapped_runs(*args)
+    first = next(runs)
+    os.truncate(path, cut)
+    yield first
+    return (yield from runs)
+
+
+jsonscan._mapped_runs = cut_after_the_first_window
+if sys.argv[4:] == ["unguarded"]:
+    jsonscan.guard_mapping = lambda mapped: -1
+trace = read_kineto(path)
+for name, frame in trace.frames().items():
+    frame.write_parquet(out / f"{name}.parquet")
+print(json.dumps(trace.meta.warnings))
+"""
+
+
+@needs_decoder
+@pytest.mark.parametrize("cut_into", ["the run being decoded", "a window not yet mapped"])
+def test_a_file_cut_shorter_while_mapped_is_read_as_it_ends_now(tmp_path, cut_into):
+    """Another process truncates the trace while it is read: inside the run about to be decoded
+    from its memory map (without the guard, SIGBUS; in a child process, so that it would not end
+    the test run), or before windows not mapped yet (mapping past the end is an error). Either
+    way the read gives what a read of the shorter file gives, and says so."""
+    import signal
+    import subprocess
+    import sys
+
+    import polars as pl
+
+    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+            "args": {"External id": i, "Input Dims": [[i, 2]]}} for i in range(6000)]
+    data = json.dumps({"traceEvents": evs}, indent=2).encode()
+    # The first window is the array's first 64 KB. Cut at a page boundary: past the end, the
+    # rest of the last page reads as zeros and only the next page faults.
+    cut = 5 * 4096 if cut_into == "the run being decoded" else 300_000
+    assert cut < len(data) - (64 << 10)
+    path, out = tmp_path / "t.json", tmp_path / "out"
+    path.write_bytes(data)
+    out.mkdir()
+    child = subprocess.run([sys.executable, "-c", CUT_WHILE_MAPPED, str(path), str(cut), str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    warnings = json.loads(child.stdout)
+    assert any("truncated" in w for w in warnings), warnings
+    if cut_into == "the run being decoded":  # the decoder read zeros past the end, not SIGBUS
+        assert any("cut shorter while it was being read" in w for w in warnings), warnings
+        path.write_bytes(data)  # and without the guard, the same read dies of SIGBUS
+        unguarded = subprocess.run([sys.executable, "-c", CUT_WHILE_MAPPED, str(path), str(cut),
+                                    str(out), "unguarded"], capture_output=True, timeout=120)
+        # killed by SIGBUS, or under AddressSanitizer its SIGBUS report and exit code
+        assert unguarded.returncode == -signal.SIGBUS or (
+            unguarded.returncode and b"AddressSanitizer" in unguarded.stderr), unguarded.stderr
+    shorter = tmp_path / "shorter.json"
+    shorter.write_bytes(data[:cut])
+    expected = read_kineto(shorter)
+    assert 0 < expected.cpu.height < len(evs)
+    for name, frame in expected.frames().items():
+        assert pl.read_parquet(out / f"{name}.parquet").equals(frame), name

@@ -41,6 +41,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from traceanalyzer.ingest.eventdecode import guard_mapping, unguard_mapping
+
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
 NEWLINE, CR, SPACE = ord("\n"), ord("\r"), ord(" ")
@@ -74,9 +76,15 @@ class EventRun:
     yielded instead of NDJSON for a decoder that reads that form (``raw_runs``)."""
 
     data: memoryview
+    #: The guard of the memory map ``data`` lies in (see ``_mapped_runs``), released with the
+    #: run: before its memoryview, and so before the map can be closed.
+    guard: int = -1
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __del__(self) -> None:
+        unguard_mapping(self.guard)
 
 
 class NotATrace(ValueError):
@@ -341,8 +349,10 @@ def _mapped_runs(
     own; returns the offset where they stop: TAIL_BYTES before the end, or at a window that
     holds no event start of the layout (an event longer than a chunk).
 
-    A file cut shorter while it is mapped would fault (SIGBUS) where reading would have seen an
-    early end; profilers write a trace once, they do not shrink it in place.
+    A file cut shorter while it is mapped faults (SIGBUS) where reading would have seen an early
+    end. Each window is guarded against that (:func:`~traceanalyzer.ingest.eventdecode.guard_mapping`):
+    past the new end it reads as zeros, which the cut here and the decoder both reject, so the
+    caller reads the file again as a stream and sees where it ends now.
     """
     size = os.fstat(fd).st_size
     reads = 0
@@ -353,14 +363,19 @@ def _mapped_runs(
         base = pos - pos % mmap.ALLOCATIONGRANULARITY
         if limit <= pos:
             return pos
-        window = mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ)
+        try:
+            window = mmap.mmap(fd, end - base, offset=base, access=mmap.ACCESS_READ)
+        except ValueError:  # the file is shorter now than when it was measured
+            return pos
+        guard = guard_mapping(window)
         bounds = _run_bounds(window, pos - base, limit - base, prefix)
         if bounds is None:
+            unguard_mapping(guard)
             window.close()
             return pos
         start, cut = bounds
         result.split_by_layout += 1
-        yield EventRun(memoryview(window)[start:cut])
+        yield EventRun(memoryview(window)[start:cut], guard)
         pos = base + cut + len(prefix) - 1
 
 
@@ -436,7 +451,7 @@ def iter_ndjson_chunks(
                     stream.seek(stop)
                     # Only what is left (one byte more, to see the end): a buffer of
                     # chunk_bytes would be zero-filled, page by page, for a few hundred KB.
-                    want = min(chunk_bytes, os.fstat(fd).st_size - stop + 1)
+                    want = max(min(chunk_bytes, os.fstat(fd).st_size - stop + 1), 1)
                     raw = _read_after(stream, b"", want)
                     eof, last_read = not raw, len(raw) < want
         else:
