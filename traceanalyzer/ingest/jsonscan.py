@@ -84,7 +84,8 @@ class EventRun:
         return len(self.data)
 
     def __del__(self) -> None:
-        unguard_mapping(self.guard)
+        if self.guard >= 0:
+            unguard_mapping(self.guard)
 
 
 class NotATrace(ValueError):
