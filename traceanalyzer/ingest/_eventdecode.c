@@ -34,9 +34,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
