@@ -1,6 +1,6 @@
 /* Kineto event decoder: trace events straight into typed columns.
  *
- * (At the end: guard(), unguard() and shrank(), which keep a memory-mapped file that another
+ * (At the end: guard() and unguard(), which keep a memory-mapped file that another
  * process cuts shorter from killing the process with SIGBUS.)
  *
  * Polars' NDJSON reader is the reference (traceanalyzer/ingest/kineto.py falls back to it). It
@@ -788,7 +788,6 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
 static struct {
     uintptr_t lo, hi; /* hi == 0: a free slot */
 } guards[GUARDS];
-static unsigned long shrank_count;
 static struct sigaction previous_bus;
 static int bus_installed;
 static uintptr_t page_size;
@@ -801,10 +800,8 @@ static void on_bus(int sig, siginfo_t *info, void *context) {
         if (hi && lo <= at && at < hi) {
             uintptr_t from = at & ~(page_size - 1);
             if (mmap((void *)from, hi - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                     -1, 0) != MAP_FAILED) {
-                __atomic_add_fetch(&shrank_count, 1, __ATOMIC_RELAXED);
+                     -1, 0) != MAP_FAILED)
                 return; /* the faulting read runs again, on zeros */
-            }
         }
     }
     if (previous_bus.sa_flags & SA_SIGINFO) {
@@ -848,16 +845,11 @@ static PyObject *unguard(PyObject *self, PyObject *slot) {
     Py_RETURN_NONE;
 }
 
-static PyObject *shrank(PyObject *self, PyObject *unused) {
-    return PyLong_FromUnsignedLong(__atomic_load_n(&shrank_count, __ATOMIC_RELAXED));
-}
-
 static PyMethodDef METHODS[] = {
     {"decode", decode, METH_VARARGS, "Decode NDJSON trace events into columns, or None."},
     {"guard", guard, METH_O,
      "guard(mapping) -> slot: zero pages, not SIGBUS, past where the file is cut (-1: unguarded)."},
     {"unguard", unguard, METH_O, "unguard(slot): before the mapping is closed."},
-    {"shrank", shrank, METH_NOARGS, "How many faults past a file's end the guards have caught."},
     {NULL, NULL, 0, NULL},
 };
 

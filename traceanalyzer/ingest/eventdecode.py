@@ -109,8 +109,3 @@ def guard_mapping(mapped: Any) -> int:
 def unguard_mapping(slot: int) -> None:
     if slot >= 0 and _eventdecode is not None:
         _eventdecode.unguard(slot)
-
-
-def faults_past_end() -> int:
-    """How many times, in this process, a guarded map was read past where its file now ends."""
-    return _eventdecode.shrank() if _eventdecode is not None else 0
