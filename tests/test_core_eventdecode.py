@@ -209,3 +209,25 @@ def test_sample_traces_are_read_once(path):
     # A layout cut the decoder rejects costs a second read of the whole file: correct, but a
     # regression in speed the public traces are checked for too (test_core_kineto).
     assert "read_twice" not in read_kineto(path).meta.extra
+
+
+def test_a_sigbus_sent_by_kill_still_ends_the_process(tmp_path):
+    """The guard of memory-mapped files handles faults past a file's end only: a SIGBUS sent by
+    another process ends this one, as it would without the guard, and zeroes no window."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    code = f"""
+import mmap, os, signal
+from traceanalyzer.ingest import eventdecode
+with open({str(path)!r}, "rb") as fh:
+    window = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+assert eventdecode.guard_mapping(window) >= 0
+os.kill(os.getpid(), signal.SIGBUS)
+print("survived")
+"""
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert child.returncode == -signal.SIGBUS and b"survived" not in child.stdout, child.stderr

@@ -794,7 +794,9 @@ static uintptr_t page_size;
 
 static void on_bus(int sig, siginfo_t *info, void *context) {
     uintptr_t at = (uintptr_t)info->si_addr;
-    for (int i = 0; i < GUARDS; i++) {
+    /* Only a read past a mapped file's end (BUS_ADRERR) is ours: for a SIGBUS sent by kill(),
+     * si_addr holds no address, and must not zero a window that is still good. */
+    for (int i = 0; i < GUARDS && info->si_code == BUS_ADRERR; i++) {
         uintptr_t hi = __atomic_load_n(&guards[i].hi, __ATOMIC_ACQUIRE);
         uintptr_t lo = __atomic_load_n(&guards[i].lo, __ATOMIC_ACQUIRE);
         if (hi && lo <= at && at < hi) {
@@ -806,10 +808,14 @@ static void on_bus(int sig, siginfo_t *info, void *context) {
     }
     if (previous_bus.sa_flags & SA_SIGINFO) {
         previous_bus.sa_sigaction(sig, info, context);
+    } else if (previous_bus.sa_handler == SIG_IGN && info->si_code <= 0) {
+        return; /* a SIGBUS sent to a process that ignores it, as before */
     } else if (previous_bus.sa_handler != SIG_DFL && previous_bus.sa_handler != SIG_IGN) {
         previous_bus.sa_handler(sig);
-    } else {
-        signal(SIGBUS, SIG_DFL); /* the fault repeats, with the default action: as before */
+    } else { /* the default action, as before: for a fault and for a sent signal alike (a
+              * fault alone would repeat on return, a sent signal would not) */
+        signal(SIGBUS, SIG_DFL);
+        raise(SIGBUS);
     }
 }
 
