@@ -456,7 +456,7 @@ def fixed_part(rows: list[dict]) -> str | None:
     the fixed cost per trace that makes MB/s fall at small sizes."""
     timed = [r for r in rows if r["ingest"].get("wall_s")]
     big = sorted(mbps(r["bytes"], r["ingest"]["wall_s"]) for r in timed if r["bytes"] >= 100e6)
-    if not big or not timed or min(r["bytes"] for r in timed) >= 100e6:
+    if not big or min(r["bytes"] for r in timed) >= 100e6:  # nothing big, or nothing small
         return None
     small = min(timed, key=lambda r: r["bytes"])
     rate = big[len(big) // 2]
