@@ -230,4 +230,7 @@ os.kill(os.getpid(), signal.SIGBUS)
 print("survived")
 """
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
-    assert child.returncode == -signal.SIGBUS and b"survived" not in child.stdout, child.stderr
+    assert b"survived" not in child.stdout
+    # killed by SIGBUS, or under AddressSanitizer (the handler before ours) its report and exit
+    assert child.returncode == -signal.SIGBUS or (
+        child.returncode and b"AddressSanitizer" in child.stderr), child.stderr
