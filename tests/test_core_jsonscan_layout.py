@@ -337,8 +337,7 @@ def test_a_wrong_first_guess_of_the_layout_is_read_again(tmp_path, monkeypatch):
 CUT_WHILE_MAPPED = r"""
 import json, os, sys
 from pathlib import Path
-from traceanalyzer.ingest import jsonscan
-from traceanalyzer.ingest.kineto import read_kineto
+from traceanalyzer.ingest import jsonscan, read_any
 
 path, cut, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 jsonscan.DEFAULT_CHUNK_BYTES = jsonscan.FIRST_READ_BYTES = 64 << 10
@@ -359,7 +358,7 @@ def cut_after_the_first_window(*args):
 jsonscan._mapped_runs = cut_after_the_first_window
 if sys.argv[4:] == ["unguarded"]:
     jsonscan.guard_mapping = lambda mapped: -1
-trace = read_kineto(path)
+trace = read_any(path)
 for name, frame in trace.frames().items():
     frame.write_parquet(out / f"{name}.parquet")
 print(json.dumps(trace.meta.warnings))

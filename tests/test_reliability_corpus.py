@@ -405,6 +405,71 @@ def test_orphan_kernel_is_counted(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# A file that changes while it is read
+
+
+def _trace_file(fmt: str, tmp_path: Path) -> Path:
+    torch_trace = REPO / "sample_traces" / "torch" / "gpt_step_bad.json.gz"
+    if fmt == "kineto":
+        src = torch_trace
+    elif fmt == "nsys":
+        src = REPO / "sample_traces" / "nsys" / "gpt_step_bad.sqlite"
+    else:
+        from traceanalyzer.ingest import read_any
+        from traceanalyzer.report.perfetto_writer import write_perfetto_annotated
+
+        src = tmp_path / "src.pftrace"
+        write_perfetto_annotated(read_any(torch_trace), [], src)
+    path = tmp_path / f"trace{''.join(src.suffixes)}"
+    path.write_bytes(src.read_bytes())
+    return path
+
+
+def _entries(cache: Path) -> list[Path]:
+    return [p for p in cache.iterdir() if not p.name.startswith(".")] if cache.is_dir() else []
+
+
+@pytest.mark.parametrize("fmt", ["kineto", "nsys", "perfetto"])
+def test_a_file_that_grows_while_read_is_flagged_and_not_cached(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace still being written (or cut shorter) while it is read: every format's read says
+    so, with both sizes, and the cache keeps nothing (its key hashed other bytes than were read)."""
+    import importlib
+
+    from traceanalyzer.ingest import read_any
+    from traceanalyzer.ingest.cache import cached_read
+
+    module = importlib.import_module(f"traceanalyzer.ingest.{fmt}")
+    reader = getattr(module, f"read_{fmt}")
+    path = _trace_file(fmt, tmp_path)
+    size = path.stat().st_size
+
+    def read_then_grow(p, *args, **kwargs):
+        trace = reader(p, *args, **kwargs)
+        with open(path, "ab") as fh:  # the producer writes on after the reader is done
+            fh.write(b"\0" * 100)
+        return trace
+
+    monkeypatch.setattr(module, f"read_{fmt}", read_then_grow)
+    cache = tmp_path / "cache"
+    trace = cached_read(path, fmt, cache_dir=cache)
+    warning = f"the file changed while it was being read ({size:,} -> {size + 100:,} bytes)"
+    assert any(w.startswith(warning) for w in trace.meta.warnings), trace.meta.warnings
+    assert trace.meta.extra["changed_while_read"] is True
+    assert trace.gpu.height > 0
+    assert _entries(cache) == []
+
+    monkeypatch.setattr(module, f"read_{fmt}", reader)  # read again, left alone
+    os.truncate(path, size)
+    again = read_any(path)
+    assert not any("changed while" in w for w in again.meta.warnings)
+    assert "changed_while_read" not in again.meta.extra
+    cached_read(path, fmt, cache_dir=cache)
+    assert len(_entries(cache)) == 1
+
+
+# ---------------------------------------------------------------------------------------------
 # SQLite: locked and read-only
 
 

@@ -123,9 +123,25 @@ def input_size(path: str | os.PathLike[str]) -> int:
 
 
 def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
-    """Read ``path`` with the ingestor for its format, bypassing the cache."""
+    """Read ``path`` with the ingestor for its format, bypassing the cache.
+
+    A file whose size differs after the read from before it (cut shorter, or still being
+    written) is analyzed as the read saw it, with a warning, and flagged in
+    ``meta.extra["changed_while_read"]`` so that the cache does not keep it.
+    """
     fmt = fmt or sniff(path)
     check_memory(path, fmt)
+    size_before = _file_size(path)
+    trace = _read(path, fmt)
+    size_after = _file_size(path)
+    if size_after != size_before:
+        trace.meta.warnings.append(f"the file changed while it was being read ({size_before:,} "
+                                   f"-> {size_after:,} bytes); analyzed what the read saw")
+        trace.meta.extra["changed_while_read"] = True
+    return trace
+
+
+def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
     if fmt == "kineto":
         from traceanalyzer.ingest.kineto import read_kineto
 
@@ -143,6 +159,13 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
 
         return read_perfetto(path)
     raise InputError(path, f"unknown format {fmt!r}")
+
+
+def _file_size(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # gone by now: whatever was read stands
+        return -1
 
 
 def load(

@@ -76,6 +76,8 @@ def cached_read(path: str | os.PathLike[str], fmt: str,
         except (OSError, ValueError, pl.exceptions.PolarsError):
             shutil.rmtree(entry, ignore_errors=True)  # a damaged entry is rebuilt
     trace = read_any(path, fmt)
+    if trace.meta.extra.get("changed_while_read"):  # the key hashed other bytes than were read
+        return trace
     try:
         _store_entry(entry, trace)
     except OSError:

@@ -110,7 +110,6 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
     path = Path(path)
     scan = ScanResult()
     read_twice = False
-    size_before = _file_size(path)
     try:
         try:
             with _open(path) as stream:
@@ -128,18 +127,7 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
     meta = _read_metadata(path, scan)
     if read_twice:  # correct either way, but twice the time: the tests watch for it
         meta.extra["read_twice"] = True
-    size_after = _file_size(path)
-    if size_after != size_before:  # cut shorter, or still being written: say what was read
-        meta.warnings.append(f"the file changed while it was being read ({size_before:,} -> "
-                             f"{size_after:,} bytes); analyzed what the read saw")
     return _assemble(events, meta)
-
-
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # gone by now: whatever was read stands
-        return -1
 
 
 def _open(path: Path) -> BinaryIO:
