@@ -50,6 +50,7 @@ EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 4 << 20
 FIRST_READ_BYTES = 1 << 20
+HEADER_READ_BYTES = 64 << 10  # the first read: the array's start and the events' layout
 # What follows the event array (metadata, device properties) is expected within this many bytes
 # of the end; a longer trailer is still read right, by a second pass (see iter_ndjson_chunks).
 TAIL_BYTES = 256 << 10
@@ -417,7 +418,9 @@ def iter_ndjson_chunks(
         if not in_events or done_events:
             # A small first read: the structural scan of the first events (which teaches the
             # layout) and the first decode start sooner, which is what a small trace waits for.
-            want = chunk_bytes if header or done_events else min(chunk_bytes, FIRST_READ_BYTES)
+            # A plain file's events are then mapped from where they start, so anything read
+            # past the layout's first events is read, copied and faulted in for nothing.
+            want = chunk_bytes if header or done_events else min(chunk_bytes, HEADER_READ_BYTES)
             data = stream.read(want)
             eof, last_read = not data, len(data) < want
         if done_events:
