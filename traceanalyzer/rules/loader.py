@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from traceanalyzer.errors import RuleError
-from traceanalyzer.rules.schema import Rule, load_rule_file
+from traceanalyzer.rules.schema import Rule, load_rule_file, safe_load
 
 PROJECT_CONFIG_NAME = "traceanalyzer.yaml"
 RULE_SUFFIXES = (".yaml", ".yml")
@@ -154,7 +154,7 @@ def read_project_config(path: Path) -> dict[str, Any]:
     Other top-level keys belong to other parts of the tool and are left alone.
     """
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RuleError(f"{path}: cannot read config ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:

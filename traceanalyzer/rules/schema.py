@@ -166,13 +166,23 @@ def load_rule_file(path: Path) -> Rule:
     return _parse_rule_text(text, str(path))
 
 
+#: libyaml's safe loader where PyYAML was built with it (its wheels are), else the Python one:
+#: the same safe subset of YAML (no Python tags), parsed about ten times faster.
+SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load``, with libyaml's parser when there is one."""
+    return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader, C or Python
+
+
 @functools.lru_cache(maxsize=256)
 def _parse_rule_text(text: str, path: str) -> Rule:
-    # Memoized on the file's text: pure-Python YAML parsing of the 14 built-in rules cost ~50 ms,
-    # paid for every report (the HTML lists the rules) and every trace of a batch. Rules are
-    # frozen, so sharing one is safe; a changed file has other text and is parsed again.
+    # Memoized on the file's text: YAML parsing of the 14 built-in rules cost ~50 ms with the
+    # Python parser, paid for every report (the HTML lists the rules) and every trace of a batch.
+    # Rules are frozen, so sharing one is safe; a changed file has other text and is parsed again.
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
