@@ -88,6 +88,16 @@ def test_no_cache_bypasses(tmp_path, trace, count_analyses):
     assert len(entries(cache)) == 1  # --no-cache neither reads nor writes entries
 
 
+def test_no_cache_draws_the_same_report(tmp_path, trace, count_analyses):
+    """Without a cache entry to store it in, the timeline is not computed ahead: the HTML report
+    draws it from the trace, and the reports are the same as through the cache."""
+    assert analyze_path(trace, use_cache=False).timeline is None
+    cached = analyze(trace, tmp_path / "a", cache=tmp_path / "cache")
+    uncached = analyze(trace, tmp_path / "b", "--no-cache", cache=tmp_path / "cache")
+    assert uncached == cached
+    assert '"windows"' in uncached[1]["r.html"].decode()
+
+
 @pytest.mark.parametrize("extra", [
     ("--set", "gpu-idle-gaps.min_gap_us=5"),
     ("--disable", "gpu-idle-gaps"),

@@ -115,8 +115,9 @@ def _selection_text(selection: Any) -> str:
 
 @dataclass
 class Analyzed:
-    """One trace analyzed: the result, the HTML timeline payload, and the trace when it was read
-    (None on a cache hit unless asked for)."""
+    """One trace analyzed: the result, the HTML timeline payload (None without a cache entry:
+    ``render_html`` draws it from the trace then), and the trace when it was read (None on a
+    cache hit unless asked for)."""
 
     result: AnalysisResult
     timeline: dict[str, Any] | None
@@ -167,9 +168,10 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, rule_co
 
     trace = read()
     result = analyze_trace(trace, rule_config=rule_config, rules=rules)
+    if entry is None:  # nothing to store it in: a report draws it from the trace, if one is asked for
+        return Analyzed(result, None, trace, cached=False)
     timeline = timeline_data(result, trace)
-    if entry is not None:
-        store_result(entry, result, timeline, path)
+    store_result(entry, result, timeline, path)
     return Analyzed(result, timeline, trace, cached=False)
 
 
