@@ -297,6 +297,24 @@ def test_property_runs_decode_like_the_scan(n, indent, chunk, names, cut):
         assert runs.equals(lines)
 
 
+@pytest.mark.parametrize("pad", [1_000, 65_500, 65_536, 300_000])
+def test_metadata_before_the_event_array_past_the_first_read(tmp_path, pad):
+    """The first read is 64 KB; metadata before ``traceEvents`` may end before it, across it
+    (the key cut in two) or far past it. Each way the frames equal the reference parser's."""
+    from test_core_kineto import reference_read
+
+    assert jsonscan.HEADER_READ_BYTES == 64 << 10
+    evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
+            "args": {"External id": i}} for i in range(3000)]
+    head = '{"schemaVersion": 1, "pad": "' + "x" * pad + '",\n'
+    path = tmp_path / "t.json"
+    path.write_text(head + json.dumps({"traceEvents": evs}, indent=2)[1:])
+    fast, slow = read_kineto(path), reference_read(path)
+    assert fast.cpu.height == 3000
+    for name, frame in fast.frames().items():
+        assert frame.equals(slow.frames()[name]), name
+
+
 def test_an_event_longer_than_a_chunk_is_read_whole(tmp_path, monkeypatch):
     """One event (a long Python stack) spans several chunks after the layout is learned."""
     from test_core_kineto import reference_read

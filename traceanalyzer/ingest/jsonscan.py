@@ -420,7 +420,8 @@ def iter_ndjson_chunks(
             # layout) and the first decode start sooner, which is what a small trace waits for.
             # A plain file's events are then mapped from where they start, so anything read
             # past the layout's first events is read, copied and faulted in for nothing.
-            want = chunk_bytes if header or done_events else min(chunk_bytes, HEADER_READ_BYTES)
+            want = (chunk_bytes if header or done_events
+                    else min(chunk_bytes, FIRST_READ_BYTES, HEADER_READ_BYTES))
             data = stream.read(want)
             eof, last_read = not data, len(data) < want
         if done_events:
