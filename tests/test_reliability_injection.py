@@ -274,6 +274,24 @@ def test_rule_file_python_tag_rejected(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("loader", ["SafeLoader", "CSafeLoader"])
+def test_both_safe_loaders_read_the_rules_alike_and_refuse_python_tags(loader: str) -> None:
+    """Rules are read with libyaml's loader when PyYAML has it, else the Python one: both give the
+    same documents for every built-in rule, and neither constructs Python objects."""
+    import yaml
+
+    from traceanalyzer.rules import schema
+
+    if not hasattr(yaml, loader):
+        pytest.skip(f"PyYAML built without {loader}")
+    cls = getattr(yaml, loader)
+    for path in sorted((REPO / "rules").glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert yaml.load(text, Loader=cls) == schema.safe_load(text), path.name
+    with pytest.raises(yaml.YAMLError):
+        yaml.load("slug: !!python/object/apply:os.system ['true']\n", Loader=cls)
+
+
 def test_project_config_python_tag_rejected(tmp_path: Path) -> None:
     marker = tmp_path / "pwned2"
     config = tmp_path / "traceanalyzer.yaml"

@@ -18,7 +18,7 @@ One rule per YAML file, flat keys (the semgrep / ruff model)::
     detector: idle_gaps            # a registered Python detector, or:
     query: "SELECT ... FROM gpu WHERE ... > :min_gap_us"    # Polars SQL over the views
 
-Text from a rule is never evaluated: YAML is read with ``yaml.safe_load``, templates allow only
+Text from a rule is never evaluated: YAML is read with a safe loader (:data:`SAFE_LOADER`), templates allow only
 plain ``{name}`` / ``{name:.1f}`` fields, and SQL parameters are bound as validated numbers.
 """
 
