@@ -222,10 +222,10 @@ def test_a_sigbus_sent_by_kill_still_ends_the_process(tmp_path):
     path.write_bytes(b"x" * 8192)
     code = f"""
 import mmap, os, signal
-from traceanalyzer.ingest import eventdecode
+from traceanalyzer.ingest import mapguard
 with open({str(path)!r}, "rb") as fh:
     window = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-assert eventdecode.guard_mapping(window) >= 0
+assert mapguard.guard_mapping(window) >= 0
 os.kill(os.getpid(), signal.SIGBUS)
 print("survived")
 """

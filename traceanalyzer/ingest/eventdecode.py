@@ -97,15 +97,3 @@ def _arrays(rows: int, fields: tuple, cols: list[tuple[bytes, ...]]) -> list[pa.
                                             [_bitmap(valid), *map(pa.py_buffer, data)]))
     return arrays
 
-
-def guard_mapping(mapped: Any) -> int:
-    """Protect a memory map of a file from the file being cut shorter while it is mapped: pages
-    past the new end read as zeros (which no decoder accepts as JSON) instead of ending the
-    process with SIGBUS. Returns the slot to pass to :func:`unguard_mapping` before the map is
-    closed; -1 when nothing guards it (no compiled decoder, or every slot taken)."""
-    return _eventdecode.guard(mapped) if _eventdecode is not None else -1
-
-
-def unguard_mapping(slot: int) -> None:
-    if slot >= 0 and _eventdecode is not None:
-        _eventdecode.unguard(slot)

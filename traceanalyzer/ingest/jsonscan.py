@@ -41,7 +41,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from traceanalyzer.ingest.eventdecode import guard_mapping, unguard_mapping
+from traceanalyzer.ingest.mapguard import guard_mapping, unguard_mapping
 
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
@@ -352,7 +352,7 @@ def _mapped_runs(
     holds no event start of the layout (an event longer than a chunk).
 
     A file cut shorter while it is mapped faults (SIGBUS) where reading would have seen an early
-    end. Each window is guarded against that (:func:`~traceanalyzer.ingest.eventdecode.guard_mapping`):
+    end. Each window is guarded against that (:func:`~traceanalyzer.ingest.mapguard.guard_mapping`):
     past the new end it reads as zeros, which the cut here and the decoder both reject, so the
     caller reads the file again as a stream and sees where it ends now.
     """
