@@ -469,6 +469,28 @@ def test_a_file_that_grows_while_read_is_flagged_and_not_cached(
     assert len(_entries(cache)) == 1
 
 
+def test_a_file_rewritten_in_place_while_read_is_flagged(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overwritten with as many bytes (``cp`` of a trace of the same size): the size alone would
+    not show it, the modification time does."""
+    from traceanalyzer.ingest import kineto, read_any
+
+    path = _trace_file("kineto", tmp_path)
+    size, reader = path.stat().st_size, kineto.read_kineto
+
+    def read_then_rewrite(p):
+        trace = reader(p)
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        return trace
+
+    monkeypatch.setattr(kineto, "read_kineto", read_then_rewrite)
+    trace = read_any(path)
+    assert f"the file changed while it was being read (rewritten, {size:,} bytes); analyzed " \
+        "what the read saw" in trace.meta.warnings
+    assert trace.meta.extra["changed_while_read"] is True
+
+
 # ---------------------------------------------------------------------------------------------
 # SQLite: locked and read-only
 

@@ -127,18 +127,21 @@ def input_size(path: str | os.PathLike[str]) -> int:
 def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     """Read ``path`` with the ingestor for its format, bypassing the cache.
 
-    A file whose size differs after the read from before it (cut shorter, or still being
-    written) is analyzed as the read saw it, with a warning, and flagged in
-    ``meta.extra["changed_while_read"]`` so that the cache does not keep it.
+    A file whose size or modification time differs after the read from before it (cut
+    shorter, still being written, or overwritten) is analyzed as the read saw it, with a
+    warning, and flagged in ``meta.extra["changed_while_read"]`` so that the cache does not
+    keep it.
     """
     fmt = fmt or sniff(path)
     check_memory(path, fmt)
-    size_before = _file_size(path)
+    before = _file_state(path)
     trace = _read(path, fmt)
-    size_after = _file_size(path)
-    if size_after != size_before:
-        trace.meta.warnings.append(f"the file changed while it was being read ({size_before:,} "
-                                   f"-> {size_after:,} bytes); analyzed what the read saw")
+    after = _file_state(path)
+    if after != before:
+        sizes = (f"{before[0]:,} -> {after[0]:,} bytes" if after[0] != before[0]
+                 else f"rewritten, {after[0]:,} bytes")
+        trace.meta.warnings.append(f"the file changed while it was being read ({sizes}); "
+                                   "analyzed what the read saw")
         trace.meta.extra["changed_while_read"] = True
     return trace
 
@@ -163,11 +166,13 @@ def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
     raise InputError(path, f"unknown format {fmt!r}")
 
 
-def _file_size(path: str | os.PathLike[str]) -> int:
+def _file_state(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """Size and modification time (ns) of ``path``; (-1, -1) once it is gone."""
     try:
-        return os.path.getsize(path)
+        st = os.stat(path)
     except OSError:  # gone by now: whatever was read stands
-        return -1
+        return -1, -1
+    return st.st_size, st.st_mtime_ns
 
 
 def load(
