@@ -469,26 +469,32 @@ def test_a_file_that_grows_while_read_is_flagged_and_not_cached(
     assert len(_entries(cache)) == 1
 
 
-def test_a_file_rewritten_in_place_while_read_is_flagged(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("change", ["rewritten", "removed"])
+def test_a_file_rewritten_or_removed_while_read_is_flagged(
+    change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Overwritten with as many bytes (``cp`` of a trace of the same size): the size alone would
-    not show it, the modification time does."""
+    not show it, the modification time does. Removed: the read stands, and says so."""
     from traceanalyzer.ingest import kineto, read_any
 
     path = _trace_file("kineto", tmp_path)
     size, reader = path.stat().st_size, kineto.read_kineto
 
-    def read_then_rewrite(p):
+    def read_then_change(p):
         trace = reader(p)
-        stat = path.stat()
-        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        if change == "removed":
+            path.unlink()
+        else:
+            stat = path.stat()
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
         return trace
 
-    monkeypatch.setattr(kineto, "read_kineto", read_then_rewrite)
+    monkeypatch.setattr(kineto, "read_kineto", read_then_change)
     trace = read_any(path)
-    assert f"the file changed while it was being read (rewritten, {size:,} bytes); analyzed " \
-        "what the read saw" in trace.meta.warnings
-    assert trace.meta.extra["changed_while_read"] is True
+    how = "removed" if change == "removed" else f"rewritten, {size:,} bytes"
+    assert f"the file changed while it was being read ({how}); analyzed what the read saw" \
+        in trace.meta.warnings
+    assert trace.meta.extra["changed_while_read"] is True and trace.gpu.height > 0
 
 
 # ---------------------------------------------------------------------------------------------

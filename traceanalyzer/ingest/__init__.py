@@ -138,9 +138,13 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     trace = _read(path, fmt)
     after = _file_state(path)
     if after != before:
-        sizes = (f"{before[0]:,} -> {after[0]:,} bytes" if after[0] != before[0]
-                 else f"rewritten, {after[0]:,} bytes")
-        trace.meta.warnings.append(f"the file changed while it was being read ({sizes}); "
+        if after[0] < 0:
+            how = "removed"
+        elif after[0] != before[0]:
+            how = f"{before[0]:,} -> {after[0]:,} bytes"
+        else:
+            how = f"rewritten, {after[0]:,} bytes"
+        trace.meta.warnings.append(f"the file changed while it was being read ({how}); "
                                    "analyzed what the read saw")
         trace.meta.extra["changed_while_read"] = True
     return trace
