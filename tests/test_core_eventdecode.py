@@ -147,7 +147,6 @@ def test_events_as_the_array_holds_them():
         assert eventdecode.decode(broken, EVENT_SCHEMA) is None
 
 
-
 @pytest.mark.parametrize("keep", [None, ("ph", KEPT_PHASES)])
 def test_buffers_grown_from_a_projection_hold_every_row(keep):
     """Buffers grow to what the chunk will need at the rate seen so far. Chunks whose events
@@ -166,6 +165,7 @@ def test_buffers_grown_from_a_projection_hold_every_row(keep):
         if keep is not None:
             reference = reference.filter(pl.col("ph").is_in(KEPT_PHASES))
         assert_frame_equal(fast, reference, check_exact=True)
+
 
 KEYS = [*EVENT_SCHEMA, *ARG_FIELDS, "cbid", "Trace name"]
 scalars = (

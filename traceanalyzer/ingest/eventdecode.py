@@ -96,4 +96,3 @@ def _arrays(rows: int, fields: tuple, cols: list[tuple[bytes, ...]]) -> list[pa.
         arrays.append(pa.Array.from_buffers(_ARROW[kind], rows,
                                             [_bitmap(valid), *map(pa.py_buffer, data)]))
     return arrays
-
