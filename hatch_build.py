@@ -1,8 +1,11 @@
-"""Build hook: compile the Kineto event decoder, ``traceanalyzer/ingest/_eventdecode.c``.
+"""Build hook: compile the C extensions, the Kineto event decoder
+(``traceanalyzer/ingest/_eventdecode.c``) and the Perfetto packet walker (``_perfettowalk.c``).
 
-Optional by design. Without a C compiler or the Python headers the package installs without it,
-and Kineto ingest decodes every chunk with Polars' NDJSON reader: the same frames, at about 2.5x
-the CPU. ``traceanalyzer.ingest.eventdecode.AVAILABLE`` tells which one a process uses.
+Optional by design. Without a C compiler or the Python headers the package installs without
+them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
+2.5x the CPU) and Perfetto ingest walks packets with the Python decoder (the same tables, at
+3-5x the time). ``traceanalyzer.ingest.eventdecode.AVAILABLE`` and
+``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path("traceanalyzer") / "ingest" / "_eventdecode.c"
+SOURCES = (Path("traceanalyzer") / "ingest" / "_eventdecode.c",
+           Path("traceanalyzer") / "ingest" / "_perfettowalk.c")
 
 
-def compile_extension(root: Path) -> Path:
-    """Compile the decoder next to its source; raises OSError/CalledProcessError on failure."""
-    target = root / SOURCE.with_name("_eventdecode" + sysconfig.get_config_var("EXT_SUFFIX"))
+def compile_extension(root: Path, source: Path = SOURCES[0]) -> Path:
+    """Compile one extension next to its source; raises OSError/CalledProcessError on failure."""
+    target = root / source.with_name(source.stem + sysconfig.get_config_var("EXT_SUFFIX"))
     # LDSHARED is the compiler with the platform's flags for a loadable module (-shared, or
     # -bundle on macOS); like setuptools, the environment may override it.
     ldshared = os.environ.get("LDSHARED") or sysconfig.get_config_var("LDSHARED") or "cc -shared"
@@ -31,7 +35,7 @@ def compile_extension(root: Path) -> Path:
     cmd = [
         *shlex.split(ldshared), *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"),
         "-O2", "-DNDEBUG", f"-I{sysconfig.get_paths()['include']}",
-        str(root / SOURCE), "-o", str(tmp),
+        str(root / source), "-o", str(tmp),
     ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -46,16 +50,19 @@ class CustomBuildHook(BuildHookInterface):
         if self.target_name != "wheel" or os.name == "nt":
             return
         root = Path(self.root)
-        try:
-            target = compile_extension(root)
-        except (OSError, subprocess.CalledProcessError) as exc:
-            detail = getattr(exc, "stderr", "") or str(exc)
-            self.app.display_warning(
-                "traceanalyzer: the C event decoder was not built; Kineto ingest will use "
-                f"Polars alone (same results, slower): {detail.strip()[:500]}"
-            )
-            return
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
-        if version != "editable":  # an editable install imports it from the source tree
-            build_data["force_include"][str(target)] = str(target.relative_to(root))
+        fallbacks = {"_eventdecode": "Kineto ingest will use Polars alone",
+                     "_perfettowalk": "Perfetto ingest will use the Python decoder"}
+        for source in SOURCES:
+            try:
+                target = compile_extension(root, source)
+            except (OSError, subprocess.CalledProcessError) as exc:
+                detail = getattr(exc, "stderr", "") or str(exc)
+                self.app.display_warning(
+                    f"traceanalyzer: {source.name} was not built; {fallbacks[source.stem]} "
+                    f"(same results, slower): {detail.strip()[:500]}"
+                )
+                continue
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+            if version != "editable":  # an editable install imports it from the source tree
+                build_data["force_include"][str(target)] = str(target.relative_to(root))
