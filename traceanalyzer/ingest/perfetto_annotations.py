@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.ingest import perfetto_wire as wire
+from traceanalyzer.ingest.perfetto_light import light_classes
 
 #: Placeholder for an interned id that the sequence never defined.
 UNKNOWN_NAME = "<unknown>"
@@ -82,7 +83,9 @@ class AnnotationDecoding:
     Python and the state initialised by :meth:`_init_annotations`.
     """
 
-    def _init_annotations(self, annotation_cls: Any) -> None:
+    def _init_annotations(self, annotation_cls: Any = None) -> None:
+        # the DebugAnnotation class for the rare annotations decoded one by one; looked up when
+        # the first one comes if not given (building the light classes costs ~0.1 s)
         self._annotation_cls = annotation_cls
         # raw debug annotations of the current chunk, and which event and sequence state own them
         self.blobs: list[bytes] = []
@@ -108,8 +111,15 @@ class AnnotationDecoding:
         gen = np.repeat(np.asarray(self.blob_gen, dtype=np.int64), counts)
         blobs = self.blobs
         self.blobs, self.blob_event, self.blob_gen, self.blob_count = [], [], [], []
-        buf, starts, ends = wire.concat(blobs)
+        self.decode_annotations(*wire.concat(blobs), owner, gen)
+
+    def decode_annotations(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                           owner: np.ndarray, gen: np.ndarray) -> None:
+        """Decode the annotations ``buf[starts[i]:ends[i]]`` (``buf`` padded as
+        :func:`perfetto_wire.concat` pads it) of events ``owner`` in sequence generations ``gen``."""
         n = starts.size
+        if n == 0:
+            return
         # Most annotations start with their interned name id (field 1, varint: tag 0x08). Look
         # that up first and skip the annotations nobody reads before decoding anything else.
         first = (buf[starts] == 0x08) & (ends > starts)
@@ -129,7 +139,7 @@ class AnnotationDecoding:
         slow = bad.copy()
         slow[msg[np.isin(fno, (8, 11, 12))]] = True
         for i in np.nonzero(slow)[0]:
-            self._slow_annotation(blobs[i], int(owner[i]), int(gen[i]))
+            self._slow_annotation(buf[starts[i]:ends[i]].tobytes(), int(owner[i]), int(gen[i]))
 
         # Name of each annotation: an interned id (field 1) or a string (field 10).
         rows = np.arange(msg.size)
@@ -234,6 +244,8 @@ class AnnotationDecoding:
         )
 
     def _slow_annotation(self, blob: bytes, idx: int, gen: int) -> None:
+        if self._annotation_cls is None:
+            self._annotation_cls = light_classes()[1]
         try:
             ann = self._annotation_cls.FromString(blob)
         except Exception:  # noqa: BLE001 - one corrupt annotation is skipped, not fatal

@@ -10,6 +10,11 @@ What comes out is deliberately close to the wire: tracks as described, one row p
 (begin, end, instant, complete), counter samples, and a long table of the debug annotations we
 recognise. Turning that into canonical frames is :mod:`traceanalyzer.ingest.perfetto_map`'s job,
 so the trace_processor route can share it.
+
+Two decoders produce those tables. The compiled packet walker (``_perfettowalk.c``) reads the
+packets into column buffers with no Python object per packet; the Python decoder here
+(:class:`_Decoder`, per packet through the protobuf classes) is the reference it must equal, and
+reads every stream the walker declines (see :func:`decode_stream`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from traceanalyzer.ingest.perfetto_annotations import (
     ANNOTATION_KEYS,
@@ -27,6 +34,13 @@ from traceanalyzer.ingest.perfetto_annotations import (
     AnnotationDecoding,
 )
 from traceanalyzer.ingest.perfetto_light import light_classes
+
+try:
+    from traceanalyzer.ingest import _perfettowalk
+except ImportError:  # pragma: no cover - depends on how the package was installed
+    _perfettowalk = None
+
+WALKER_AVAILABLE = _perfettowalk is not None
 
 __all__ = ["ANNOTATION_KEYS", "UNKNOWN_NAME", "DecodeError", "RawTables", "decode_stream"]
 
@@ -43,6 +57,7 @@ SEQ_INCREMENTAL_STATE_CLEARED = 1
 _SEQUENCE_CLOCK_MIN = 64
 _SEQUENCE_CLOCK_MAX = 127
 _BOOTTIME = 6
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 
@@ -75,6 +90,7 @@ class RawTables:
     warnings: list[str] = field(default_factory=list)
     packets: int = 0
     bytes_read: int = 0
+    decoder: str = "python"  # or "walker": which decoder read the stream
 
 
 
@@ -129,6 +145,7 @@ class _Decoder(AnnotationDecoding):
         self.tracks: dict[int, tuple[Any, ...]] = {}
         self.dropped = 0
         self.unknown_clock = 0
+        self.bad_timestamps = 0
         self.packets = 0
 
     def _new_gen(self) -> int:
@@ -181,7 +198,12 @@ class _Decoder(AnnotationDecoding):
             ts = pkt.timestamp
             if seq.clock_id or pkt.timestamp_clock_id:
                 ts = self._timestamp(seq, pkt)
+            if not _INT64_MIN <= ts <= _INT64_MAX:  # a uint64 (or a clock) beyond the columns
+                self.bad_timestamps += 1
+                continue
             etype = te.type
+            if not -128 <= etype <= 127:  # no type we read (they fit the Int8 column)
+                continue
             track = te.track_uuid or seq.default_track
             if etype == TYPE_SLICE_END:
                 ev_ts(ts)
@@ -229,10 +251,15 @@ class _Decoder(AnnotationDecoding):
                 blob_gen(seq.gen)
                 blob_count(len(anns))
             corr = te.correlation_id  # 0 when unset
-            if corr:
-                self._annotation(idx, "correlation", corr, None)
+            if corr:  # a uint64: beyond int64 it is text, as for a debug annotation
+                if corr <= _INT64_MAX:
+                    self._annotation(idx, "correlation", corr, None)
+                else:
+                    self._annotation(idx, "correlation", None, str(corr))
             if etype == TYPE_COMPLETE:
-                self._annotation(idx, "_dur", te.legacy_event.duration_us * 1000, None)
+                dur = te.legacy_event.duration_us * 1000
+                self._annotation(idx, "_dur", dur if _INT64_MIN <= dur <= _INT64_MAX else None,
+                                 None)
         self.packets += len(packets)
 
     def _other_packet(self, seq: _Sequence, pkt: Any) -> None:
@@ -389,23 +416,7 @@ class _Decoder(AnnotationDecoding):
 
     def tables(self) -> RawTables:
         self.flush_annotations()
-        track_rows = [tuple(_text(v) for v in row) for row in self.tracks.values()]
-        tracks = pl.DataFrame(
-            track_rows,
-            schema={
-                "uuid": pl.UInt64,
-                "parent_uuid": pl.UInt64,
-                "name": pl.String,
-                "pid": pl.Int64,
-                "tid": pl.Int64,
-                "process_name": pl.String,
-                "thread_name": pl.String,
-                "is_counter": pl.Boolean,
-            },
-            orient="row",
-        )
         self._flush_events()
-        events = pl.concat(self.ev_parts).with_row_index("idx")
         python_rows = pl.DataFrame(
             {
                 "idx": pl.Series(self.an_idx, dtype=pl.UInt32),
@@ -414,7 +425,6 @@ class _Decoder(AnnotationDecoding):
                 "str_value": _string_series(self.an_str),
             }
         )
-        annotations = pl.concat([python_rows, *self.an_parts])
         counters = pl.DataFrame(
             {
                 "track": pl.Series(self.ct_track, dtype=pl.UInt64),
@@ -422,22 +432,145 @@ class _Decoder(AnnotationDecoding):
                 "value": pl.Series(self.ct_value, dtype=pl.Float64),
             }
         )
-        warnings = []
-        if self.unknown_iids:
-            warnings.append(
-                f"{self.unknown_iids} interned references to ids the sequence never defined "
-                f"(names shown as {UNKNOWN_NAME!r})"
-            )
-        if self.dropped:
-            warnings.append(f"the producer reported lost packets {self.dropped} time(s)")
-        if self.unknown_clock:
-            warnings.append(
-                f"{self.unknown_clock} packets use a sequence clock with no clock snapshot; "
-                "their timestamps were taken as-is"
-            )
-        return RawTables(tracks, events, annotations, counters, warnings, self.packets)
+        return _raw_tables(self.tracks, self.ev_parts, [python_rows, *self.an_parts], counters,
+                           unknown_iids=self.unknown_iids, dropped=self.dropped,
+                           unknown_clock=self.unknown_clock, bad_timestamps=self.bad_timestamps,
+                           packets=self.packets)
 
 
+def _raw_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame],
+                annotations: list[pl.DataFrame], counters: pl.DataFrame, *, unknown_iids: int,
+                dropped: int, unknown_clock: int, bad_timestamps: int, packets: int) -> RawTables:
+    """The decoded stream as :class:`RawTables`, with a warning per kind of trouble counted."""
+    track_rows = [tuple(_text(v) for v in row) for row in tracks.values()]
+    track_frame = pl.DataFrame(
+        track_rows,
+        schema={
+            "uuid": pl.UInt64,
+            "parent_uuid": pl.UInt64,
+            "name": pl.String,
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "process_name": pl.String,
+            "thread_name": pl.String,
+            "is_counter": pl.Boolean,
+        },
+        orient="row",
+    )
+    warnings = []
+    if unknown_iids:
+        warnings.append(
+            f"{unknown_iids} interned references to ids the sequence never defined "
+            f"(names shown as {UNKNOWN_NAME!r})"
+        )
+    if dropped:
+        warnings.append(f"the producer reported lost packets {dropped} time(s)")
+    if unknown_clock:
+        warnings.append(
+            f"{unknown_clock} packets use a sequence clock with no clock snapshot; "
+            "their timestamps were taken as-is"
+        )
+    if bad_timestamps:
+        warnings.append(f"skipped {bad_timestamps} track events whose timestamp is beyond "
+                        "int64 nanoseconds")
+    return RawTables(track_frame, pl.concat(events).with_row_index("idx"),
+                     pl.concat(annotations), counters, warnings, packets)
+
+
+_EVENT_SCHEMA = {"ts": pl.Int64, "type": pl.Int8, "track": pl.UInt64, "name": pl.String,
+                 "category": pl.String, "flow": pl.UInt64}
+_PYTHON_ROW_KEYS = ("correlation", "_dur")  # the walker's key codes 0 and 1
+
+
+def _bitmap(valid: bytes) -> pa.Buffer:
+    """Arrow's validity bitmap from one byte per row."""
+    return pa.py_buffer(np.packbits(np.frombuffer(valid, dtype=np.uint8), bitorder="little"))
+
+
+class _WalkDecoder(AnnotationDecoding):
+    """The compiled walker's chunks, as the frames :class:`_Decoder` builds from its lists."""
+
+    def __init__(self) -> None:
+        self._init_annotations()
+        self.walker = _perfettowalk.Walker()
+        # interned annotation names and strings: the walker fills these dicts as it goes
+        self.ann_names = self.walker.ann_names
+        self.ann_strings = self.walker.ann_strings
+        self.ev_parts: list[pl.DataFrame] = []
+        self.python_parts: list[pl.DataFrame] = []
+        self.ct_parts: list[pl.DataFrame] = []
+        self._slow_rows: list[tuple[int, str, int | None, str | None]] = []
+
+    def _annotation(self, idx: int, key: str, int_value: int | None, str_value: str | None) -> None:
+        self._slow_rows.append((idx, key, int_value, str_value))
+
+    def feed(self, buf: bytes) -> int:
+        """Walk the complete packets at the start of ``buf``: where they end, or -1 (declined)."""
+        end = self.walker.feed(buf)
+        if end < 0:
+            return end
+        cols = self.walker.take()
+        n = cols["events"]
+
+        def text(prefix: str) -> pa.Array:
+            return pa.LargeStringArray.from_buffers(
+                n, pa.py_buffer(cols[prefix + "_off"]), pa.py_buffer(cols[prefix + "_data"]),
+                _bitmap(cols[prefix + "_valid"]))
+
+        events = pa.table({
+            "ts": np.frombuffer(cols["ev_ts"], dtype=np.int64),
+            "type": np.frombuffer(cols["ev_type"], dtype=np.int8),
+            "track": np.frombuffer(cols["ev_track"], dtype=np.uint64),
+            "name": text("name"),
+            "category": text("cat"),
+            "flow": pa.Array.from_buffers(pa.uint64(), n, [_bitmap(cols["ev_flow_valid"]),
+                                                          pa.py_buffer(cols["ev_flow"])]),
+        })
+        frame = pl.from_arrow(events)
+        assert isinstance(frame, pl.DataFrame)
+        self.ev_parts.append(frame.cast(_EVENT_SCHEMA))  # type: ignore[arg-type]
+        if cols["py_idx"]:
+            keys = np.frombuffer(cols["py_key"], dtype=np.uint8)
+            self.python_parts.append(pl.DataFrame({
+                "idx": pl.Series(np.frombuffer(cols["py_idx"], dtype=np.uint32)),
+                "key": pl.Series(_PYTHON_ROW_KEYS, dtype=pl.String).gather(keys),
+                "int_value": pl.Series(np.frombuffer(cols["py_int"], dtype=np.int64)),
+                "str_value": pl.Series([None] * keys.size, dtype=pl.String),
+            }))
+        if cols["ct_track"]:
+            self.ct_parts.append(pl.DataFrame({
+                "track": np.frombuffer(cols["ct_track"], dtype=np.uint64),
+                "ts": np.frombuffer(cols["ct_ts"], dtype=np.int64),
+                "value": np.frombuffer(cols["ct_value"], dtype=np.float64),
+            }))
+        if cols["blob_start"]:
+            self.decode_annotations(np.frombuffer(cols["blob_data"], dtype=np.uint8),
+                                    np.frombuffer(cols["blob_start"], dtype=np.int64),
+                                    np.frombuffer(cols["blob_end"], dtype=np.int64),
+                                    np.frombuffer(cols["blob_owner"], dtype=np.int64),
+                                    np.frombuffer(cols["blob_gen"], dtype=np.int64))
+        if self._slow_rows:  # after the chunk's own rows, as the reference appends them
+            idx, key, int_value, str_value = zip(*self._slow_rows, strict=True)
+            self._slow_rows = []
+            self.python_parts.append(pl.DataFrame({
+                "idx": pl.Series(idx, dtype=pl.UInt32),
+                "key": pl.Series(key, dtype=pl.String),
+                "int_value": pl.Series(int_value, dtype=pl.Int64),
+                "str_value": _string_series(list(str_value)),
+            }))
+        return end
+
+    def tables(self) -> RawTables:
+        w = self.walker
+        empty_rows = pl.DataFrame(schema={"idx": pl.UInt32, "key": pl.String,
+                                          "int_value": pl.Int64, "str_value": pl.String})
+        counters = pl.concat([pl.DataFrame(schema={"track": pl.UInt64, "ts": pl.Int64,
+                                                   "value": pl.Float64}), *self.ct_parts])
+        return _raw_tables(w.tracks, self.ev_parts or [pl.DataFrame(schema=_EVENT_SCHEMA)],
+                           [empty_rows, *self.python_parts, *self.an_parts], counters,
+                           unknown_iids=self.unknown_iids + w.unknown_iids, dropped=w.dropped,
+                           unknown_clock=w.unknown_clock, bad_timestamps=w.bad_timestamps,
+                           packets=w.packets)
 
 
 #: Bytes read from the file per step; a packet larger than this grows the buffer. Measured on a
@@ -543,11 +676,60 @@ def _complete_prefix_one(buf: bytes, pos: int) -> tuple[int, int]:
     return _complete_prefix(buf, pos, limit=1)
 
 
-def decode_stream(fh: IO[bytes], chunk_bytes: int | None = None) -> RawTables:
+def decode_stream(fh: IO[bytes], chunk_bytes: int | None = None,
+                  walker: bool | None = None) -> RawTables:
     """Decode every complete packet of ``fh``. A cut-off tail becomes a warning.
+
+    The compiled walker reads the stream when it is built (``walker=None``) and the stream can
+    be read again; a stream it declines is read again from the start by the Python decoder.
+    ``walker=False`` uses only the Python decoder (the reference), ``walker=True`` only the
+    walker (None where it declines; tests use this).
 
     Raises :class:`DecodeError` if the stream does not start as a packet stream.
     """
+    if walker is not False and WALKER_AVAILABLE and (walker or fh.seekable()):
+        start = fh.tell() if walker is None else 0
+        tables = _walk_stream(fh, chunk_bytes or CHUNK_BYTES)
+        if tables is not None or walker:
+            return tables  # type: ignore[return-value]
+        fh.seek(start)
+    return _decode_reference(fh, chunk_bytes)
+
+
+def _walk_stream(fh: IO[bytes], chunk_bytes: int) -> RawTables | None:
+    """The walker's tables, or None where it declines (or reads no packet: the reference then
+    tells why)."""
+    decoder = _WalkDecoder()
+    pending = b""
+    total = 0
+    warnings: list[str] = []
+    for data in _chunks(fh, chunk_bytes, warnings):
+        total += len(data)
+        buf = pending + data if pending else data
+        try:
+            end = decoder.feed(buf)
+        except Exception:  # noqa: BLE001 - e.g. an annotation's text that is not UTF-8
+            return None  # the reference skips the packets at fault and says so
+        if end < 0:
+            return None
+        pending = buf[end:]
+    if decoder.walker.packets == 0:
+        return None
+    if pending:
+        warnings.append(_truncated(pending))
+    tables = decoder.tables()
+    tables.warnings = warnings + tables.warnings
+    tables.bytes_read = total
+    tables.decoder = "walker"
+    return tables
+
+
+def _truncated(pending: bytes) -> str:
+    return (f"the trace is truncated: the last {len(pending)} bytes are an incomplete packet "
+            "(complete packets before it were kept)")
+
+
+def _decode_reference(fh: IO[bytes], chunk_bytes: int | None = None) -> RawTables:
     decoder = _Decoder()
     pending = b""
     total = 0
@@ -574,10 +756,7 @@ def decode_stream(fh: IO[bytes], chunk_bytes: int | None = None) -> RawTables:
                 warnings.append(f"skipped {bad} corrupt packet(s)")
         pending = buf[end:]
     if pending:
-        warnings.append(
-            f"the trace is truncated: the last {len(pending)} bytes are an incomplete packet "
-            "(complete packets before it were kept)"
-        )
+        warnings.append(_truncated(pending))
     tables = decoder.tables()
     tables.warnings = warnings + tables.warnings
     tables.bytes_read = total
