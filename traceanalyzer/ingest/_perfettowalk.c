@@ -188,11 +188,19 @@ typedef struct {
     Buf py_idx, py_key, py_int;               /* correlation_id and legacy durations */
     Buf ct_track, ct_ts, ct_value;            /* counters */
     Buf blob_data, blob_start, blob_end, blob_owner, blob_gen; /* raw debug annotations */
+    /* the annotations read (rows for perfetto_annotations' typed values) and those left to the
+     * reference's one-by-one decoding */
+    Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen;
+    Buf sl_start, sl_end, sl_owner, sl_gen;
     int64_t ev_base, events; /* events before this chunk, and in it */
     /* what outlives a chunk */
     PyObject *tracks;       /* uuid -> row tuple, as the reference's dict */
     PyObject *ann_names;    /* gen -> {iid: name} */
     PyObject *ann_strings;  /* gen -> {iid: text} */
+    PyObject *raw_codes;    /* annotation name -> code of the column it feeds */
+    Map name_codes;         /* gen << 32 | iid -> code (-1: a name nobody reads) */
+    struct { const char *text; Py_ssize_t n; int64_t code; } *keys; /* raw_codes, for C */
+    Py_ssize_t nkeys;
     int64_t packets, dropped, unknown_iids, unknown_clock, bad_timestamps;
     const char *declined;
     /* scratch, reset per event */
@@ -501,9 +509,28 @@ static int intern_py(Walker *w, PyObject *by_gen, int64_t gen, Slice entry, int 
     PyObject *value = PyUnicode_DecodeUTF8((const char *)text.p, text.n, "replace");
     PyObject *iid_obj = PyLong_FromUnsignedLongLong(iid);
     int rc = (value && iid_obj) ? PyDict_SetItem(names, iid_obj, value) : -1;
+    if (!rc && strict) { /* a name: the code of the column it feeds, by (gen, iid) */
+        int64_t code = -1;
+        PyObject *found = PyDict_GetItemWithError(w->raw_codes, value);
+        if (found)
+            code = PyLong_AsLongLong(found);
+        if (PyErr_Occurred())
+            rc = -1;
+        else if (iid >> 32 || gen >> 31) /* the reference keys (gen << 32 | iid) in an int64 */
+            w->declined = "an annotation name id beyond 32 bits";
+        else {
+            Slot *slot = map_put(&w->name_codes, (uint64_t)gen << 32 | iid);
+            if (!slot)
+                rc = -1;
+            else
+                slot->a = code;
+        }
+    }
     Py_XDECREF(value);
     Py_XDECREF(iid_obj);
-    return rc ? NOMEM : OK;
+    if (rc)
+        return NOMEM;
+    return w->declined ? DECLINE : OK;
 }
 
 static int intern(Walker *w, Seq *s, Slice data)
@@ -1140,6 +1167,186 @@ static int packet(Walker *w, Slice data)
     return track_event(w, s, te, timestamp, clock_id);
 }
 
+/* ---- debug annotations -------------------------------------------------------------------
+ *
+ * What perfetto_annotations.AnnotationDecoding.decode_annotations does with NumPy over a chunk's
+ * annotations, one annotation at a time and to the byte: the same varint reader (10 bytes at most,
+ * bounded by the chunk's annotation bytes, not by the annotation), the same first-field shortcut
+ * for interned names nobody reads, the same scan of at most 8 fields, the same "slow" annotations
+ * (malformed, longer, or with nested values, dicts or arrays) left to the reference's one-by-one
+ * decoding, and the same rows, in the same order, for its typed values. */
+
+#define SCAN_FIELDS 8
+
+typedef struct {
+    int64_t field, dstart, dlen;
+    uint64_t value;
+} AnnField;
+
+/* perfetto_wire.varints: (value, length), length -1 when not ended in 10 bytes before limit */
+static int64_t np_varint(const uint8_t *buf, int64_t pos, int64_t limit, uint64_t *value)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < 10; k++) {
+        if (pos + k >= limit)
+            return -1;
+        uint8_t byte = buf[pos + k];
+        v |= (uint64_t)(byte & 0x7F) << (7 * k);
+        if (byte < 0x80) {
+            *value = v;
+            return k + 1;
+        }
+    }
+    return -1;
+}
+
+/* code and whether the id is unknown, as AnnotationDecoding._key_codes */
+static int64_t key_code(Walker *w, int64_t gen, uint64_t iid, int *unknown)
+{
+    *unknown = 0;
+    if (!iid)
+        return -1;
+    if (iid >> 32) { /* beyond the reference's int64 key: leave it to the reference */
+        w->declined = "an annotation name id beyond 32 bits";
+        return -1;
+    }
+    Slot *slot = map_get(&w->name_codes, (uint64_t)gen << 32 | iid);
+    if (!slot) {
+        *unknown = 1;
+        return -1;
+    }
+    return slot->a;
+}
+
+static int64_t text_code(Walker *w, const uint8_t *text, int64_t n)
+{
+    for (Py_ssize_t k = 0; k < w->nkeys; k++)
+        if (w->keys[k].n == n && memcmp(w->keys[k].text, text, (size_t)n) == 0)
+            return w->keys[k].code;
+    return -1;
+}
+
+static int is_value_field(int64_t field)
+{
+    return field == 2 || field == 3 || field == 4 || field == 5 || field == 6 || field == 7 ||
+           field == 9 || field == 17;
+}
+
+static int decode_annotations(Walker *w)
+{
+    const uint8_t *buf = (const uint8_t *)w->blob_data.p;
+    int64_t limit = w->blob_data.n;
+    Py_ssize_t n = w->blob_start.n / 8;
+    const int64_t *starts = (const int64_t *)w->blob_start.p, *ends = (const int64_t *)w->blob_end.p;
+    const int64_t *owners = (const int64_t *)w->blob_owner.p, *gens = (const int64_t *)w->blob_gen.p;
+    AnnField fields[SCAN_FIELDS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = starts[i], e = ends[i], gen = gens[i];
+        int unknown, first = 0;
+        if (e > s && buf[s] == 0x08) {
+            uint64_t iid;
+            if (np_varint(buf, s + 1, limit, &iid) > 0) {
+                first = 1;
+                int64_t code = key_code(w, gen, iid, &unknown);
+                if (w->declined)
+                    return DECLINE;
+                w->unknown_iids += unknown;
+                if (code < 0)
+                    continue; /* a name nobody reads (or never defined): not even scanned */
+            }
+        }
+        int nf = 0, bad = 0;
+        int64_t cur = s;
+        for (int k = 0; k < SCAN_FIELDS && cur < e; k++) {
+            uint64_t key = 0, value = 0;
+            int64_t klen = np_varint(buf, cur, limit, &key);
+            int broken = klen < 0;
+            int64_t pos = cur + (klen > 0 ? klen : 0);
+            int wire = (int)(key & 7);
+            int64_t field = (int64_t)(key >> 3), dstart = 0, dlen = 0, nxt = -1;
+            if (!broken) {
+                if (wire == 0) {
+                    int64_t vlen = np_varint(buf, pos, limit, &value);
+                    nxt = vlen >= 0 ? pos + vlen : -1;
+                } else if (wire == 2) {
+                    uint64_t len = 0;
+                    int64_t vlen = np_varint(buf, pos, limit, &len);
+                    int64_t body = pos + (vlen > 0 ? vlen : 0);
+                    dstart = body;
+                    dlen = (int64_t)len;
+                    nxt = (vlen >= 0 && len < ((uint64_t)1 << 40)) ? body + dlen : -1;
+                } else if (wire == 1 || wire == 5) {
+                    int size = wire == 1 ? 8 : 4;
+                    if (pos + size <= e) {
+                        for (int b = 0; b < size; b++)
+                            value |= (uint64_t)buf[pos + b] << (8 * b);
+                        nxt = pos + size;
+                    }
+                }
+            }
+            if (broken || nxt < 0 || nxt > e || field == 0) {
+                bad = 1;
+                cur = e;
+                break;
+            }
+            fields[nf++] = (AnnField){field, dstart, dlen, value};
+            cur = nxt;
+        }
+        if (cur < e)
+            bad = 1; /* more fields than the scan reads */
+        int slow = bad;
+        for (int k = 0; k < nf && !slow; k++)
+            slow = fields[k].field == 8 || fields[k].field == 11 || fields[k].field == 12;
+        if (slow) {
+            for (int k = 0; k < nf; k++) /* the reference reads every name it scanned as text */
+                if (fields[k].field == 10 && !valid_utf8(buf + fields[k].dstart, fields[k].dlen))
+                    DECLINE_BECAUSE(w, "an annotation name is not valid UTF-8");
+            PUT(&w->sl_start, int64_t, s);
+            PUT(&w->sl_end, int64_t, e);
+            PUT(&w->sl_owner, int64_t, owners[i]);
+            PUT(&w->sl_gen, int64_t, gen);
+            continue;
+        }
+        uint64_t iid = 0;
+        int text = -1, value_at = -1;
+        for (int k = 0; k < nf; k++) {
+            if (fields[k].field == 1)
+                iid = fields[k].value; /* the last one wins, as in the reference */
+            else if (fields[k].field == 10)
+                text = k;
+            if (value_at < 0 && is_value_field(fields[k].field))
+                value_at = k; /* the first one wins */
+        }
+        int64_t code = key_code(w, gen, iid, &unknown);
+        if (w->declined)
+            return DECLINE;
+        if (unknown && !first)
+            w->unknown_iids++;
+        if (text >= 0) {
+            const uint8_t *t = buf + fields[text].dstart;
+            if (!valid_utf8(t, fields[text].dlen))
+                DECLINE_BECAUSE(w, "an annotation name is not valid UTF-8");
+            if (!iid)
+                code = text_code(w, t, fields[text].dlen);
+        }
+        if (code < 0 || value_at < 0)
+            continue;
+        AnnField *v = &fields[value_at];
+        if ((v->field == 6 || v->field == 9) && !valid_utf8(buf + v->dstart, v->dlen))
+            DECLINE_BECAUSE(w, "an annotation's text is not valid UTF-8");
+        if (owners[i] > UINT32_MAX)
+            DECLINE_BECAUSE(w, "more events than the annotation index holds");
+        PUT(&w->an_idx, uint32_t, (uint32_t)owners[i]);
+        PUT(&w->an_code, int64_t, code);
+        PUT(&w->an_gen, int64_t, gen);
+        PUT(&w->an_field, int64_t, v->field);
+        PUT(&w->an_value, uint64_t, v->value);
+        PUT(&w->an_dstart, int64_t, v->dstart);
+        PUT(&w->an_dlen, int64_t, v->dlen);
+    }
+    return OK;
+}
+
 /* ---- Python type ---------------------------------------------------------------------------- */
 
 static void walker_reset_chunk(Walker *w)
@@ -1148,7 +1355,9 @@ static void walker_reset_chunk(Walker *w)
                    &w->name_off, &w->name_data, &w->name_valid, &w->cat_off, &w->cat_data,
                    &w->cat_valid, &w->py_idx, &w->py_key, &w->py_int, &w->ct_track, &w->ct_ts,
                    &w->ct_value, &w->blob_data, &w->blob_start, &w->blob_end, &w->blob_owner,
-                   &w->blob_gen};
+                   &w->blob_gen, &w->an_idx, &w->an_code, &w->an_gen, &w->an_field,
+                   &w->an_value, &w->an_dstart, &w->an_dlen, &w->sl_start, &w->sl_end,
+                   &w->sl_owner, &w->sl_gen};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         bufs[i]->n = 0;
     w->ev_base += w->events;
@@ -1161,7 +1370,9 @@ static void walker_dealloc(Walker *w)
                    &w->name_off, &w->name_data, &w->name_valid, &w->cat_off, &w->cat_data,
                    &w->cat_valid, &w->py_idx, &w->py_key, &w->py_int, &w->ct_track, &w->ct_ts,
                    &w->ct_value, &w->blob_data, &w->blob_start, &w->blob_end, &w->blob_owner,
-                   &w->blob_gen, &w->anns, &w->clocks_tmp, &w->u64a, &w->u64b, &w->i64a,
+                   &w->blob_gen, &w->an_idx, &w->an_code, &w->an_gen, &w->an_field,
+                   &w->an_value, &w->an_dstart, &w->an_dlen, &w->sl_start, &w->sl_end,
+                   &w->sl_owner, &w->sl_gen, &w->anns, &w->clocks_tmp, &w->u64a, &w->u64b, &w->i64a,
                    &w->f64a, &w->scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]->p);
@@ -1169,19 +1380,56 @@ static void walker_dealloc(Walker *w)
         seq_free(w->seqs[i]);
     free(w->seqs);
     free(w->seq_index.slots);
+    free(w->name_codes.slots);
+    for (Py_ssize_t i = 0; i < w->nkeys; i++)
+        free((void *)w->keys[i].text);
+    free(w->keys);
+    Py_XDECREF(w->raw_codes);
     Py_XDECREF(w->tracks);
     Py_XDECREF(w->ann_names);
     Py_XDECREF(w->ann_strings);
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
+/* Walker(raw_codes): raw_codes maps each debug annotation name read to its column's code */
 static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    (void)args;
-    (void)kwds;
+    PyObject *raw_codes;
+    static char *kwlist[] = {"raw_codes", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &raw_codes))
+        return NULL;
     Walker *w = (Walker *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
+    w->raw_codes = Py_NewRef(raw_codes);
+    Py_ssize_t n = PyDict_Size(raw_codes), pos = 0, k = 0;
+    PyObject *key, *value;
+    w->keys = calloc((size_t)(n ? n : 1), sizeof *w->keys);
+    if (!w->keys) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    while (PyDict_Next(raw_codes, &pos, &key, &value)) {
+        Py_ssize_t len;
+        const char *text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
+        long long code = text ? PyLong_AsLongLong(value) : -1;
+        if (!text || PyErr_Occurred()) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "raw_codes maps str to int");
+            Py_DECREF(w);
+            return NULL;
+        }
+        char *copy = malloc((size_t)(len ? len : 1));
+        if (!copy) {
+            Py_DECREF(w);
+            return PyErr_NoMemory();
+        }
+        memcpy(copy, text, (size_t)len);
+        w->keys[k].text = copy;
+        w->keys[k].n = len;
+        w->keys[k].code = code;
+        w->nkeys = ++k;
+    }
     w->tracks = PyDict_New();
     w->ann_names = PyDict_New();
     w->ann_strings = PyDict_New();
@@ -1234,6 +1482,8 @@ static PyObject *walker_feed(Walker *w, PyObject *arg)
         w->packets++;
         p = q + len;
     }
+    if (rc == OK)
+        rc = decode_annotations(w);
     Py_ssize_t consumed = p - start;
     PyBuffer_Release(&view);
     if (rc == NOMEM) {
@@ -1276,9 +1526,11 @@ static PyObject *walker_take(Walker *w, PyObject *unused)
         {"cat_data", &w->cat_data, 0}, {"cat_valid", &w->cat_valid, 0},
         {"py_idx", &w->py_idx, 0}, {"py_key", &w->py_key, 0}, {"py_int", &w->py_int, 0},
         {"ct_track", &w->ct_track, 0}, {"ct_ts", &w->ct_ts, 0}, {"ct_value", &w->ct_value, 0},
-        {"blob_data", &w->blob_data, PAD}, {"blob_start", &w->blob_start, 0},
-        {"blob_end", &w->blob_end, 0}, {"blob_owner", &w->blob_owner, 0},
-        {"blob_gen", &w->blob_gen, 0},
+        {"blob_data", &w->blob_data, PAD}, {"an_idx", &w->an_idx, 0},
+        {"an_code", &w->an_code, 0}, {"an_gen", &w->an_gen, 0}, {"an_field", &w->an_field, 0},
+        {"an_value", &w->an_value, 0}, {"an_dstart", &w->an_dstart, 0},
+        {"an_dlen", &w->an_dlen, 0}, {"sl_start", &w->sl_start, 0}, {"sl_end", &w->sl_end, 0},
+        {"sl_owner", &w->sl_owner, 0}, {"sl_gen", &w->sl_gen, 0},
     };
     PyObject *out = PyDict_New();
     if (!out)

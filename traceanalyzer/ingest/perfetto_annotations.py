@@ -70,10 +70,10 @@ ANNOTATION_KEYS: dict[str, str] = {
 #: DebugAnnotation value fields: bool, uint, int, double, string, pointer, legacy JSON, string iid.
 _VALUE_FIELDS = (2, 3, 4, 5, 6, 7, 9, 17)
 #: Columns annotations feed, numbered for the vectorised name look-up.
-_KEY_NAMES = sorted(set(ANNOTATION_KEYS.values()))
-_KEY_CODE = {name: code for code, name in enumerate(_KEY_NAMES)}
+KEY_NAMES = sorted(set(ANNOTATION_KEYS.values()))
+_KEY_CODE = {name: code for code, name in enumerate(KEY_NAMES)}
 #: Raw annotation name -> code of the column it feeds.
-_RAW_CODE = {raw: _KEY_CODE[key] for raw, key in ANNOTATION_KEYS.items()}
+RAW_CODES = {raw: _KEY_CODE[key] for raw, key in ANNOTATION_KEYS.items()}
 
 
 class AnnotationDecoding:
@@ -160,7 +160,7 @@ class AnnotationDecoding:
         if named.size:
             texts = wire.strings(buf, fields["dstart"][text_row[named]],
                                  fields["dlen"][text_row[named]])
-            codes = texts.replace_strict(_RAW_CODE, default=-1, return_dtype=pl.Int64)
+            codes = texts.replace_strict(RAW_CODES, default=-1, return_dtype=pl.Int64)
             key_code[named] = np.where(iid[named] == 0, codes.to_numpy(), key_code[named])
         use = np.nonzero((key_code >= 0) & (value_row >= 0) & ~slow)[0]
         if use.size == 0:
@@ -169,7 +169,7 @@ class AnnotationDecoding:
         frame = pl.DataFrame(
             {
                 "idx": owner[use].astype(np.uint32),
-                "key": pl.Series(_KEY_NAMES).gather(key_code[use]),
+                "key": pl.Series(KEY_NAMES).gather(key_code[use]),
                 "gen": gen[use],
                 "field": fno[vrow],
                 "value": value[vrow],
@@ -181,10 +181,10 @@ class AnnotationDecoding:
         self.an_parts.append(self._typed_values(frame, buf))
 
     def _key_codes(self, gen: np.ndarray, iid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Code (index in _KEY_NAMES, -1 if not read) of each interned annotation name, and
+        """Code (index in KEY_NAMES, -1 if not read) of each interned annotation name, and
         which ids the sequence never defined."""
         combos = [
-            (g << 32 | i, _RAW_CODE.get(name, -1))
+            (g << 32 | i, RAW_CODES.get(name, -1))
             for g, names in self.ann_names.items()
             for i, name in names.items()
         ]

@@ -30,6 +30,8 @@ import pyarrow as pa
 
 from traceanalyzer.ingest.perfetto_annotations import (
     ANNOTATION_KEYS,
+    KEY_NAMES,
+    RAW_CODES,
     UNKNOWN_NAME,
     AnnotationDecoding,
 )
@@ -492,7 +494,7 @@ class _WalkDecoder(AnnotationDecoding):
 
     def __init__(self) -> None:
         self._init_annotations()
-        self.walker = _perfettowalk.Walker()
+        self.walker = _perfettowalk.Walker(RAW_CODES)
         # interned annotation names and strings: the walker fills these dicts as it goes
         self.ann_names = self.walker.ann_names
         self.ann_strings = self.walker.ann_strings
@@ -543,12 +545,7 @@ class _WalkDecoder(AnnotationDecoding):
                 "ts": np.frombuffer(cols["ct_ts"], dtype=np.int64),
                 "value": np.frombuffer(cols["ct_value"], dtype=np.float64),
             }))
-        if cols["blob_start"]:
-            self.decode_annotations(np.frombuffer(cols["blob_data"], dtype=np.uint8),
-                                    np.frombuffer(cols["blob_start"], dtype=np.int64),
-                                    np.frombuffer(cols["blob_end"], dtype=np.int64),
-                                    np.frombuffer(cols["blob_owner"], dtype=np.int64),
-                                    np.frombuffer(cols["blob_gen"], dtype=np.int64))
+        self._annotations(cols)
         if self._slow_rows:  # after the chunk's own rows, as the reference appends them
             idx, key, int_value, str_value = zip(*self._slow_rows, strict=True)
             self._slow_rows = []
@@ -559,6 +556,29 @@ class _WalkDecoder(AnnotationDecoding):
                 "str_value": _string_series(list(str_value)),
             }))
         return end
+
+    def _annotations(self, cols: dict[str, Any]) -> None:
+        """The walker's debug annotations: typed as the reference types them, and the slow ones
+        (nested values, dicts, arrays, malformed) decoded one by one by the reference's code."""
+        buf = np.frombuffer(cols["blob_data"], dtype=np.uint8)
+        slow = [np.frombuffer(cols[k], dtype=np.int64)
+                for k in ("sl_start", "sl_end", "sl_owner", "sl_gen")]
+        for start, end, owner, gen in zip(*slow, strict=True):
+            self._slow_annotation(buf[start:end].tobytes(), int(owner), int(gen))
+        if not cols["an_idx"]:
+            return
+        value = np.frombuffer(cols["an_value"], dtype=np.uint64)
+        frame = pl.DataFrame({
+            "idx": np.frombuffer(cols["an_idx"], dtype=np.uint32),
+            "key": pl.Series(KEY_NAMES).gather(np.frombuffer(cols["an_code"], dtype=np.int64)),
+            "gen": np.frombuffer(cols["an_gen"], dtype=np.int64),
+            "field": np.frombuffer(cols["an_field"], dtype=np.int64),
+            "value": value,
+            "double": value.view(np.float64),
+            "dstart": np.frombuffer(cols["an_dstart"], dtype=np.int64),
+            "dlen": np.frombuffer(cols["an_dlen"], dtype=np.int64),
+        })
+        self.an_parts.append(self._typed_values(frame, buf))
 
     def tables(self) -> RawTables:
         w = self.walker
