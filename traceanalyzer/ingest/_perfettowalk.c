@@ -40,10 +40,8 @@ typedef struct {
     Py_ssize_t n, cap;
 } Buf;
 
-static int buf_grow(Buf *b, Py_ssize_t need)
+static int buf_grow_slow(Buf *b, Py_ssize_t need)
 {
-    if (b->n + need <= b->cap)
-        return OK;
     Py_ssize_t cap = b->cap ? b->cap : 4096;
     while (cap < b->n + need)
         cap *= 2;
@@ -55,7 +53,12 @@ static int buf_grow(Buf *b, Py_ssize_t need)
     return OK;
 }
 
-static int buf_put(Buf *b, const void *src, Py_ssize_t len)
+static inline int buf_grow(Buf *b, Py_ssize_t need)
+{
+    return b->n + need <= b->cap ? OK : buf_grow_slow(b, need);
+}
+
+static inline int buf_put(Buf *b, const void *src, Py_ssize_t len)
 {
     if (buf_grow(b, len))
         return NOMEM;
@@ -65,11 +68,14 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t len)
     return OK;
 }
 
+/* one fixed-size value: inlined to a store */
 #define PUT(b, T, v)                                                                          \
     do {                                                                                      \
         T put_v_ = (v);                                                                       \
-        if (buf_put((b), &put_v_, sizeof put_v_))                                             \
+        if (buf_grow((b), (Py_ssize_t)sizeof put_v_))                                         \
             return NOMEM;                                                                     \
+        memcpy((b)->p + (b)->n, &put_v_, sizeof put_v_);                                      \
+        (b)->n += (Py_ssize_t)sizeof put_v_;                                                  \
     } while (0)
 #define CHECK(call)                                                                           \
     do {                                                                                      \
