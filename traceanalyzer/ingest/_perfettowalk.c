@@ -198,6 +198,7 @@ typedef struct {
      * reference's one-by-one decoding */
     Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen;
     Buf sl_start, sl_end, sl_owner, sl_gen;
+    Py_ssize_t blobs_read; /* annotations of this chunk already read (feed twice, take once) */
     int64_t ev_base, events; /* events before this chunk, and in it */
     /* what outlives a chunk */
     PyObject *tracks;       /* uuid -> row tuple, as the reference's dict */
@@ -1246,7 +1247,9 @@ static int decode_annotations(Walker *w)
     const int64_t *starts = (const int64_t *)w->blob_start.p, *ends = (const int64_t *)w->blob_end.p;
     const int64_t *owners = (const int64_t *)w->blob_owner.p, *gens = (const int64_t *)w->blob_gen.p;
     AnnField fields[SCAN_FIELDS];
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = w->blobs_read;
+    w->blobs_read = n;
+    for (; i < n; i++) {
         int64_t s = starts[i], e = ends[i], gen = gens[i];
         int unknown, first = 0;
         if (e > s && buf[s] == 0x08) {
@@ -1368,6 +1371,7 @@ static void walker_reset_chunk(Walker *w)
         bufs[i]->n = 0;
     w->ev_base += w->events;
     w->events = 0;
+    w->blobs_read = 0;
 }
 
 static void walker_dealloc(Walker *w)
