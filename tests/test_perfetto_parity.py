@@ -1,5 +1,6 @@
 """Conversion parity: each public Kineto trace, converted event by event to TrackEvent protobuf,
-must give the same metrics through the Perfetto reader as the JSON does through the Kineto reader.
+must give the same metrics through the Perfetto reader as the JSON does through the Kineto reader,
+and the same raw tables through the compiled packet walker as through the Python decoder.
 
 The converter (tests/test_perfetto_support.py) works on the raw JSON, not on traceanalyzer's
 frames, so this checks the Perfetto reader against an independent route.
@@ -18,6 +19,7 @@ from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import sniff
 from traceanalyzer.ingest.kineto import read_kineto
 from traceanalyzer.ingest.perfetto import read_perfetto
+from traceanalyzer.ingest.perfetto_decode import WALKER_AVAILABLE, decode_stream
 
 
 def _per_kernel(result: object) -> pl.DataFrame:
@@ -31,6 +33,14 @@ def test_converted_trace_gives_the_same_metrics(tmp_path: Path, path: Path) -> N
     slices = kineto_to_perfetto(path, out)
     assert slices > 0
     assert sniff(out) == "perfetto"
+
+    # The compiled walker and the Python decoder (its reference) read it alike.
+    with open(out, "rb") as fh:
+        reference = decode_stream(fh, walker=False)
+    with open(out, "rb") as fh:
+        walked = decode_stream(fh, walker=True) if WALKER_AVAILABLE else reference
+    for table in ("tracks", "events", "annotations", "counters"):
+        assert getattr(walked, table).equals(getattr(reference, table)), table
 
     from_json = analyze_trace(read_kineto(path), rules=False)
     from_proto = analyze_trace(read_perfetto(out), rules=False)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from polars.testing import assert_frame_equal
-from test_perfetto_support import RocprofLikeBuilder, kineto_to_perfetto
+from test_perfetto_support import RocprofLikeBuilder
 
 from traceanalyzer.ingest import perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
@@ -247,7 +247,7 @@ def test_random_streams_read_as_the_reference_reads_them(data: bytes, chunk: int
 
 # -- real layouts ----------------------------------------------------------------------------
 
-def test_rocprof_layout_and_converted_public_traces(tmp_path: Path) -> None:
+def test_rocprof_layout(tmp_path: Path) -> None:
     b = RocprofLikeBuilder()
     for i in range(50):
         b.hip_api(4242 + i % 3, i * 100, i * 100 + 50, "hipLaunchKernel", i)
@@ -255,17 +255,6 @@ def test_rocprof_layout_and_converted_public_traces(tmp_path: Path) -> None:
         b.copy(1, 0, i * 100 + 91, i * 100 + 99, i, 4096)
     ref, got = _both(b.serialize(), 1000)
     assert_same_tables(ref, got)  # type: ignore[arg-type]
-
-
-@pytest.mark.slow
-def test_converted_public_traces(tmp_path: Path) -> None:
-    from conftest import public_kineto
-
-    for path in public_kineto():
-        out = tmp_path / (path.name + ".pftrace")
-        kineto_to_perfetto(path, out)
-        ref, got = _both(out.read_bytes())
-        assert_same_tables(ref, got)  # type: ignore[arg-type]
 
 
 def test_mutated_streams_read_as_the_reference_reads_them() -> None:

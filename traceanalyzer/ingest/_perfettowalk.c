@@ -1,20 +1,22 @@
 /* Perfetto packet walker: a TracePacket stream into column buffers, one pass, no Python object
- * per packet.
+ * per packet or per event.
  *
  * It does what traceanalyzer/ingest/perfetto_decode.py's _Decoder does packet by packet, and
  * that Python decoder stays the reference: the same sequence state (interning per
  * trusted_packet_sequence_id, incremental-state resets, packet defaults, sequence-scoped clocks),
- * the same rows and the same counts. Its contract is "the reference's tables or nothing": on
- * anything it is not sure to read exactly as the protobuf classes would (a message field given
- * twice, which protobuf merges; a wire type that does not match the field; invalid UTF-8 in a
- * name; compressed_packets; a number that would not fit the reference's column), feed() returns
- * -1 and the caller reads the whole stream with the Python decoder instead.
+ * the same rows and the same counts. Debug annotations are read in the same pass, as the
+ * reference's NumPy pass reads them (decode_annotations below). Its contract is "the reference's
+ * tables or nothing": on anything it is not sure to read exactly as the reference would (a
+ * message field given twice, which protobuf merges; a wire type that does not match the field;
+ * invalid UTF-8 in a name or an annotation's text; compressed_packets; an annotation name id
+ * beyond 32 bits; a correlation id or a legacy duration beyond int64), feed() returns -1 and the
+ * caller reads the whole stream with the Python decoder instead.
  *
- * Walker.feed(buffer) walks the complete packet records at the start of the buffer and returns
- * where the last one ends. Walker.take() hands over what those packets produced, as bytes of
- * column buffers, and starts the next chunk. State that outlives a chunk (sequences, interned
- * names, the track descriptors, the interned debug annotation names and strings) stays in the
- * walker.
+ * Walker(raw_codes).feed(buffer) walks the complete packet records at the start of the buffer
+ * and returns where the last one ends. Walker.take() hands over what those packets produced, as
+ * bytes of column buffers, and starts the next chunk. State that outlives a chunk (sequences,
+ * interned names, the track descriptors, the interned debug annotation names and strings) stays
+ * in the walker.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

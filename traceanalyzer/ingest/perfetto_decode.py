@@ -537,7 +537,7 @@ class _WalkDecoder(AnnotationDecoding):
                 "idx": pl.Series(np.frombuffer(cols["py_idx"], dtype=np.uint32)),
                 "key": pl.Series(_PYTHON_ROW_KEYS, dtype=pl.String).gather(keys),
                 "int_value": pl.Series(np.frombuffer(cols["py_int"], dtype=np.int64)),
-                "str_value": pl.Series([None] * keys.size, dtype=pl.String),
+                "str_value": pl.Series(dtype=pl.String).extend_constant(None, keys.size),
             }))
         if cols["ct_track"]:
             self.ct_parts.append(pl.DataFrame({
