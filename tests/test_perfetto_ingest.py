@@ -11,7 +11,7 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
-from test_perfetto_support import RocprofLikeBuilder
+from test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
@@ -329,27 +329,10 @@ def test_nested_and_back_to_back_slices_pair_correctly(tmp_path: Path) -> None:
 
 
 def test_mutated_traces_never_raise_anything_but_input_error(tmp_path: Path) -> None:
-    import random
-
-    b = RocprofLikeBuilder()
-    for i in range(20):
-        b.hip_api(4242 + i % 2, i * 100, i * 100 + 50, "hipLaunchKernel", i)
-        b.kernel(0, i % 2, i * 100 + 60, i * 100 + 90, f"k{i % 3}", i)
-    data = b.serialize()
-    rng = random.Random(1234)
     path = tmp_path / "mutant.pftrace"
     outcomes = {"read": 0, "rejected": 0}
-    for step in range(240):
-        mutant = bytearray(data)
-        if step % 3 == 0:  # flip bytes
-            for _ in range(rng.randint(1, 5)):
-                mutant[rng.randrange(len(mutant))] = rng.randrange(256)
-        elif step % 3 == 1:  # cut
-            mutant = mutant[: rng.randrange(1, len(mutant))]
-        else:  # insert junk
-            at = rng.randrange(len(mutant))
-            mutant[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 20)))
-        path.write_bytes(bytes(mutant))
+    for mutant in mutants(small_rocprof_trace(), seed=1234, count=240):
+        path.write_bytes(mutant)
         try:
             trace = read_perfetto(path)
         except InputError:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,31 @@ class RocprofLikeBuilder:
     def write(self, path: Path) -> Path:
         path.write_bytes(self.serialize())
         return path
+
+
+def small_rocprof_trace() -> bytes:
+    """20 HIP launches and their kernels, on two threads and two streams."""
+    b = RocprofLikeBuilder()
+    for i in range(20):
+        b.hip_api(4242 + i % 2, i * 100, i * 100 + 50, "hipLaunchKernel", i)
+        b.kernel(0, i % 2, i * 100 + 60, i * 100 + 90, f"k{i % 3}", i)
+    return b.serialize()
+
+
+def mutants(data: bytes, seed: int, count: int) -> Iterator[bytes]:
+    """``data`` broken ``count`` ways in turn: bytes flipped, the end cut off, junk inserted."""
+    rng = random.Random(seed)
+    for step in range(count):
+        mutant = bytearray(data)
+        if step % 3 == 0:  # flip bytes
+            for _ in range(rng.randint(1, 5)):
+                mutant[rng.randrange(len(mutant))] = rng.randrange(256)
+        elif step % 3 == 1:  # cut
+            mutant = mutant[: rng.randrange(1, len(mutant))]
+        else:  # insert junk
+            at = rng.randrange(len(mutant))
+            mutant[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 20)))
+        yield bytes(mutant)
 
 
 def kineto_ns(us: float) -> int:

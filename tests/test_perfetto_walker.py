@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import random
 import zlib
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from polars.testing import assert_frame_equal
-from test_perfetto_support import RocprofLikeBuilder
+from test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 
 from traceanalyzer.ingest import perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
@@ -258,24 +257,9 @@ def test_rocprof_layout(tmp_path: Path) -> None:
 
 
 def test_mutated_streams_read_as_the_reference_reads_them() -> None:
-    b = RocprofLikeBuilder()
-    for i in range(20):
-        b.hip_api(4242 + i % 2, i * 100, i * 100 + 50, "hipLaunchKernel", i)
-        b.kernel(0, i % 2, i * 100 + 60, i * 100 + 90, f"k{i % 3}", i)
-    data = b.serialize()
-    rng = random.Random(99)
     walked = 0
-    for step in range(150):
-        mutant = bytearray(data)
-        if step % 3 == 0:
-            for _ in range(rng.randint(1, 5)):
-                mutant[rng.randrange(len(mutant))] = rng.randrange(256)
-        elif step % 3 == 1:
-            mutant = mutant[: rng.randrange(1, len(mutant))]
-        else:
-            at = rng.randrange(len(mutant))
-            mutant[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 20)))
-        ref, got = _both(bytes(mutant))
+    for mutant in mutants(small_rocprof_trace(), seed=99, count=150):
+        ref, got = _both(mutant)
         if got is None or ref == "error":
             continue
         assert_same_tables(ref, got)  # type: ignore[arg-type]

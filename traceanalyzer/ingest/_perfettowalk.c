@@ -20,6 +20,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,22 +452,32 @@ static void seq_free(Seq *s)
 }
 
 /* iid -> text of one InternedData entry list (EventName / EventCategory). */
-static int intern_entry(Walker *w, Seq *s, Map *map, Slice entry)
+/* (iid, text) of an interned entry: EventName, EventCategory, DebugAnnotationName (iid = 1,
+ * name = 2) or InternedString (iid = 1, str = 2). */
+static int rd_interned(Slice entry, uint64_t *iid, Slice *text)
 {
     const uint8_t *p = entry.p, *end = p + entry.n;
-    uint64_t iid = 0;
-    Slice name = {(const uint8_t *)"", 0};
     Field f;
+    *iid = 0;
+    *text = (Slice){(const uint8_t *)"", 0};
     while (p < end) {
         CHECK(rd_field(&p, end, &f));
         if (f.field == 1) {
             EXPECT(f, 0);
-            iid = f.v;
+            *iid = f.v;
         } else if (f.field == 2) {
             EXPECT(f, 2);
-            name = f.data;
+            *text = f.data;
         }
     }
+    return OK;
+}
+
+static int intern_entry(Walker *w, Seq *s, Map *map, Slice entry)
+{
+    uint64_t iid;
+    Slice name;
+    CHECK(rd_interned(entry, &iid, &name));
     if (!valid_utf8(name.p, name.n))
         DECLINE_BECAUSE(w, "an interned name is not valid UTF-8");
     Slot *slot = map_put(map, iid);
@@ -481,20 +492,9 @@ static int intern_entry(Walker *w, Seq *s, Map *map, Slice entry)
 /* gen -> {iid: text}: the debug annotation names and string values, as the reference keeps them. */
 static int intern_py(Walker *w, PyObject *by_gen, int64_t gen, Slice entry, int strict)
 {
-    const uint8_t *p = entry.p, *end = p + entry.n;
-    uint64_t iid = 0;
-    Slice text = {(const uint8_t *)"", 0};
-    Field f;
-    while (p < end) {
-        CHECK(rd_field(&p, end, &f));
-        if (f.field == 1) {
-            EXPECT(f, 0);
-            iid = f.v;
-        } else if (f.field == 2) {
-            EXPECT(f, 2);
-            text = f.data;
-        }
-    }
+    uint64_t iid;
+    Slice text;
+    CHECK(rd_interned(entry, &iid, &text));
     if (strict && !valid_utf8(text.p, text.n))
         DECLINE_BECAUSE(w, "an interned annotation name is not valid UTF-8");
     PyObject *key = PyLong_FromLongLong(gen);
@@ -1360,34 +1360,79 @@ static int decode_annotations(Walker *w)
 
 /* ---- Python type ---------------------------------------------------------------------------- */
 
-static void walker_reset_chunk(Walker *w)
+/* This chunk's buffers: the columns take() hands over, by name, then those only the walk reads. */
+static const struct {
+    const char *name;
+    size_t offset;
+    Py_ssize_t pad;
+} CHUNK_BUFS[] = {
+    {"ev_ts", offsetof(Walker, ev_ts), 0},
+    {"ev_type", offsetof(Walker, ev_type), 0},
+    {"ev_track", offsetof(Walker, ev_track), 0},
+    {"ev_flow", offsetof(Walker, ev_flow), 0},
+    {"ev_flow_valid", offsetof(Walker, ev_flow_valid), 0},
+    {"name_off", offsetof(Walker, name_off), 0},
+    {"name_data", offsetof(Walker, name_data), 0},
+    {"name_valid", offsetof(Walker, name_valid), 0},
+    {"cat_off", offsetof(Walker, cat_off), 0},
+    {"cat_data", offsetof(Walker, cat_data), 0},
+    {"cat_valid", offsetof(Walker, cat_valid), 0},
+    {"py_idx", offsetof(Walker, py_idx), 0},
+    {"py_key", offsetof(Walker, py_key), 0},
+    {"py_int", offsetof(Walker, py_int), 0},
+    {"ct_track", offsetof(Walker, ct_track), 0},
+    {"ct_ts", offsetof(Walker, ct_ts), 0},
+    {"ct_value", offsetof(Walker, ct_value), 0},
+    {"blob_data", offsetof(Walker, blob_data), PAD},
+    {"an_idx", offsetof(Walker, an_idx), 0},
+    {"an_code", offsetof(Walker, an_code), 0},
+    {"an_gen", offsetof(Walker, an_gen), 0},
+    {"an_field", offsetof(Walker, an_field), 0},
+    {"an_value", offsetof(Walker, an_value), 0},
+    {"an_dstart", offsetof(Walker, an_dstart), 0},
+    {"an_dlen", offsetof(Walker, an_dlen), 0},
+    {"sl_start", offsetof(Walker, sl_start), 0},
+    {"sl_end", offsetof(Walker, sl_end), 0},
+    {"sl_owner", offsetof(Walker, sl_owner), 0},
+    {"sl_gen", offsetof(Walker, sl_gen), 0},
+    {NULL, offsetof(Walker, blob_start), 0},
+    {NULL, offsetof(Walker, blob_end), 0},
+    {NULL, offsetof(Walker, blob_owner), 0},
+    {NULL, offsetof(Walker, blob_gen), 0},
+};
+/* Buffers reused for each event or message. */
+static const size_t SCRATCH_BUFS[] = {
+    offsetof(Walker, anns), offsetof(Walker, clocks_tmp), offsetof(Walker, u64a),
+    offsetof(Walker, u64b), offsetof(Walker, i64a), offsetof(Walker, f64a),
+    offsetof(Walker, scratch),
+};
+#define N_CHUNK_BUFS (sizeof CHUNK_BUFS / sizeof *CHUNK_BUFS)
+#define N_SCRATCH_BUFS (sizeof SCRATCH_BUFS / sizeof *SCRATCH_BUFS)
+
+static Buf *buf_at(Walker *w, size_t offset)
 {
-    Buf *bufs[] = {&w->ev_ts, &w->ev_type, &w->ev_track, &w->ev_flow, &w->ev_flow_valid,
-                   &w->name_off, &w->name_data, &w->name_valid, &w->cat_off, &w->cat_data,
-                   &w->cat_valid, &w->py_idx, &w->py_key, &w->py_int, &w->ct_track, &w->ct_ts,
-                   &w->ct_value, &w->blob_data, &w->blob_start, &w->blob_end, &w->blob_owner,
-                   &w->blob_gen, &w->an_idx, &w->an_code, &w->an_gen, &w->an_field,
-                   &w->an_value, &w->an_dstart, &w->an_dlen, &w->sl_start, &w->sl_end,
-                   &w->sl_owner, &w->sl_gen};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        bufs[i]->n = 0;
+    return (Buf *)((char *)w + offset);
+}
+
+/* Empties the chunk's buffers for the next one; the text offset arrays start with their 0. */
+static int walker_start_chunk(Walker *w)
+{
+    for (size_t i = 0; i < N_CHUNK_BUFS; i++)
+        buf_at(w, CHUNK_BUFS[i].offset)->n = 0;
     w->ev_base += w->events;
     w->events = 0;
     w->blobs_read = 0;
+    PUT(&w->name_off, int64_t, 0);
+    PUT(&w->cat_off, int64_t, 0);
+    return OK;
 }
 
 static void walker_dealloc(Walker *w)
 {
-    Buf *bufs[] = {&w->ev_ts, &w->ev_type, &w->ev_track, &w->ev_flow, &w->ev_flow_valid,
-                   &w->name_off, &w->name_data, &w->name_valid, &w->cat_off, &w->cat_data,
-                   &w->cat_valid, &w->py_idx, &w->py_key, &w->py_int, &w->ct_track, &w->ct_ts,
-                   &w->ct_value, &w->blob_data, &w->blob_start, &w->blob_end, &w->blob_owner,
-                   &w->blob_gen, &w->an_idx, &w->an_code, &w->an_gen, &w->an_field,
-                   &w->an_value, &w->an_dstart, &w->an_dlen, &w->sl_start, &w->sl_end,
-                   &w->sl_owner, &w->sl_gen, &w->anns, &w->clocks_tmp, &w->u64a, &w->u64b, &w->i64a,
-                   &w->f64a, &w->scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        free(bufs[i]->p);
+    for (size_t i = 0; i < N_CHUNK_BUFS; i++)
+        free(buf_at(w, CHUNK_BUFS[i].offset)->p);
+    for (size_t i = 0; i < N_SCRATCH_BUFS; i++)
+        free(buf_at(w, SCRATCH_BUFS[i])->p);
     for (Py_ssize_t i = 0; i < w->nseqs; i++)
         seq_free(w->seqs[i]);
     free(w->seqs);
@@ -1449,8 +1494,7 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(w);
         return NULL;
     }
-    /* the empty offset arrays start with their 0 */
-    if (buf_put(&w->name_off, &(int64_t){0}, 8) || buf_put(&w->cat_off, &(int64_t){0}, 8)) {
+    if (walker_start_chunk(w)) {
         Py_DECREF(w);
         return PyErr_NoMemory();
     }
@@ -1526,30 +1570,12 @@ static PyObject *bytes_of(Buf *b, Py_ssize_t pad)
 static PyObject *walker_take(Walker *w, PyObject *unused)
 {
     (void)unused;
-    struct {
-        const char *name;
-        Buf *buf;
-        Py_ssize_t pad;
-    } cols[] = {
-        {"ev_ts", &w->ev_ts, 0}, {"ev_type", &w->ev_type, 0}, {"ev_track", &w->ev_track, 0},
-        {"ev_flow", &w->ev_flow, 0}, {"ev_flow_valid", &w->ev_flow_valid, 0},
-        {"name_off", &w->name_off, 0}, {"name_data", &w->name_data, 0},
-        {"name_valid", &w->name_valid, 0}, {"cat_off", &w->cat_off, 0},
-        {"cat_data", &w->cat_data, 0}, {"cat_valid", &w->cat_valid, 0},
-        {"py_idx", &w->py_idx, 0}, {"py_key", &w->py_key, 0}, {"py_int", &w->py_int, 0},
-        {"ct_track", &w->ct_track, 0}, {"ct_ts", &w->ct_ts, 0}, {"ct_value", &w->ct_value, 0},
-        {"blob_data", &w->blob_data, PAD}, {"an_idx", &w->an_idx, 0},
-        {"an_code", &w->an_code, 0}, {"an_gen", &w->an_gen, 0}, {"an_field", &w->an_field, 0},
-        {"an_value", &w->an_value, 0}, {"an_dstart", &w->an_dstart, 0},
-        {"an_dlen", &w->an_dlen, 0}, {"sl_start", &w->sl_start, 0}, {"sl_end", &w->sl_end, 0},
-        {"sl_owner", &w->sl_owner, 0}, {"sl_gen", &w->sl_gen, 0},
-    };
     PyObject *out = PyDict_New();
     if (!out)
         return NULL;
-    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
-        PyObject *b = bytes_of(cols[i].buf, cols[i].pad);
-        if (!b || PyDict_SetItemString(out, cols[i].name, b)) {
+    for (size_t i = 0; i < N_CHUNK_BUFS && CHUNK_BUFS[i].name; i++) {
+        PyObject *b = bytes_of(buf_at(w, CHUNK_BUFS[i].offset), CHUNK_BUFS[i].pad);
+        if (!b || PyDict_SetItemString(out, CHUNK_BUFS[i].name, b)) {
             Py_XDECREF(b);
             Py_DECREF(out);
             return NULL;
@@ -1563,8 +1589,7 @@ static PyObject *walker_take(Walker *w, PyObject *unused)
         return NULL;
     }
     Py_DECREF(events);
-    walker_reset_chunk(w);
-    if (buf_put(&w->name_off, &(int64_t){0}, 8) || buf_put(&w->cat_off, &(int64_t){0}, 8)) {
+    if (walker_start_chunk(w)) {
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
