@@ -24,7 +24,15 @@ from traceanalyzer.ingest.perfetto_decode import (
     TYPE_SLICE_END,
     RawTables,
 )
-from traceanalyzer.model import API_KINDS, COPY_KINDS, Device, Trace, TraceMeta, conform
+from traceanalyzer.model import (
+    API_KINDS,
+    COLLECT_ENGINE,
+    COPY_KINDS,
+    Device,
+    Trace,
+    TraceMeta,
+    conform,
+)
 
 #: Name of the instant event our writer uses to carry trace-level metadata (rank, world size).
 META_EVENT = "traceanalyzer.meta"
@@ -310,14 +318,45 @@ def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta)
             meta.world_size = int(first["world_size"])
 
 
+def _name_columns(names: pl.LazyFrame) -> pl.LazyFrame:
+    """What a GPU activity's name says (copy or set, copy direction, memory kinds), once per
+    distinct name: a trace repeats a few hundred names over millions of activities."""
+    name = pl.col("name")
+    name_l = name.str.to_lowercase()
+    return names.with_columns(
+        name_memcpy=name_l.str.contains("memcpy"),
+        name_memset=name_l.str.contains("memset"),
+        name_copy_kind=pl.coalesce(
+            name.str.extract(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b"),
+            # AMD names copies "CopyHostToDevice"; rocprofv3 "MEMORY_COPY_HOST_TO_DEVICE"
+            name_l.str.replace_all("_", "")
+            .str.extract(r"(hosttodevice|devicetohost|devicetodevice|hosttohost|peertopeer)")
+            .replace(
+                {
+                    "hosttodevice": "HtoD",
+                    "devicetohost": "DtoH",
+                    "devicetodevice": "DtoD",
+                    "hosttohost": "HtoH",
+                    "peertopeer": "PtoP",
+                }
+            ),
+        ),
+        # Kineto names copies "Memcpy HtoD (Pageable -> Device)"
+        name_src_kind=name.str.extract(r"\((\w+)\s*->").str.to_lowercase(),
+        name_dst_kind=name.str.extract(r"->\s*(\w+)\)").str.to_lowercase(),
+    )
+
+
 def _gpu_frame(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
-    name_l = pl.col("name").str.to_lowercase()
+    lazy = ev.lazy()
+    lazy = lazy.join(_name_columns(lazy.select("name").unique()), on="name", how="left",
+                     nulls_equal=True, maintain_order="left")
     kind = (
         pl.when(pl.col("cat").is_in(GPU_KERNEL_CATS))
         .then(pl.lit("kernel"))
-        .when(pl.col("cat").is_in(GPU_MEMCPY_CATS) | name_l.str.contains("memcpy"))
+        .when(pl.col("cat").is_in(GPU_MEMCPY_CATS) | pl.col("name_memcpy"))
         .then(pl.lit("memcpy"))
-        .when(pl.col("cat").is_in(GPU_MEMSET_CATS) | name_l.str.contains("memset"))
+        .when(pl.col("cat").is_in(GPU_MEMSET_CATS) | pl.col("name_memset"))
         .then(pl.lit("memset"))
         .when(pl.col("is_copy").fill_null(False))
         .then(pl.lit("memcpy"))
@@ -327,28 +366,9 @@ def _gpu_frame(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
     copy_kind = pl.coalesce(
         pl.col("copy_kind").cast(pl.Enum(COPY_KINDS), strict=False).cast(pl.String),
         pl.col("kind_arg").cast(pl.Enum(COPY_KINDS), strict=False).cast(pl.String),
-        pl.col("name").str.extract(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b"),
-        # AMD names copies "CopyHostToDevice"; rocprofv3 "MEMORY_COPY_HOST_TO_DEVICE"
-        name_l.str.replace_all("_", "")
-        .str.extract(r"(hosttodevice|devicetohost|devicetodevice|hosttohost|peertopeer)")
-        .replace(
-            {
-                "hosttodevice": "HtoD",
-                "devicetohost": "DtoH",
-                "devicetodevice": "DtoD",
-                "hosttohost": "HtoH",
-                "peertopeer": "PtoP",
-            }
-        ),
+        pl.col("name_copy_kind"),
     )
-    # Kineto names copies "Memcpy HtoD (Pageable -> Device)"
-    src_kind = pl.coalesce(
-        pl.col("src_kind"), pl.col("name").str.extract(r"\((\w+)\s*->").str.to_lowercase()
-    )
-    dst_kind = pl.coalesce(
-        pl.col("dst_kind"), pl.col("name").str.extract(r"->\s*(\w+)\)").str.to_lowercase()
-    )
-    frame = ev.with_columns(kind=kind).with_columns(
+    frame = lazy.with_columns(kind=kind).with_columns(
         device=pl.coalesce("device", "track_device", agent_device),
         stream=pl.coalesce("stream", "track_stream", "queue"),
         correlation=pl.coalesce("correlation", pl.col("flow").cast(pl.Int64, strict=False)),
@@ -360,14 +380,23 @@ def _gpu_frame(ev: pl.DataFrame, warnings: list[str]) -> pl.DataFrame:
         block_z=pl.coalesce("block_z", _first_int(pl.col("block"), 2)),
         bytes=pl.when(pl.col("kind") != "kernel").then(pl.col("bytes")),
         copy_kind=pl.when(pl.col("kind") == "memcpy").then(copy_kind),
-        src_kind=pl.when(pl.col("kind") != "kernel").then(src_kind),
-        dst_kind=pl.when(pl.col("kind") != "kernel").then(dst_kind),
+        src_kind=pl.when(pl.col("kind") != "kernel").then(
+            pl.coalesce(pl.col("src_kind"), pl.col("name_src_kind"))),
+        dst_kind=pl.when(pl.col("kind") != "kernel").then(
+            pl.coalesce(pl.col("dst_kind"), pl.col("name_dst_kind"))),
         graph_launched=pl.col("graph_launched").cast(pl.Boolean),
     )
-    frame = frame.with_columns(category=activity_category(pl.col("kind"), pl.col("name")))
-    canonical = conform(frame, "gpu")
-    # Same rule as the Kineto reader: identical GPU rows are producer artifacts.
-    deduped = canonical.unique(maintain_order=True)
+    # The canonical category, once per distinct (kind, name); it replaces the producer's.
+    pairs = frame.select("kind", "name").unique()
+    activity = pairs.with_columns(activity=activity_category(pl.col("kind"), pl.col("name")))
+    frame = frame.join(activity, on=["kind", "name"], how="left", nulls_equal=True,
+                       maintain_order="left").with_columns(category=pl.col("activity"))
+    canonical = conform(frame.collect(engine=COLLECT_ENGINE), "gpu")
+    # Same rule as the Kineto reader: identical GPU rows are producer artifacts. Duplicates
+    # share these five numbers, so the whole-row comparison runs only when some do.
+    deduped = canonical
+    if canonical.select("start_ns", "end_ns", "device", "stream", "correlation").is_duplicated().any():
+        deduped = canonical.unique(maintain_order=True)
     if deduped.height < canonical.height:
         warnings.append(f"dropped {canonical.height - deduped.height} duplicate GPU events")
     return deduped.sort("start_ns", "device", "stream", maintain_order=True)
