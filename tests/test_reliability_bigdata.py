@@ -58,8 +58,10 @@ def test_check_memory_uses_the_format_ratio(tmp_path: Path, monkeypatch: pytest.
         ingest.check_memory(trace, "kineto")  # needs 220 MB on top of the base
     monkeypatch.setattr(ingest, "available_memory", lambda: ingest.BASE_MEMORY + (300 << 20))
     ingest.check_memory(trace, "kineto")
+    with pytest.raises(InputError, match="perfetto"):  # 12x: 1.2 GB on top of the base
+        ingest.check_memory(trace, "perfetto")
     monkeypatch.setattr(ingest, "available_memory", lambda: 1)
-    ingest.check_memory(trace, "perfetto")  # no measured ratio: not checked
+    ingest.check_memory(trace, "nsys-rep")  # no measured ratio (its export's size is unknown)
     monkeypatch.setenv(ingest.NO_MEMORY_CHECK_ENV, "1")
     ingest.check_memory(trace, "kineto")
 
