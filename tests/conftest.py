@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -12,6 +15,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 SAMPLES = REPO / "sample_traces"
+
+
+def bench_module(name: str, module_name: str | None = None) -> ModuleType:
+    """A script of bench/ as a module (bench/ is not a package; its scripts import each other)."""
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    module_name = module_name or name
+    spec = importlib.util.spec_from_file_location(module_name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # before running it: dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def public_kineto() -> list[Path]:

@@ -1,27 +1,16 @@
-"""bench/ingest_perfetto.py end to end on a tiny generated trace: both decoders run and agree."""
+"""bench/ingest_perfetto.py end to end on a tiny generated trace: its layout, and both decoders run."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import bench_module
 
 from traceanalyzer.ingest import perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 
-
-def _bench_module(name: str):  # noqa: ANN202 - a module loaded from a path
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench_module("ingest_perfetto")
+bench = bench_module("ingest_perfetto")
 
 
 def test_generated_trace_has_the_rocprof_layout(tmp_path: Path) -> None:

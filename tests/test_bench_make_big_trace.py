@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import importlib.util
 import json
 import shutil
 import sqlite3
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import PUBLIC, REPO, KinetoBuilder
+from conftest import PUBLIC, KinetoBuilder, bench_module
 
 from traceanalyzer.ingest import read_any
 
-
-def _bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mbt = _bench_module("make_big_trace")
+mbt = bench_module("make_big_trace")
 
 
 def seed_trace(path: Path) -> Path:

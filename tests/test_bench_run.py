@@ -5,27 +5,16 @@ No timing is asserted: this only checks that the benchmark works.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
-from conftest import PUBLIC, REPO
+from conftest import PUBLIC, bench_module
 from test_bench_make_big_trace import seed_trace
-
-
-def _run_module():
-    sys.path.insert(0, str(REPO / "bench"))
-    spec = importlib.util.spec_from_file_location("bench_run", REPO / "bench" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
 def test_run_writes_results_with_every_stage(tmp_path):
-    run = _run_module()
+    run = bench_module("run", "bench_run")
     seed = seed_trace(tmp_path / "seed.json")
     nsys_seed = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"
     argv = ["--sizes", "20KB,60KB", "--seed", str(seed), "--out-dir", str(tmp_path / "out"),
@@ -58,9 +47,7 @@ def test_run_writes_results_with_every_stage(tmp_path):
 
 
 def test_profile_kineto_prints_each_step(tmp_path, capfd):
-    spec = importlib.util.spec_from_file_location("bench_profile", REPO / "bench" / "profile_kineto.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_module("profile_kineto", "bench_profile")
     assert module.main([str(seed_trace(tmp_path / "seed.json")), "--reads", "2"]) == 0
     out = capfd.readouterr().out
     assert "read 1 of this process" in out and "read 2 of this process" in out
@@ -69,7 +56,7 @@ def test_profile_kineto_prints_each_step(tmp_path, capfd):
 
 
 def test_fixed_part_splits_the_smallest_ingest_at_the_big_traces_rate():
-    run = _run_module()
+    run = bench_module("run", "bench_run")
 
     def row(size, nbytes, wall, warm=None):
         return {"size": size, "bytes": nbytes, "ingest": {"wall_s": wall},
