@@ -81,6 +81,27 @@ class DecodeError(Exception):
     """The bytes are not a Perfetto packet stream (raised before any packet was read)."""
 
 
+#: Column types of the raw tables, shared by both decoders and the trace_processor route (the
+#: events table also has a leading ``idx``: UInt32).
+TRACK_SCHEMA = {"uuid": pl.UInt64, "parent_uuid": pl.UInt64, "name": pl.String, "pid": pl.Int64,
+                "tid": pl.Int64, "process_name": pl.String, "thread_name": pl.String,
+                "is_counter": pl.Boolean}
+EVENT_SCHEMA = {"ts": pl.Int64, "type": pl.Int8, "track": pl.UInt64, "name": pl.String,
+                "category": pl.String, "flow": pl.UInt64}
+ANNOTATION_SCHEMA = {"idx": pl.UInt32, "key": pl.String, "int_value": pl.Int64,
+                     "str_value": pl.String}
+COUNTER_SCHEMA = {"track": pl.UInt64, "ts": pl.Int64, "value": pl.Float64}
+
+
+def _rows(columns: dict[str, list[Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A frame of ``schema`` from Python lists (text through :func:`_string_series`)."""
+    return pl.DataFrame({
+        name: _string_series(columns[name]) if dtype == pl.String
+        else pl.Series(columns[name], dtype=dtype)
+        for name, dtype in schema.items()
+    })
+
+
 @dataclass
 class RawTables:
     """A decoded trace, still in Perfetto's terms."""
@@ -400,18 +421,9 @@ class _Decoder(AnnotationDecoding):
 
     def _flush_events(self) -> None:
         """Move the chunk's event columns from Python lists into a frame (far more compact)."""
-        self.ev_parts.append(
-            pl.DataFrame(
-                {
-                    "ts": pl.Series(self.ev_ts, dtype=pl.Int64),
-                    "type": pl.Series(self.ev_type, dtype=pl.Int8),
-                    "track": pl.Series(self.ev_track, dtype=pl.UInt64),
-                    "name": _string_series(self.ev_name),
-                    "category": _string_series(self.ev_cat),
-                    "flow": pl.Series(self.ev_flow, dtype=pl.UInt64),
-                }
-            )
-        )
+        self.ev_parts.append(_rows({"ts": self.ev_ts, "type": self.ev_type, "track": self.ev_track,
+                                    "name": self.ev_name, "category": self.ev_cat,
+                                    "flow": self.ev_flow}, EVENT_SCHEMA))
         self.ev_base += len(self.ev_ts)
         self.ev_ts, self.ev_type, self.ev_track = [], [], []
         self.ev_name, self.ev_cat, self.ev_flow = [], [], []
@@ -419,21 +431,10 @@ class _Decoder(AnnotationDecoding):
     def tables(self) -> RawTables:
         self.flush_annotations()
         self._flush_events()
-        python_rows = pl.DataFrame(
-            {
-                "idx": pl.Series(self.an_idx, dtype=pl.UInt32),
-                "key": pl.Series(self.an_key, dtype=pl.String),
-                "int_value": pl.Series(self.an_int, dtype=pl.Int64),
-                "str_value": _string_series(self.an_str),
-            }
-        )
-        counters = pl.DataFrame(
-            {
-                "track": pl.Series(self.ct_track, dtype=pl.UInt64),
-                "ts": pl.Series(self.ct_ts, dtype=pl.Int64),
-                "value": pl.Series(self.ct_value, dtype=pl.Float64),
-            }
-        )
+        python_rows = _rows({"idx": self.an_idx, "key": self.an_key, "int_value": self.an_int,
+                             "str_value": self.an_str}, ANNOTATION_SCHEMA)
+        counters = _rows({"track": self.ct_track, "ts": self.ct_ts, "value": self.ct_value},
+                         COUNTER_SCHEMA)
         return _raw_tables(self.tracks, self.ev_parts, [python_rows, *self.an_parts], counters,
                            unknown_iids=self.unknown_iids, dropped=self.dropped,
                            unknown_clock=self.unknown_clock, bad_timestamps=self.bad_timestamps,
@@ -445,20 +446,7 @@ def _raw_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame],
                 dropped: int, unknown_clock: int, bad_timestamps: int, packets: int) -> RawTables:
     """The decoded stream as :class:`RawTables`, with a warning per kind of trouble counted."""
     track_rows = [tuple(_text(v) for v in row) for row in tracks.values()]
-    track_frame = pl.DataFrame(
-        track_rows,
-        schema={
-            "uuid": pl.UInt64,
-            "parent_uuid": pl.UInt64,
-            "name": pl.String,
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "process_name": pl.String,
-            "thread_name": pl.String,
-            "is_counter": pl.Boolean,
-        },
-        orient="row",
-    )
+    track_frame = pl.DataFrame(track_rows, schema=TRACK_SCHEMA, orient="row")
     warnings = []
     if unknown_iids:
         warnings.append(
@@ -479,8 +467,6 @@ def _raw_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame],
                      pl.concat(annotations), counters, warnings, packets)
 
 
-_EVENT_SCHEMA = {"ts": pl.Int64, "type": pl.Int8, "track": pl.UInt64, "name": pl.String,
-                 "category": pl.String, "flow": pl.UInt64}
 _PYTHON_ROW_KEYS = ("correlation", "_dur")  # the walker's key codes 0 and 1
 
 
@@ -530,7 +516,7 @@ class _WalkDecoder(AnnotationDecoding):
         })
         frame = pl.from_arrow(events)
         assert isinstance(frame, pl.DataFrame)
-        self.ev_parts.append(frame.cast(_EVENT_SCHEMA))  # type: ignore[arg-type]
+        self.ev_parts.append(frame.cast(EVENT_SCHEMA))  # type: ignore[arg-type]
         if cols["py_idx"]:
             keys = np.frombuffer(cols["py_key"], dtype=np.uint8)
             self.python_parts.append(pl.DataFrame({
@@ -547,14 +533,10 @@ class _WalkDecoder(AnnotationDecoding):
             }))
         self._annotations(cols)
         if self._slow_rows:  # after the chunk's own rows, as the reference appends them
-            idx, key, int_value, str_value = zip(*self._slow_rows, strict=True)
+            columns = dict(zip(ANNOTATION_SCHEMA, map(list, zip(*self._slow_rows, strict=True)),
+                               strict=True))
             self._slow_rows = []
-            self.python_parts.append(pl.DataFrame({
-                "idx": pl.Series(idx, dtype=pl.UInt32),
-                "key": pl.Series(key, dtype=pl.String),
-                "int_value": pl.Series(int_value, dtype=pl.Int64),
-                "str_value": _string_series(list(str_value)),
-            }))
+            self.python_parts.append(_rows(columns, ANNOTATION_SCHEMA))
         return end
 
     def _annotations(self, cols: dict[str, Any]) -> None:
@@ -582,11 +564,9 @@ class _WalkDecoder(AnnotationDecoding):
 
     def tables(self) -> RawTables:
         w = self.walker
-        empty_rows = pl.DataFrame(schema={"idx": pl.UInt32, "key": pl.String,
-                                          "int_value": pl.Int64, "str_value": pl.String})
-        counters = pl.concat([pl.DataFrame(schema={"track": pl.UInt64, "ts": pl.Int64,
-                                                   "value": pl.Float64}), *self.ct_parts])
-        return _raw_tables(w.tracks, self.ev_parts or [pl.DataFrame(schema=_EVENT_SCHEMA)],
+        empty_rows = pl.DataFrame(schema=ANNOTATION_SCHEMA)
+        counters = pl.concat([pl.DataFrame(schema=COUNTER_SCHEMA), *self.ct_parts])
+        return _raw_tables(w.tracks, self.ev_parts or [pl.DataFrame(schema=EVENT_SCHEMA)],
                            [empty_rows, *self.python_parts, *self.an_parts], counters,
                            unknown_iids=self.unknown_iids + w.unknown_iids, dropped=w.dropped,
                            unknown_clock=w.unknown_clock, bad_timestamps=w.bad_timestamps,

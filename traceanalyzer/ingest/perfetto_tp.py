@@ -19,7 +19,15 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import InputError
-from traceanalyzer.ingest.perfetto_decode import ANNOTATION_KEYS, TYPE_COMPLETE, RawTables
+from traceanalyzer.ingest.perfetto_decode import (
+    ANNOTATION_KEYS,
+    ANNOTATION_SCHEMA,
+    COUNTER_SCHEMA,
+    EVENT_SCHEMA,
+    TRACK_SCHEMA,
+    TYPE_COMPLETE,
+    RawTables,
+)
 from traceanalyzer.model import Trace, TraceMeta
 
 TRACKS_SQL = """
@@ -109,12 +117,7 @@ def read_with_trace_processor(
 
 def raw_tables(tables: dict[str, pl.DataFrame], warnings: list[str]) -> RawTables:
     """Shape trace_processor's query results like the native decoder's tables."""
-    tracks = _cast(
-        tables["tracks"],
-        {"uuid": pl.UInt64, "parent_uuid": pl.UInt64, "name": pl.String, "pid": pl.Int64,
-         "tid": pl.Int64, "process_name": pl.String, "thread_name": pl.String,
-         "is_counter": pl.Boolean},
-    )
+    tracks = _cast(tables["tracks"], TRACK_SCHEMA)
     slices = tables["slices"]
     unfinished = slices.filter(pl.col("dur") < 0).height
     if unfinished:
@@ -122,8 +125,7 @@ def raw_tables(tables: dict[str, pl.DataFrame], warnings: list[str]) -> RawTable
     slices = slices.filter(pl.col("dur") >= 0)
     events = _cast(
         slices.with_columns(type=pl.lit(TYPE_COMPLETE)),
-        {"idx": pl.UInt32, "ts": pl.Int64, "type": pl.Int8, "track": pl.UInt64,
-         "name": pl.String, "category": pl.String, "flow": pl.UInt64},
+        {"idx": pl.UInt32, **EVENT_SCHEMA},
     )
     args = tables["args"].with_columns(
         key=pl.col("key")
@@ -143,10 +145,8 @@ def raw_tables(tables: dict[str, pl.DataFrame], warnings: list[str]) -> RawTable
         idx=pl.col("idx"), key=pl.lit("_dur"), int_value=pl.col("dur"),
         str_value=pl.lit(None, pl.String),
     )
-    schema = {"idx": pl.UInt32, "key": pl.String, "int_value": pl.Int64, "str_value": pl.String}
-    annotations = pl.concat([_cast(args, schema), _cast(durations, schema)])
-    counters = _cast(tables["counters"], {"track": pl.UInt64, "ts": pl.Int64,
-                                          "value": pl.Float64})
+    annotations = pl.concat([_cast(args, ANNOTATION_SCHEMA), _cast(durations, ANNOTATION_SCHEMA)])
+    counters = _cast(tables["counters"], COUNTER_SCHEMA)
     return RawTables(tracks, events, annotations, counters, [], 0)
 
 
