@@ -1005,7 +1005,8 @@ static int extra_counters(Walker *w, Seq *s, int64_t ts)
     return OK;
 }
 
-static int lookup(Walker *w, Seq *s, Map *map, uint64_t iid, const char **text, Py_ssize_t *n)
+/* The text a sequence interned for iid, or UNKNOWN_NAME (counted) where it never did. */
+static void lookup(Walker *w, Seq *s, Map *map, uint64_t iid, const char **text, Py_ssize_t *n)
 {
     static const char unknown[] = "<unknown>"; /* perfetto_annotations.UNKNOWN_NAME */
     Slot *slot = map_get(map, iid);
@@ -1013,11 +1014,10 @@ static int lookup(Walker *w, Seq *s, Map *map, uint64_t iid, const char **text, 
         w->unknown_iids++;
         *text = unknown;
         *n = (Py_ssize_t)(sizeof unknown - 1);
-        return OK;
+        return;
     }
     *text = s->arena.p ? s->arena.p + slot->a : "";
     *n = slot->b;
-    return OK;
 }
 
 static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32_t clock_id)
@@ -1075,7 +1075,7 @@ static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32
     const char *name, *cat = NULL;
     Py_ssize_t name_n, cat_n = 0;
     if (te.name_iid) {
-        CHECK(lookup(w, s, &s->names, te.name_iid, &name, &name_n));
+        lookup(w, s, &s->names, te.name_iid, &name, &name_n);
     } else {
         if (te.has_name && !valid_utf8(te.name.p, te.name.n))
             DECLINE_BECAUSE(w, "an event name is not valid UTF-8");
@@ -1083,7 +1083,7 @@ static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32
         name_n = te.has_name ? te.name.n : 0;
     }
     if (te.has_cat_iid) {
-        CHECK(lookup(w, s, &s->cats, te.cat_iid, &cat, &cat_n));
+        lookup(w, s, &s->cats, te.cat_iid, &cat, &cat_n);
     } else if (te.has_cat) {
         if (!valid_utf8(te.cat.p, te.cat.n))
             DECLINE_BECAUSE(w, "a category is not valid UTF-8");
@@ -1091,7 +1091,7 @@ static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32
         cat_n = te.cat.n;
     }
     int which = te.has_flow[0] ? 0 : te.has_flow[1] ? 1 : te.has_flow[2] ? 2 : -1;
-    CHECK(put_event(w, ts, (int8_t)etype, track, name ? name : "", name_n, cat, cat_n,
+    CHECK(put_event(w, ts, (int8_t)etype, track, name, name_n, cat, cat_n,
                     which >= 0, which >= 0 ? te.flow[which] : 0));
     Py_ssize_t n_anns = w->anns.n / (Py_ssize_t)sizeof(Slice);
     const Slice *anns = (const Slice *)w->anns.p;
