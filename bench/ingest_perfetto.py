@@ -1,7 +1,7 @@
 """Benchmark: Perfetto protobuf ingest (``read_perfetto``) with the compiled packet walker against
 the Python decoder it must equal, in MB/s of trace file and peak RSS.
 
-    python bench/ingest_perfetto.py                  # builds bench/out/perfetto_rocprof.pftrace
+    python bench/ingest_perfetto.py                  # builds bench/out/perfetto_rocprof_120000.pftrace
     python bench/ingest_perfetto.py --events 400000 --repeat 3
     python bench/ingest_perfetto.py path/to/trace.pftrace
 
@@ -11,7 +11,7 @@ of ``--repeat`` runs per decoder. MB/s = file size / wall time of the whole read
 frames included (the decoders differ only in the packet walk, so the ratio understates theirs).
 
 The default input has rocprofv3's pftrace layout (interned names, categories and debug annotation
-names on one sequence; HIP calls on thread tracks, kernels on GPU queue tracks, a dozen debug
+names on one sequence; HIP calls on thread tracks, kernels on GPU queue tracks, 6-9 debug
 annotations per slice), written with the ``perfetto`` package's TraceProtoBuilder. There is no
 peer to run beside it here: Perfetto's trace_processor is a download, and this machine has none.
 """
