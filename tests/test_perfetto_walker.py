@@ -246,7 +246,7 @@ def test_random_streams_read_as_the_reference_reads_them(data: bytes, chunk: int
 
 # -- real layouts ----------------------------------------------------------------------------
 
-def test_rocprof_layout(tmp_path: Path) -> None:
+def test_rocprof_layout_reads_as_the_reference_reads_it() -> None:
     b = RocprofLikeBuilder()
     for i in range(50):
         b.hip_api(4242 + i % 3, i * 100, i * 100 + 50, "hipLaunchKernel", i)
