@@ -1,10 +1,11 @@
-"""Build hook: compile the C extensions, the Kineto event decoder
-(``traceanalyzer/ingest/_eventdecode.c``) and the Perfetto packet walker (``_perfettowalk.c``).
+"""Build hook: compile the C extensions: the Kineto event decoder
+(``traceanalyzer/ingest/_eventdecode.c``) and its reduction (``_eventreduce.c``), and the
+Perfetto packet walker (``_perfettowalk.c``).
 
 Optional by design. Without a C compiler or the Python headers the package installs without
 them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
-2.5x the CPU) and Perfetto ingest walks packets with the Python decoder (the same tables, at
-3-5x the time). ``traceanalyzer.ingest.eventdecode.AVAILABLE`` and
+2.5x the CPU), or reduces decoded chunks with Polars alone, and Perfetto ingest walks packets with the Python decoder (the same tables, at
+3-5x the time). ``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
 ``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCES = (Path("traceanalyzer") / "ingest" / "_eventdecode.c",
+           Path("traceanalyzer") / "ingest" / "_eventreduce.c",
            Path("traceanalyzer") / "ingest" / "_perfettowalk.c")
 
 
@@ -51,6 +53,7 @@ class CustomBuildHook(BuildHookInterface):
             return
         root = Path(self.root)
         fallbacks = {"_eventdecode": "Kineto ingest will use Polars alone",
+                     "_eventreduce": "Kineto ingest will reduce decoded events with Polars",
                      "_perfettowalk": "Perfetto ingest will use the Python decoder"}
         for source in SOURCES:
             try:

@@ -61,9 +61,9 @@ def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatc
     monkeypatch.setattr(kineto, "GROUP_BYTES", 64 << 10)
     monkeypatch.setattr(kineto, "COLUMNWISE_ROWS", 0)
     reduced = []
-    real_reduce = kineto._reduce
-    monkeypatch.setattr(kineto, "_reduce", lambda ev, compact=False: reduced.append(compact)
-                        or real_reduce(ev, compact))
+    real_reduce = kineto._reduce_group
+    monkeypatch.setattr(kineto, "_reduce_group", lambda chunks, compact: reduced.append(compact)
+                        or real_reduce(chunks, compact))
     fast = read_kineto(path)
     assert len(reduced) > 2 and all(reduced)
     slow = reference_read(path)

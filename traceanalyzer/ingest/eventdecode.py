@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import polars as pl
@@ -53,6 +53,16 @@ def decode(
     ``keep=(column, values)`` leaves out, before they take any memory, the events whose text
     ``column`` holds none of ``values`` (as ``.filter(pl.col(column).is_in(values))`` would).
     """
+    raw = decode_raw(chunk, schema, keep)
+    return None if raw is None else to_frame(raw, schema)
+
+
+def decode_raw(
+    chunk: bytes | memoryview, schema: dict[str, pl.DataType],
+    keep: tuple[str, Sequence[str]] | None = None,
+) -> Raw | None:
+    """:func:`decode`'s columns as the decoder leaves them, for :func:`to_frame` or the
+    compiled reduction (``eventreduce``), which reads them without a frame in between."""
     if _eventdecode is None:
         return None
     top, struct_key, inner = _spec(tuple(schema.items()))
@@ -64,14 +74,31 @@ def decode(
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out
-    top_arrays = iter(_arrays(rows, top, top_cols))
+    return Raw(rows, struct_valid, tuple(top_cols), tuple(inner_cols))
+
+
+class Raw(NamedTuple):
+    """A decoded chunk: its row count, the struct column's validity (a byte per row), and the
+    buffers of each column in the schema's order (text: views, data, valid; numbers: values,
+    valid)."""
+
+    rows: int
+    struct_valid: Any
+    top: tuple[tuple[Any, ...], ...]
+    inner: tuple[tuple[Any, ...], ...]
+
+
+def to_frame(raw: Raw, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """The decoder's columns as a frame of ``schema``, without a copy."""
+    top, _, inner = _spec(tuple(schema.items()))
+    top_arrays = iter(_arrays(raw.rows, top, raw.top))
     columns = {}
     for name, dtype in schema.items():
         if isinstance(dtype, pl.Struct):
-            children = _arrays(rows, inner, inner_cols)
+            children = _arrays(raw.rows, inner, raw.inner)
             struct = pa.struct([pa.field(f.name, a.type) for f, a in zip(dtype.fields, children,
                                                                             strict=True)])
-            columns[name] = pa.Array.from_buffers(struct, rows, [_bitmap(struct_valid)],
+            columns[name] = pa.Array.from_buffers(struct, raw.rows, [_bitmap(raw.struct_valid)],
                                                   children=children)
         else:
             columns[name] = next(top_arrays)

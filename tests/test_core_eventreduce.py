@@ -1,0 +1,216 @@
+"""The compiled reduction gives the Polars reduction's frames for a decoded chunk, or None."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, public_kineto
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+from test_core_eventdecode import chunks_of
+
+from traceanalyzer.ingest import eventdecode, eventreduce, kineto
+from traceanalyzer.ingest.kineto import (
+    CPU_CATEGORIES,
+    EVENT_SCHEMA,
+    GPU_CATEGORIES,
+    KEPT_PHASES,
+    _compiled_parts,
+    _Parts,
+    _reduce,
+    read_kineto,
+)
+
+pytestmark = pytest.mark.skipif(
+    not (eventdecode.AVAILABLE and eventreduce.AVAILABLE),
+    reason="the C event decoder or reduction is not built (no compiler at install)",
+)
+
+
+def reduced_both_ways(chunk: bytes) -> _Parts | None:
+    """The compiled reduction's parts of a chunk, checked against the reference's; None if it
+    declined (or the decoder did)."""
+    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    if raw is None:
+        return None
+    reduced = eventreduce.reduce(raw)
+    if reduced is None:
+        return None
+    fast = _compiled_parts(*reduced)
+    reference = _reduce(eventdecode.to_frame(raw, EVENT_SCHEMA))
+    assert (fast.untimed, fast.negative) == (reference.untimed, reference.negative)
+    for name in _Parts.TABLES:
+        assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
+    return fast
+
+
+SAMPLES = sorted((REPO / "sample_traces" / "torch").glob("*.json.gz"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", public_kineto() + SAMPLES, ids=lambda p: p.name)
+def test_real_traces_reduce_exactly_as_polars_and_never_fall_back(path):
+    for chunk in chunks_of(path):
+        chunk = bytes(chunk.data) if hasattr(chunk, "data") else chunk
+        assert reduced_both_ways(chunk) is not None
+
+
+NAMES = ["ProfilerStep#3", "ProfilerStep#007", "ProfilerStep#", "ProfilerStep#12x",
+         "ProfilerStep#99999999999999999999", "profilerstep#4", "[memory]", "[Memory]",
+         "cudaStreamWaitEvent", "Stream Sync", "Event Sync", "cudaDeviceSynchronize", "WAIT",
+         "_sync 1", " sync", "", "x" * 13, "aten::mm", "Memcpy HtoD (Pageable -> Device)"]
+CATS = [*CPU_CATEGORIES, *GPU_CATEGORIES, "user_annotation", "gpu_user_annotation", "cuda_sync",
+        "Kernel", "CUDA_RUNTIME", "Gpu_User_Annotation", "cpu_op ", "trace", ""]
+NUMBER_TEXTS = ["7", "+7", "-0", " 7", "7 ", "0x1f", "1e3", "", "-", "Spans",
+                "9223372036854775807", "9223372036854775808", "-9223372036854775808"]
+DIMS = ["[64, 1, 1]", "[ 2 ,3 ,4 ]", "[1,,2]", "[-5, 2147483648, 3]", "[7]", "[x]", "64",
+        "[99999999999999999999, 1]", "[\t1,\n2]", "[-, 1]"]
+ts_values = (st.floats(allow_nan=False, allow_infinity=False, width=64)
+             | st.floats(-1e3, 1e13) | st.integers(-(2**53), 2**53)
+             | st.sampled_from([0.5, 1.5, 2.0005, 1.0005, 9.3e15, 9.2233720368547e15, 2.0**63,
+                                -(2.0**63), 1e16, 1.7e15 + 0.123]) | st.none() | st.text(max_size=3))
+ints = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([2**31, -(2**31) - 1, 0]) | st.none()
+texts = st.text(max_size=14) | st.sampled_from(NAMES)
+args = st.fixed_dictionaries({}, optional={
+    "External id": ints, "correlation": ints, "device": ints | st.text(max_size=2),
+    "stream": ints, "registers per thread": ints, "shared memory": ints, "bytes": ints,
+    "grid": st.sampled_from(DIMS) | st.lists(st.integers(-(2**40), 2**40), max_size=4),
+    "block": st.sampled_from(DIMS) | st.lists(st.integers(-5, 2**33), max_size=4),
+    "Input Dims": st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2) | texts,
+    "Input type": st.lists(st.sampled_from(["float", ""]), max_size=2),
+    "Call stack": st.sampled_from(["", "a.py(1): f;b.py(2): g"]) | st.none(),
+    "Total Allocated": ints, "Total Reserved": ints, "Device Id": ints,
+})
+anything = st.fixed_dictionaries({}, optional={
+    "ph": st.sampled_from(["X", "X", "X", "i", "I", "x"]),
+    "cat": st.sampled_from(CATS) | st.text(max_size=6) | st.none(),
+    "name": texts | st.none(),
+    "pid": st.integers(-5, 2**40) | st.sampled_from(NUMBER_TEXTS) | st.none(),
+    "tid": st.integers(-5, 2**40) | st.sampled_from(NUMBER_TEXTS),
+    "ts": ts_values,
+    "dur": ts_values,
+    "args": args | st.none() | st.integers(),
+})
+# Mostly events that reach the tables: a timed X event of a known category.
+kineto_like = st.fixed_dictionaries({
+    "ph": st.just("X"), "cat": st.sampled_from(CATS), "name": texts,
+    "pid": st.integers(0, 2**31) | st.sampled_from(NUMBER_TEXTS), "tid": st.integers(0, 9),
+    "ts": st.floats(0, 1e13) | st.integers(0, 2**40) | ts_values, "dur": st.floats(-10, 1e6),
+    "args": args,
+})
+events = kineto_like | kineto_like | anything
+
+
+def declined_for_unicode(batch: list[dict]) -> bool:
+    """The reasons the compiled reduction may decline: text Unicode lowercasing could change."""
+    def non_ascii(value: object) -> bool:
+        return isinstance(value, str) and not value.isascii()
+    return any(non_ascii(e.get("cat")) or non_ascii(e.get("name")) for e in batch)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(events, min_size=1, max_size=12))
+def test_random_events_reduce_as_polars_or_are_declined_for_unicode(batch):
+    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode() + b"\n"
+    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    if raw is None:
+        return  # the decoder left the chunk to Polars: nothing for the reduction to do
+    if reduced_both_ways(chunk) is None:
+        assert declined_for_unicode(batch)
+
+
+def event(**fields: object) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": 10.5, "dur": 2,
+            "args": {"correlation": 3}, **fields}
+
+
+@pytest.mark.parametrize("batch", [
+    [event(cat="\u212aernel")],  # KELVIN SIGN: Unicode lowercases it to an ASCII "k"
+    [event(cat="cuda_sync", name="Stream \u0130 Wait")],  # a sync name with Unicode
+])
+def test_declines_what_unicode_lowercasing_could_change(batch):
+    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode()
+    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    assert raw is not None and eventreduce.reduce(raw) is None
+
+
+def test_unicode_outside_categories_and_sync_names_is_reduced():
+    batch = [event(name="núcleo"), event(cat="cpu_op", name="ümlaut::op"),
+             event(cat="user_annotation", name="日本語")]
+    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode()
+    parts = reduced_both_ways(chunk)
+    assert parts is not None
+    assert parts.annotations["name"].to_list() == ["日本語"]
+
+
+def test_text_columns_share_the_decoders_buffers_and_outlive_them():
+    long = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+    chunk = "\n".join(json.dumps(event(name=long, ts=i)) for i in range(100)).encode()
+    parts = reduced_both_ways(chunk)
+    assert parts is not None
+    names = parts.gpu["name"]
+    del parts
+    assert names.to_list() == [long] * 100
+
+
+def test_bad_buffers_are_an_error_not_a_crash():
+    raw = eventdecode.decode_raw(json.dumps(event()).encode(), EVENT_SCHEMA)
+    assert raw is not None
+    call = eventreduce._eventreduce.reduce
+    with pytest.raises(ValueError):
+        call(raw.rows + 1, raw.struct_valid, raw.top, raw.inner)
+    with pytest.raises(ValueError):
+        call(raw.rows, raw.struct_valid, raw.top[:-1], raw.inner)
+    views, data, valid = raw.top[2]
+    forged = bytearray(views)
+    forged[0:4] = (1000).to_bytes(4, "little")  # a long text past the end of its data
+    top = (*raw.top[:2], (bytes(forged), data, valid), *raw.top[3:])
+    with pytest.raises(ValueError):
+        call(raw.rows, raw.struct_valid, top, raw.inner)
+
+
+def mixed_trace(tmp_path, n: int = 3000):
+    """Events of every kind, with one chunk's worth the compiled reduction declines."""
+    kinds = [event(), event(cat="gpu_memcpy", name="Memcpy HtoD (Pinned -> Device)"),
+             event(cat="cpu_op", name="aten::add", args={"External id": 4, "Input Dims": [[2]]}),
+             event(cat="cuda_runtime", name="cudaLaunchKernel", args={"correlation": 3,
+                                                                        "External id": 4}),
+             event(cat="user_annotation", name="ProfilerStep#2"),
+             event(cat="cuda_sync", name="Stream Sync", args={"stream": 7}),
+             event(ph="i", cat="cpu_instant_event", name="[memory]",
+                   args={"Total Allocated": 5, "Total Reserved": 9, "Device Id": 0}),
+             {"ph": "f", "id": 1, "ts": 1}]
+    events = [{**kinds[i % len(kinds)], "ts": i} for i in range(n)]
+    events[n // 2]["cat"] = "\u212aernel"  # this chunk goes to Polars
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=1, ensure_ascii=False))
+    return path
+
+
+@pytest.mark.parametrize("group_bytes", [None, 40 << 10])
+def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tmp_path,
+                                                                group_bytes):
+    path = mixed_trace(tmp_path)
+    monkeypatch.setattr("traceanalyzer.ingest.jsonscan.DEFAULT_CHUNK_BYTES", 16 << 10)
+    if group_bytes:  # several groups: reduced chunks are joined as categories
+        monkeypatch.setattr(kineto, "GROUP_BYTES", group_bytes)
+        monkeypatch.setattr(kineto, "FIRST_GROUP_BYTES", group_bytes)
+    outcomes = []
+    compiled = eventreduce.reduce
+
+    def spy(raw):
+        outcomes.append(compiled(raw) is not None)
+        return compiled(raw)
+
+    monkeypatch.setattr(eventreduce, "reduce", spy)
+    fast = read_kineto(path)
+    assert outcomes.count(False) == 1 and outcomes.count(True) > 4  # one chunk went to Polars
+    monkeypatch.setattr(eventreduce, "_eventreduce", None)
+    reference = read_kineto(path)
+    for name in ("cpu", "gpu", "annotations", "syncs", "counters"):
+        assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
+    assert fast.meta.warnings == reference.meta.warnings
+    assert fast.gpu.height and fast.syncs.height and fast.counters.height
+    assert fast.annotations["kind"].to_list().count("step")
