@@ -208,3 +208,15 @@ def test_sync_types_use_nsys_names(public_dir):
     counts = dict(syncs.group_by("sync_type").len().iter_rows())
     # 20 "Stream Wait Event" records (docs/hta-parity.md), named as nsys names syncType 2.
     assert counts == {"stream": 16, "stream_wait": 20, "context": 5}
+
+
+
+def test_decoding_threads_serve_later_reads(tmp_path, kineto):
+    from traceanalyzer.ingest import kineto as reader
+
+    kineto.launch("k", 10, 2, 20, 5)
+    path = kineto.write(tmp_path / "t.json")
+    first = read_kineto(path)
+    threads = reader._threads
+    assert threads is not None and read_kineto(path).gpu.equals(first.gpu)
+    assert reader._threads is threads and first.gpu.height == 1
