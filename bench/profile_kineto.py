@@ -1,4 +1,4 @@
-"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, round 5.
+"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, rounds 5-8.
 
     python bench/profile_kineto.py TRACE.json            # a fresh process, then a warm one
     python bench/profile_kineto.py TRACE.json --reads 3  # three reads in the warm process
@@ -6,7 +6,8 @@
 Each run is a child process that imports everything first, as bench/run.py's ingest child does,
 and then reads the trace with the reader's steps wrapped: per step, when it started and ended (ms
 since the read began, and which thread), and the page faults, system and user CPU time of the
-whole process since the previous mark. The first read of a process pays what a process pays
+whole process since the previous mark. "cut" marks when the main thread hands a chunk (its size
+in bytes) to the decoding threads; a chunk's decoding includes its compiled reduction. The first read of a process pays what a process pays
 once (page faults of fresh memory, Polars' and the regex engine's set-up); the later reads show
 what the trace itself costs.
 """
@@ -26,7 +27,7 @@ import numpy, polars, pyarrow  # noqa: imported before the clock starts, as benc
 import traceanalyzer.ingest.kineto as kineto
 from traceanalyzer.ingest import read_any
 
-STEPS = ["_decode_chunk", "_reduce", "_assemble", "_cpu_frame", "_gpu_frame"]
+STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_cpu_frame", "_gpu_frame"]
 marks = []
 
 
@@ -51,6 +52,16 @@ def wrapped(name):
 
 for name in STEPS:
     setattr(kineto, name, wrapped(name))
+cut_chunks = kineto.iter_ndjson_chunks
+
+
+def marked_chunks(*args, **kwargs):
+    for chunk in cut_chunks(*args, **kwargs):
+        mark(f"cut {len(chunk)}")
+        yield chunk
+
+
+kineto.iter_ndjson_chunks = marked_chunks
 for n in range(int(sys.argv[2])):
     marks.clear()
     mark("read start")
