@@ -214,3 +214,15 @@ def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tm
     assert fast.meta.warnings == reference.meta.warnings
     assert fast.gpu.height and fast.syncs.height and fast.counters.height
     assert fast.annotations["kind"].to_list().count("step")
+
+
+def test_annotation_names_do_not_keep_the_chunks_names_alive():
+    # Annotations are a few rows in every chunk and live to the end of the read: sharing the
+    # chunk's buffer of names (all its events') would keep every chunk's names in memory.
+    ops = [event(cat="cpu_op", name=f"aten::a_long_operator_name_{i}", ts=i) for i in range(2000)]
+    step = event(cat="user_annotation", name="ProfilerStep#1 of a long run", ts=5)
+    chunk = "\n".join(json.dumps(e) for e in [*ops, step]).encode()
+    parts = reduced_both_ways(chunk)
+    assert parts is not None and parts.annotations.height == 1
+    assert parts.annotations["name"].to_arrow().get_total_buffer_size() < 200
+    assert parts.cpu["name"].to_arrow().get_total_buffer_size() > 50_000  # shared, not copied

@@ -264,24 +264,29 @@ typedef struct {
     int width; /* bytes per row: 16 text, 8 int64, 4 int32 */
 } Out;
 
-static inline void set(Out *o, Py_ssize_t row, const void *value, int valid) {
+static inline void mark_valid(Out *o, Py_ssize_t row) {
+    o->bitmap[row >> 3] |= (uint8_t)(1u << (row & 7));
+}
+
+/* A text column's string view (16 bytes). */
+static inline void set(Out *o, Py_ssize_t row, const void *view, int valid) {
     if (valid) {
-        char *at = o->values + (size_t)row * o->width;
-        if (o->width == 16) memcpy(at, value, 16); /* fixed sizes: inlined, not a call */
-        else if (o->width == 8) memcpy(at, value, 8);
-        else memcpy(at, value, 4);
-        o->bitmap[row >> 3] |= (uint8_t)(1u << (row & 7));
+        memcpy(o->values + (size_t)row * 16, view, 16);
+        mark_valid(o, row);
     }
 }
 
 static inline void set_int(Out *o, Py_ssize_t row, int64_t v, int valid) {
+    if (!valid) return;
     if (o->width == 4) {
-        int32_t narrow = (int32_t)v;
         /* The canonical Int32 columns: a value beyond int32 is null (a cast with strict=False). */
-        set(o, row, &narrow, valid && v >= INT32_MIN && v <= INT32_MAX);
+        if (v < INT32_MIN || v > INT32_MAX) return;
+        int32_t narrow = (int32_t)v;
+        memcpy(o->values + (size_t)row * 4, &narrow, 4);
     } else {
-        set(o, row, &v, valid);
+        memcpy(o->values + (size_t)row * 8, &v, 8);
     }
+    mark_valid(o, row);
 }
 
 /* The string view of row i of a text column, copied (its data buffer is shared). */
@@ -340,8 +345,31 @@ static const char *const LAYOUT[N_TABLES] = {
     "lllll",            /* memory: pid Device Id start Total Allocated Total Reserved */
 };
 
+/* Text made here, or copied out of the chunk: its own buffer (Made), which the annotation names
+ * and sync types share. Annotations are a few rows in many chunks: sharing each chunk's buffer
+ * of names would keep every chunk's names alive for the whole read (+200 MiB at 1 GB). */
+typedef struct {
+    char *p;
+    Py_ssize_t len;
+} Made;
+
+/* The view of text p[0:n], lowercased if asked, copied into made unless it fits inline. */
+static void set_text(Out *o, Py_ssize_t row, const char *p, int32_t n, int lowercase, Made *made) {
+    unsigned char view[16] = {0};
+    memcpy(view, &n, 4);
+    char *dst = n <= 12 ? (char *)view + 4 : made->p + made->len;
+    for (int32_t k = 0; k < n; k++) dst[k] = lowercase ? lower(p[k]) : p[k];
+    if (n > 12) {
+        int32_t offset = (int32_t)made->len;
+        memcpy(view + 4, dst, 4);
+        memcpy(view + 12, &offset, 4);
+        made->len += n;
+    }
+    set(o, row, view, 1);
+}
+
 /* Pass 2, without the GIL: fill the tables' columns. */
-static void fill(const Input *in, Out *tables[N_TABLES], char *sync_text, Py_ssize_t *sync_len) {
+static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
     Py_ssize_t row[N_TABLES] = {0};
     const Column *a = in->args;
     Memo pids = {{0xff}, 0, 0}, tids = {{0xff}, 0, 0}; /* a view no text has: length -1 */
@@ -408,7 +436,8 @@ static void fill(const Input *in, Out *tables[N_TABLES], char *sync_text, Py_ssi
             set_literal(&o[2], r, has_step && cat_valid && code != C_GPU_USER ? "step"
                                   : code == C_GPU_USER                     ? "gpu_user"
                                                                            : "user");
-            set_view(&o[3], r, &in->top[NAME], i, 1);
+            Str name = text_at(&in->top[NAME], i);
+            if (name.valid) set_text(&o[3], r, name.p, (int32_t)name.n, 0, made);
             set_int(&o[4], r, start, 1);
             set_int(&o[5], r, end, 1);
             set_int(&o[6], r, step, has_step);
@@ -428,7 +457,6 @@ static void fill(const Input *in, Out *tables[N_TABLES], char *sync_text, Py_ssi
                 int wait = 0;
                 for (Py_ssize_t k = 0; k + 4 <= name.n && !wait; k++)
                     wait = lower_equals((Str){name.p + k, 4, 1}, "wait", 4);
-                unsigned char view[16] = {0};
                 int32_t n = 0;
                 const char *word = wait ? "stream_wait" : name.p;
                 if (wait) {
@@ -436,16 +464,7 @@ static void fill(const Input *in, Out *tables[N_TABLES], char *sync_text, Py_ssi
                 } else {
                     while (n < name.n && word_char(word[n])) n++;
                 }
-                memcpy(view, &n, 4);
-                char *dst = n <= 12 ? (char *)view + 4 : sync_text + *sync_len;
-                for (int32_t k = 0; k < n; k++) dst[k] = lower(word[k]);
-                if (n > 12) {
-                    int32_t offset = (int32_t)*sync_len;
-                    memcpy(view + 4, dst, 4);
-                    memcpy(view + 12, &offset, 4);
-                    *sync_len += n;
-                }
-                set(&o[4], r, view, n > 0); /* no leading word: the extract gives null */
+                if (n > 0) set_text(&o[4], r, word, n, 1, made); /* no first word: null */
             }
             set_int(&o[5], r, start, 1);
             set_int(&o[6], r, end, 1);
@@ -463,19 +482,20 @@ static void fill(const Input *in, Out *tables[N_TABLES], char *sync_text, Py_ssi
     }
 }
 
-/* Where each text column of a table takes its data buffer from: an input column, or NULL for
- * text made here (literals inline; sync types in their own buffer). */
-static PyObject *text_source(const Input *in, int table, int col, PyObject *sync_data) {
+/* Where each text column of a table takes its data buffer from: an input column, the buffer
+ * of text made here, or NULL (literals, all inline). */
+static PyObject *text_source(const Input *in, int table, int col, PyObject *made) {
     switch (table) {
     case T_CPU:
         return col == 0 ? in->top[NAME].data_obj : col == 8 ? in->args[A_DIMS].data_obj
              : col == 9 ? in->args[A_TYPES].data_obj : col == 10 ? in->args[A_STACK].data_obj
              : NULL;
     case T_GPU:
-    case T_ANNOTATIONS:
         return col == 3 ? in->top[NAME].data_obj : NULL;
+    case T_ANNOTATIONS:
+        return col == 3 ? made : NULL;
     case T_SYNCS:
-        return sync_data;
+        return made;
     }
     return NULL;
 }
@@ -534,7 +554,7 @@ static PyObject *bytes_of(Py_ssize_t n, int zero) {
 static PyObject *reduce(PyObject *self, PyObject *py_args) {
     Py_ssize_t rows;
     Py_buffer args_valid = {0};
-    PyObject *top, *args, *result = NULL, *sync_data = NULL;
+    PyObject *top, *args, *result = NULL, *made_data = NULL;
     if (!PyArg_ParseTuple(py_args, "ny*O!O!", &rows, &args_valid, &PyTuple_Type, &top,
                           &PyTuple_Type, &args))
         return NULL;
@@ -573,9 +593,10 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
         goto done;
     }
     in.cat_code = in.flags + rows;
-    /* Sync types are made here: their text gets a buffer of its own, as long as the names it
-     * comes from (a handful of events: not trimmed). */
-    Py_ssize_t untimed = 0, negative = 0, counts[N_TABLES] = {0}, sync_bytes = 0, sync_len = 0;
+    /* Annotation names and sync types get a buffer of their own, as long as the names they
+     * come from (a handful of events: not trimmed). */
+    Py_ssize_t untimed = 0, negative = 0, counts[N_TABLES] = {0}, made_bytes = 0;
+    Made made = {NULL, 0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = classify(&in, &untimed, &negative, counts);
@@ -584,9 +605,10 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
         result = Py_NewRef(Py_None);
         goto done;
     }
-    for (Py_ssize_t i = 0; i < rows; i++) /* room for the sync types made here */
-        if (in.flags[i] & R_SYNC) sync_bytes += text_at(&in.top[NAME], i).n;
-    if (!(sync_data = bytes_of(sync_bytes, 0))) goto done;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (in.flags[i] & (R_SYNC | R_ANNOTATION)) made_bytes += text_at(&in.top[NAME], i).n;
+    if (!(made_data = bytes_of(made_bytes, 0))) goto done;
+    made.p = PyBytes_AS_STRING(made_data);
 
     for (int t = 0; t < N_TABLES; t++) {
         const char *layout = LAYOUT[t];
@@ -603,7 +625,7 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
                 outs[t][c] = (Out){PyBytes_AS_STRING(values), (uint8_t *)PyBytes_AS_STRING(bitmap),
                                    width};
                 if (layout[c] == 't') {
-                    PyObject *data = text_source(&in, t, (int)c, sync_data);
+                    PyObject *data = text_source(&in, t, (int)c, made_data);
                     col = Py_BuildValue("(NNO)", values, bitmap, data ? data : Py_None);
                 } else {
                     col = Py_BuildValue("(NN)", values, bitmap);
@@ -617,13 +639,13 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    fill(&in, out_of, PyBytes_AS_STRING(sync_data), &sync_len);
+    fill(&in, out_of, &made);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(nn(OOOOO))", untimed, negative, tables[0], tables[1], tables[2],
                            tables[3], tables[4]);
 done:
     for (int t = 0; t < N_TABLES; t++) Py_XDECREF(tables[t]);
-    Py_XDECREF(sync_data);
+    Py_XDECREF(made_data);
     for (int c = 0; c < loaded_top; c++) release(&in.top[c]);
     for (int c = 0; c < loaded_args; c++) release(&in.args[c]);
     PyMem_RawFree(in.flags);

@@ -223,6 +223,9 @@ class _Tasks:
         self.futures: list[Future[Any]] = []
 
     def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        # Only the tasks still running are kept: a finished one holds its result (a decoded
+        # chunk), which the read lets go of once it has taken it.
+        self.futures = [f for f in self.futures if not f.done()]
         future = self.pool.submit(fn, *args)
         self.futures.append(future)
         return future
