@@ -4,13 +4,14 @@
  * events those queries cost more than the decoding itself (their fixed cost, and a copy of every
  * column they filter), and they ran on one CPU after all chunks were decoded. This pass runs on
  * the decoding thread, right after the chunk is decoded, and copies only the rows and columns
- * the frames take. Text is not copied at all: an output text column holds the input's string
- * views and shares its data buffer.
+ * the frames take. Most text is not copied: an output text column holds the input's string
+ * views and shares its data buffer (annotation names and sync types excepted, see Made).
+ * Numbers follow the reference's arithmetic to the bit: float64 rounding half to even, casts
+ * that give null out of range, int64 products that wrap.
  *
- * Like the decoder, it promises the reference's frames or nothing: on anything it does not read
- * exactly as the reference would (a category or sync name that is not ASCII, which Unicode
- * lowercasing could change, a timestamp too large to stay exact) it returns None, and the chunk
- * goes through Polars.
+ * Like the decoder, it promises the reference's frames or nothing: where Unicode lowercasing
+ * could change a result (a category, or a sync event's name, that is not ASCII) it returns
+ * None, and the chunk goes through Polars.
  *
  * reduce(rows, args_valid, top, args) -> None | (untimed, negative, tables)
  *   top:  the decoder's columns of kineto.EVENT_SCHEMA (ph, cat, name, pid, tid, ts, dur);
@@ -44,7 +45,8 @@ typedef struct {
     int valid;
 } Str;
 
-/* Per-row facts of pass 1, used again by pass 2. */
+/* The tables, and the per-row facts of pass 1 that pass 2 uses again: the row's tables. */
+enum { T_CPU, T_GPU, T_ANNOTATIONS, T_SYNCS, T_MEMORY, N_TABLES };
 enum { R_UNTIMED = 1, R_CPU = 2, R_GPU = 4, R_ANNOTATION = 8, R_SYNC = 16, R_MEMORY = 32 };
 
 typedef struct {
@@ -130,7 +132,8 @@ static int parse_int(const char *p, Py_ssize_t n, int64_t *out) {
     for (; k < n; k++) {
         unsigned d = (unsigned char)p[k] - '0';
         if (d > 9) return 0;
-        if (v >= 922337203685477580u && v > (limit - d) / 10) return 0; /* 18 digits can't overflow */
+        /* Below INT64_MAX / 10, no digit can overflow: the division only runs near the end. */
+        if (v >= 922337203685477580u && v > (limit - d) / 10) return 0;
         v = v * 10 + d;
     }
     *out = negative ? (int64_t)(0 - v) : (int64_t)v;
@@ -147,10 +150,6 @@ static int step_name(Str name, int64_t *step, int *has_step) {
         if (name.p[k] < '0' || name.p[k] > '9') return 0;
     *has_step = parse_int(name.p + n, name.n - n, step);
     return 1;
-}
-
-static int starts_with_step(Str name) {
-    return name.valid && name.n >= 13 && memcmp(name.p, "ProfilerStep#", 13) == 0;
 }
 
 /* The regex class (?-u:\w). */
@@ -209,7 +208,8 @@ static int ns_of(double us, int64_t *out) {
 
 /* Pass 1, without the GIL: each row's start and end, its category, and the tables it goes to.
  * Returns 0, or -1 to decline. */
-static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative, Py_ssize_t counts[5]) {
+static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative,
+                    Py_ssize_t counts[N_TABLES]) {
     for (Py_ssize_t i = 0; i < in->rows; i++) {
         uint8_t flags = 0;
         const Column *ts = &in->top[TS], *dur = &in->top[DUR];
@@ -241,16 +241,16 @@ static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative, Py_ssi
         if (x && code >= C_FIRST_CPU && code <= C_LAST_CPU && name.valid && !is_step)
             flags |= R_CPU;
         if (x && code >= C_KERNEL && code <= C_LAST_GPU) flags |= R_GPU;
-        if (x && (starts_with_step(name) || code == C_USER || code == C_GPU_USER) &&
-            ((is_step && has_step) || code == C_USER || code == C_GPU_USER))
-            flags |= R_ANNOTATION;
+        /* The reference keeps a "ProfilerStep#" name or an annotation category, then the rows
+         * with a step number (one that fits int64) or an annotation category. */
+        if (x && (has_step || code == C_USER || code == C_GPU_USER)) flags |= R_ANNOTATION;
         if (x && code == C_SYNC) {
             if (name.valid && !is_ascii(name)) return -1;
             flags |= R_SYNC;
         }
         if (equals(name, "[memory]")) flags |= R_MEMORY;
         in->flags[i] = flags;
-        for (int t = 0; t < 5; t++)
+        for (int t = 0; t < N_TABLES; t++)
             if (flags & (R_CPU << t)) counts[t]++;
     }
     return 0;
@@ -333,9 +333,7 @@ static int int_of_text(const Column *c, Py_ssize_t i, int64_t *v, Memo *memo) {
     return has;
 }
 
-/* Table layouts: a letter per column (t text, l int64, i int32), and where text data comes from
- * (an input column, or -1 for text made here). */
-enum { T_CPU, T_GPU, T_ANNOTATIONS, T_SYNCS, T_MEMORY, N_TABLES };
+/* Table layouts: a letter per column (t text, l int64, i int32). */
 static const char *const LAYOUT[N_TABLES] = {
     "tllltlllttt",      /* cpu: name start end correlation kind pid tid external dims types stack */
     "ilttlllliiiiiiill", /* gpu: device stream kind name start end correlation external grid_xyz
