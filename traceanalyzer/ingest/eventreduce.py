@@ -4,8 +4,8 @@
 ``kineto._reduce`` (Polars) is the reference: this gives its frames for a chunk the C decoder
 read, or None, and the caller then uses the reference. It runs on the decoding thread, right
 after the chunk is decoded, so the reduction of a small trace no longer waits for the last chunk,
-and it copies only the rows and columns the frames take (text not at all: the output shares the
-decoder's buffers).
+and it copies only the rows and columns the frames take (and little text: most text columns
+share the decoder's buffers).
 """
 
 from __future__ import annotations

@@ -244,11 +244,12 @@ class _LayoutMismatch(Exception):
 
 
 def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
-    # Each chunk decodes on one of DECODE_THREADS threads, without the GIL, while this thread
-    # cuts the next ones. Decoded chunks are then reduced in groups of up to GROUP_BYTES of
-    # trace: a reduction has a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB,
-    # and a trace below FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and
-    # DECODE_THREADS groups reduce at a time, which bounds memory.
+    # Each chunk decodes (and, compiled, reduces) on one of DECODE_THREADS threads, without the
+    # GIL, while this thread cuts the next ones. Chunks are then joined in groups of up to
+    # GROUP_BYTES of trace, text as categories when there are several groups: a Polars step has
+    # a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB, and a trace below
+    # FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and DECODE_THREADS
+    # groups are joined at a time, which bounds memory.
     decoding: deque[tuple[int, Future[pl.DataFrame | _Parts]]] = deque()
     reducing: deque[Future[_Parts]] = deque()
     parts: list[_Parts] = []
@@ -290,9 +291,12 @@ def _reduce_group(chunks: list[pl.DataFrame | _Parts], compact: bool) -> _Parts:
     parts = [c if isinstance(c, _Parts) else _reduce(c) for c in chunks]
     if len(parts) == 1 and not compact:
         return parts[0]
-    frames = [pl.concat([getattr(p, name) for p in parts], rechunk=False) for name in _Parts.TABLES]
-    if compact:
-        frames[:2] = [f.with_columns(cs.string().cast(pl.Categorical)) for f in frames[:2]]
+    frames = []
+    for name in _Parts.TABLES:
+        frame = pl.concat([getattr(p, name) for p in parts], rechunk=False)
+        if compact and name in ("cpu", "gpu"):  # as _reduce does: see _as_categories
+            frame = frame.with_columns(cs.string().cast(pl.Categorical))
+        frames.append(frame)
     return _Parts(sum(p.untimed for p in parts), sum(p.negative for p in parts), frames)
 
 
