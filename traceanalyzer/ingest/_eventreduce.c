@@ -36,7 +36,6 @@ enum {
 typedef struct {
     Py_buffer views, data, valid, values; /* text: views, data; numbers: values */
     PyObject *data_obj;                   /* text: the object owning data, shared by outputs */
-    int text;
 } Column;
 
 typedef struct {
@@ -303,10 +302,6 @@ static inline void set_literal(Out *o, Py_ssize_t row, const char *lit) {
     set(o, row, view, 1);
 }
 
-static inline int text_valid(const Input *in, const Column *c, Py_ssize_t i) {
-    return num_valid(in, c, i, 1);
-}
-
 /* The last short text parsed as an int: pid and tid repeat from one event to the next. */
 typedef struct {
     unsigned char view[16];
@@ -390,9 +385,10 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_int(&o[5], r, pid, has_pid);
             set_int(&o[6], r, tid, has_tid);
             set_int(&o[7], r, int_at(&a[A_EXTERNAL], i), num_valid(in, &a[A_EXTERNAL], i, 1));
-            set_view(&o[8], r, &a[A_DIMS], i, text_valid(in, &a[A_DIMS], i));
-            set_view(&o[9], r, &a[A_TYPES], i, text_valid(in, &a[A_TYPES], i));
-            set_view(&o[10], r, &a[A_STACK], i, text_valid(in, &a[A_STACK], i) && stack.n > 0);
+            /* set_view checks the column's own validity; a null "args" nulls its fields. */
+            set_view(&o[8], r, &a[A_DIMS], i, in->args_valid[i]);
+            set_view(&o[9], r, &a[A_TYPES], i, in->args_valid[i]);
+            set_view(&o[10], r, &a[A_STACK], i, in->args_valid[i] && stack.n > 0);
         }
         if (f & R_GPU) {
             Out *o = tables[T_GPU];
@@ -509,7 +505,6 @@ static void release(Column *c) {
  * must be an exception, not a read out of bounds. */
 static int load_column(PyObject *spec, Column *c, Py_ssize_t rows, int text) {
     memset(c, 0, sizeof *c);
-    c->text = text;
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != (text ? 3 : 2)) {
         PyErr_SetString(PyExc_ValueError, "a column is (views, data, valid) or (values, valid)");
         return -1;
@@ -583,7 +578,7 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
             goto done;
         }
 
-    in.flags = PyMem_RawMalloc((size_t)rows * 10 + 1);
+    in.flags = PyMem_RawMalloc((size_t)rows * 2 + 1); /* flags, then cat_code */
     in.start = PyMem_RawMalloc((size_t)rows * 8 + 8);
     in.end = PyMem_RawMalloc((size_t)rows * 8 + 8);
     if (!in.flags || !in.start || !in.end) {
