@@ -27,7 +27,7 @@ import numpy, polars, pyarrow  # noqa: imported before the clock starts, as benc
 import traceanalyzer.ingest.kineto as kineto
 from traceanalyzer.ingest import read_any
 
-STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_cpu_frame", "_gpu_frame"]
+STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_cpu_and_gpu_frames"]
 marks = []
 
 

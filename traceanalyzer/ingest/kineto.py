@@ -96,7 +96,7 @@ KEPT_PHASES = ["X", "i", "I"]
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
 FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
-# Frames of this many rows and more are sorted one column at a time (see _cpu_frame).
+# Frames of this many rows and more are sorted one column at a time (see _cpu_frame_by_column).
 COLUMNWISE_ROWS = 1 << 18
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
@@ -562,8 +562,8 @@ def _assemble(parts: list[_Parts], meta: TraceMeta) -> Trace:
         return pl.concat(pieces, how="vertical_relaxed", rechunk=False)
 
     rank = pl.lit(meta.rank, pl.Int32)
-    cpu = _cpu_frame(cat("cpu").with_columns(rank=rank))
-    gpu = _gpu_frame(cat("gpu").with_columns(rank=rank), cpu, meta)
+    cpu, gpu = _cpu_and_gpu_frames([cat("cpu").with_columns(rank=rank)],
+                                   cat("gpu").with_columns(rank=rank), meta)
     return Trace(
         meta=meta,
         gpu=gpu,
@@ -600,15 +600,35 @@ def _lookup(column: str, mapping: dict[str, str], default: str | None = None) ->
     return expr
 
 
-def _cpu_frame(rows: pl.DataFrame) -> pl.DataFrame:
-    if rows.height < COLUMNWISE_ROWS:  # one query: below this, each step's fixed cost dominates
+def _cpu_and_gpu_frames(cpu_rows: list[pl.DataFrame], gpu_rows: pl.DataFrame,
+                        meta: TraceMeta) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The CPU and GPU frames. ``cpu_rows`` holds the only reference to the CPU rows, which a
+    big trace's CPU frame drops column by column as it builds them."""
+    rows = cpu_rows[0]
+    gpu = None if gpu_rows.is_empty() else _gpu_plan(gpu_rows, _launches(rows.lazy()))
+    if rows.height < COLUMNWISE_ROWS:
+        # One collect for both frames: Polars runs the two queries side by side, where one after
+        # the other left a core idle (each is too small to keep two busy on its own).
         lazy = rows.lazy()
-        cpu = pl.concat([lazy, _parent_ops(lazy)], how="horizontal")
-        return conform_lazy(cpu.sort("start_ns", maintain_order=True), "cpu").collect(engine=COLLECT_ENGINE)
+        cpu_plan = conform_lazy(pl.concat([lazy, _parent_ops(lazy)], how="horizontal")
+                                .sort("start_ns", maintain_order=True), "cpu")
+        cpu, *collected = pl.collect_all([cpu_plan] + ([gpu] if gpu is not None else []),
+                                         engine=COLLECT_ENGINE)
+        gpu_frame = collected[0] if collected else None
+    else:
+        # The GPU frame first, while the CPU rows are still compact: the CPU frame is the peak.
+        gpu_frame = gpu.collect(engine=COLLECT_ENGINE) if gpu is not None else None
+        del rows, gpu
+        cpu = _cpu_frame_by_column(cpu_rows.pop())
+    if gpu_frame is None:
+        return cpu, empty_frame("gpu")
+    return cpu, _deduplicated_gpu(gpu_frame, gpu_rows.height, meta)
+
+
+def _cpu_frame_by_column(cpu: pl.DataFrame) -> pl.DataFrame:
     # Eager, one column at a time: a lazy join and sort of the whole frame cost several times
     # the frame's size in transient memory (the ingest's peak).
-    cpu = rows.with_columns(_parent_ops(rows.lazy()).collect(engine=COLLECT_ENGINE).to_series())
-    del rows
+    cpu = cpu.with_columns(_parent_ops(cpu.lazy()).collect(engine=COLLECT_ENGINE).to_series())
     # A stable sort (ties in start_ns stay in file order: chunks arrive in order) and the cast to
     # the canonical types, one column at a time: each column is dropped from the input as soon
     # as its sorted copy exists, so the frame is never held twice (the ingest's memory peak).
@@ -697,36 +717,43 @@ def _name_columns(pairs: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _gpu_frame(rows: pl.DataFrame, cpu: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
-    if rows.is_empty():
-        return empty_frame("gpu")
+def _launches(cpu_rows: pl.LazyFrame) -> pl.LazyFrame:
+    """Whether each correlation id's launch call launched a CUDA graph: the first call in time
+    (in file order among equal times) decides, as in the sorted CPU frame."""
+    return (
+        cpu_rows.filter(pl.col("kind").is_in(API_KINDS))
+        .select("correlation", "start_ns", launch_name=pl.col("name").cast(pl.String))
+        .sort("start_ns", maintain_order=True)
+        .unique("correlation", keep="first")
+        .select("correlation", graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
+    )
+
+
+def _gpu_plan(rows: pl.DataFrame, launches: pl.LazyFrame) -> pl.LazyFrame:
     lazy = rows.lazy()
     names = _name_columns(lazy.select("kind", "name").unique())
-    launch_names = cpu.lazy().filter(pl.col("kind").is_in(API_KINDS)).select(
-        "correlation", launch_name="name"
-    ).unique("correlation", keep="first")
     gpu = (
         lazy.join(names, on=["kind", "name"], how="left", nulls_equal=True, maintain_order="left")
-        .join(launch_names, on="correlation", how="left", maintain_order="left")
-        .with_columns(graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
+        .join(launches, on="correlation", how="left", maintain_order="left")
     )
-    # Sorted and deduplicated while names are still categories (cheap to move and compare),
-    # then cast to the canonical types once.
-    rows_in = rows.height
-    deduped = (conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical})
-               .sort("start_ns", maintain_order=True).collect(engine=COLLECT_ENGINE))
+    # Sorted while names are still categories (cheap to move and compare); cast to the
+    # canonical types once, after deduplication.
+    return conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical}).sort("start_ns", maintain_order=True)
+
+
+def _deduplicated_gpu(gpu: pl.DataFrame, rows_in: int, meta: TraceMeta) -> pl.DataFrame:
     # Activities launched before profiling began have no launch call (and so no graph_launched);
     # count them, don't warn.
-    meta.extra["gpu_without_launch"] = deduped.select(
+    meta.extra["gpu_without_launch"] = gpu.select(
         (pl.col("graph_launched").is_null() & (pl.col("kind") == "kernel")).sum()
     ).item()
     # Exact duplicate rows share these five numbers: hashing them finds out whether there are
     # any for a fifth of the cost of comparing whole rows, which then only runs when needed.
-    if deduped.select("start_ns", "end_ns", "device", "stream", "correlation").is_duplicated().any():
-        deduped = deduped.unique(maintain_order=True)
-    if deduped.height < rows_in:
-        meta.warnings.append(f"dropped {rows_in - deduped.height} duplicate GPU events")
-    return deduped.with_columns(name=pl.col("name").cast(pl.String))
+    if gpu.select("start_ns", "end_ns", "device", "stream", "correlation").is_duplicated().any():
+        gpu = gpu.unique(maintain_order=True)
+    if gpu.height < rows_in:
+        meta.warnings.append(f"dropped {rows_in - gpu.height} duplicate GPU events")
+    return gpu.with_columns(name=pl.col("name").cast(pl.String))
 
 
 def _annotation_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
