@@ -26,7 +26,7 @@ import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import polars as pl
 import polars.selectors as cs
@@ -250,10 +250,10 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     # a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB, and a trace below
     # FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and DECODE_THREADS
     # groups are joined at a time, which bounds memory.
-    decoding: deque[tuple[int, Future[pl.DataFrame | _Parts]]] = deque()
+    decoding: deque[tuple[int, Future[pl.DataFrame | _Reduced]]] = deque()
     reducing: deque[Future[_Parts]] = deque()
     parts: list[_Parts] = []
-    group: list[pl.DataFrame | _Parts] = []
+    group: list[pl.DataFrame | _Reduced] = []
     group_bytes = groups = 0
 
     def take_decoded(in_flight: int) -> None:
@@ -283,12 +283,15 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     return parts or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
-def _reduce_group(chunks: list[pl.DataFrame | _Parts], compact: bool) -> _Parts:
+def _reduce_group(chunks: list[pl.DataFrame | _Reduced], compact: bool) -> _Parts:
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     # A chunk the compiled reduction took arrives reduced; the others are decoded events.
     if all(isinstance(c, pl.DataFrame) for c in chunks):
         return _reduce(pl.concat(chunks) if len(chunks) > 1 else chunks[0], compact)
-    parts = [c if isinstance(c, _Parts) else _reduce(c) for c in chunks]
+    if all(isinstance(c, _Reduced) for c in chunks):  # one frame per table for the whole group
+        parts = [_compiled_parts(*_Reduced.join(chunks))]
+    else:
+        parts = [_compiled_parts(*c) if isinstance(c, _Reduced) else _reduce(c) for c in chunks]
     if len(parts) == 1 and not compact:
         return parts[0]
     frames = []
@@ -313,14 +316,29 @@ def _chunks_until_damage(stream: BinaryIO, scan: ScanResult, by_layout: bool) ->
         scan.warnings.append(f"compressed stream ends early ({exc}); kept the events read so far")
 
 
-def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame | _Parts:
+class _Reduced(NamedTuple):
+    """A chunk the compiled reduction took: its columns, made frames per group, not per chunk
+    (a frame's fixed cost is most of a small chunk's)."""
+
+    untimed: int
+    negative: int
+    tables: list[list[pa.Array]]
+
+    @staticmethod
+    def join(chunks: list[_Reduced]) -> tuple[int, int, list[list[pa.ChunkedArray]]]:
+        tables = [[pa.chunked_array(col) for col in zip(*(c.tables[i] for c in chunks), strict=True)]
+                  for i in range(len(chunks[0].tables))]
+        return sum(c.untimed for c in chunks), sum(c.negative for c in chunks), tables
+
+
+def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame | _Reduced:
     """A chunk's events, reduced already when the compiled reduction takes them."""
     run = isinstance(chunk, EventRun)
     raw = eventdecode.decode_raw(chunk.data if run else chunk, EVENT_SCHEMA,
                                  keep=("ph", KEPT_PHASES))
     if raw is not None:
         reduced = eventreduce.reduce(raw)
-        return eventdecode.to_frame(raw, EVENT_SCHEMA) if reduced is None else _compiled_parts(*reduced)
+        return eventdecode.to_frame(raw, EVENT_SCHEMA) if reduced is None else _Reduced(*reduced)
     if run:  # events cut by the learned layout: a run the decoder declines may be cut wrong
         raise _LayoutMismatch
     try:  # no compiled decoder, or a chunk it leaves to Polars
@@ -510,7 +528,8 @@ _COMPILED_COLUMNS = (
 _NULL_TYPES = {pl.Int32: pa.int32(), pl.String: pa.string_view()}  # the columns left null
 
 
-def _compiled_parts(untimed: int, negative: int, tables: list[list[pa.Array]]) -> _Parts:
+def _compiled_parts(untimed: int, negative: int,
+                    tables: list[list[pa.Array]] | list[list[pa.ChunkedArray]]) -> _Parts:
     """:func:`_reduce`'s frames from the compiled reduction's columns (the same frames: tested).
 
     No frame queries (their fixed cost was most of a chunk's), and a frame built from an Arrow
@@ -526,7 +545,7 @@ def _compiled_parts(untimed: int, negative: int, tables: list[list[pa.Array]]) -
                       if col not in ("graph_launched", *NAME_COLUMNS)}
             columns = {col: columns[col] if col in columns else pa.nulls(rows, _NULL_TYPES[dtype])
                        for col, dtype in schema.items()}
-        frame = pl.from_arrow(pa.table(columns))
+        frame = pl.from_arrow(pa.table(columns), rechunk=False)
         assert isinstance(frame, pl.DataFrame)
         given = frame.schema
         for i, (col, dtype) in enumerate((schema or {}).items()):
