@@ -51,7 +51,7 @@ def test_public_trace_matches_reference_parser(path):
                          ids=lambda p: p.name)
 def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatch):
     """Small traces take one reduction and one query per frame; big ones many reductions (text
-    as categories) and a sort one column at a time. Forced here on real traces, they must give
+    as categories) and a sort a few columns at a time. Forced here on real traces, they must give
     exactly the reference frames too."""
     from traceanalyzer.ingest import jsonscan, kineto
 

@@ -96,9 +96,9 @@ KEPT_PHASES = ["X", "i", "I"]
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
 FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
-# Frames of this many rows and more are sorted one column at a time (see _cpu_frame_by_column).
+# Frames of this many rows and more are sorted a few columns at a time (see _cpu_frame_by_column)
 COLUMNWISE_ROWS = 1 << 18
-COLUMNS_AT_ONCE = 2  # ... that many columns at a time, side by side
+COLUMNS_AT_ONCE = 2  # ... this many, side by side
 
 try:  # ISA-L inflates gzip about twice as fast as zlib; optional
     from isal import isal_zlib as _inflate
@@ -646,7 +646,7 @@ def _cpu_and_gpu_frames(cpu_rows: list[pl.DataFrame], gpu_rows: pl.DataFrame,
 
 
 def _cpu_frame_by_column(cpu: pl.DataFrame) -> pl.DataFrame:
-    # Eager, one column at a time: a lazy join and sort of the whole frame cost several times
+    # Eager, a few columns at a time: a lazy join and sort of the whole frame cost several times
     # the frame's size in transient memory (the ingest's peak).
     cpu = cpu.with_columns(_parent_ops(cpu.lazy()).collect(engine=COLLECT_ENGINE).to_series())
     # A stable sort (ties in start_ns stay in file order: chunks arrive in order) and the cast to
