@@ -71,6 +71,46 @@ def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatc
         assert frame.equals(slow.frames()[name]), name
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [p for p in public_kineto() if p.stat().st_size > 400_000][:3],
+                         ids=lambda p: p.name)
+def test_big_trace_frames_equal_the_small_trace_frames(path, monkeypatch):
+    """Big traces build the CPU frame a few columns at a time and the GPU frame on its own;
+    small ones both frames in one query. Either way, the frames are the same."""
+    from traceanalyzer.ingest import kineto
+
+    small = read_kineto(path)
+    monkeypatch.setattr(kineto, "COLUMNWISE_ROWS", 0)
+    big = read_kineto(path)
+    for name, frame in small.frames().items():
+        assert frame.equals(big.frames()[name]), name
+    assert small.meta.extra == big.meta.extra and small.meta.warnings == big.meta.warnings
+
+
+@pytest.mark.parametrize("columnwise", [False, True])
+def test_graph_launched_follows_the_first_launch_call_in_time(tmp_path, kineto, monkeypatch,
+                                                              columnwise):
+    """A kernel's graph_launched comes from its launch call (by correlation id); when two calls
+    carry the same id, the earlier one in time decides, whatever their order in the file."""
+    from traceanalyzer.ingest import kineto as reader
+
+    if columnwise:
+        monkeypatch.setattr(reader, "COLUMNWISE_ROWS", 0)
+    # Each kernel's id has a second call, later in the file but earlier in time, which decides.
+    graph_later = kineto.launch("plain_first", 10, 2, 20, 5, api="cudaGraphLaunch")
+    plain_later = kineto.launch("graph_first", 30, 2, 40, 5)
+    for corr, api, ts in ((graph_later, "cudaLaunchKernel", 5), (plain_later, "cudaGraphLaunch", 25)):
+        kineto.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": 1, "tid": 2,
+                              "ts": ts, "dur": 1, "args": {"correlation": corr}})
+    orphan = kineto.launch("no_call", 50, 2, 60, 5)
+    kineto.events = [e for e in kineto.events
+                     if not (e["cat"] == "cuda_runtime" and e["args"]["correlation"] == orphan)]
+    trace = read_kineto(kineto.write(tmp_path / "t.json"))
+    flags = dict(trace.gpu.select("name", "graph_launched").iter_rows())
+    assert flags == {"plain_first": False, "graph_first": True, "no_call": None}
+    assert trace.meta.extra["gpu_without_launch"] == 1
+
+
 def test_units_and_links(tmp_path, kineto):
     kineto.step(1, 0, 100)
     kineto.op("aten::mm", 10, 20, ext=5, **{"Input Dims": [[8, 16], [16, 32]],
