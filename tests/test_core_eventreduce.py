@@ -46,6 +46,10 @@ def reduced_both_ways(chunk: bytes) -> _Parts | None:
     return fast
 
 
+def ndjson(batch: list[dict]) -> bytes:
+    return "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode()
+
+
 SAMPLES = sorted((REPO / "sample_traces" / "torch").glob("*.json.gz"))
 
 
@@ -112,7 +116,7 @@ def declined_for_unicode(batch: list[dict]) -> bool:
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(events, min_size=1, max_size=12))
 def test_random_events_reduce_as_polars_or_are_declined_for_unicode(batch):
-    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode() + b"\n"
+    chunk = ndjson(batch) + b"\n"
     raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     if raw is None:
         return  # the decoder left the chunk to Polars: nothing for the reduction to do
@@ -130,7 +134,7 @@ def event(**fields: object) -> dict:
     [event(cat="cuda_sync", name="Stream \u0130 Wait")],  # a sync name with Unicode
 ])
 def test_declines_what_unicode_lowercasing_could_change(batch):
-    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode()
+    chunk = ndjson(batch)
     raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     assert raw is not None and eventreduce.reduce(raw) is None
 
@@ -138,7 +142,7 @@ def test_declines_what_unicode_lowercasing_could_change(batch):
 def test_unicode_outside_categories_and_sync_names_is_reduced():
     batch = [event(name="núcleo"), event(cat="cpu_op", name="ümlaut::op"),
              event(cat="user_annotation", name="日本語")]
-    chunk = "\n".join(json.dumps(e, ensure_ascii=False) for e in batch).encode()
+    chunk = ndjson(batch)
     parts = reduced_both_ways(chunk)
     assert parts is not None
     assert parts.annotations["name"].to_list() == ["日本語"]
@@ -146,7 +150,7 @@ def test_unicode_outside_categories_and_sync_names_is_reduced():
 
 def test_text_columns_share_the_decoders_buffers_and_outlive_them():
     long = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
-    chunk = "\n".join(json.dumps(event(name=long, ts=i)) for i in range(100)).encode()
+    chunk = ndjson([event(name=long, ts=i) for i in range(100)])
     parts = reduced_both_ways(chunk)
     assert parts is not None
     names = parts.gpu["name"]
@@ -200,8 +204,9 @@ def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tm
     compiled = eventreduce.reduce
 
     def spy(raw):
-        outcomes.append(compiled(raw) is not None)
-        return compiled(raw)
+        reduced = compiled(raw)
+        outcomes.append(reduced is not None)
+        return reduced
 
     monkeypatch.setattr(eventreduce, "reduce", spy)
     fast = read_kineto(path)
@@ -220,7 +225,7 @@ def test_annotation_names_do_not_keep_the_chunks_names_alive():
     # chunk's buffer of names (all its events') would keep every chunk's names in memory.
     ops = [event(cat="cpu_op", name=f"aten::a_long_operator_name_{i}", ts=i) for i in range(2000)]
     step = event(cat="user_annotation", name="ProfilerStep#1 of a long run", ts=5)
-    chunk = "\n".join(json.dumps(e) for e in [*ops, step]).encode()
+    chunk = ndjson([*ops, step])
     parts = reduced_both_ways(chunk)
     assert parts is not None and parts.annotations.height == 1
     assert parts.annotations["name"].to_arrow().get_total_buffer_size() < 200

@@ -543,7 +543,7 @@ def _compiled_parts(untimed: int, negative: int,
         if name in ("gpu", "annotations", "syncs"):  # the canonical frames' column order and types
             rows = len(arrays[0])
             schema = {col: dtype for col, dtype in FRAME_SCHEMAS[name].items()
-                      if col not in ("graph_launched", *NAME_COLUMNS)}
+                      if col not in ASSEMBLED_GPU_COLUMNS}
             columns = {col: columns[col] if col in columns else pa.nulls(rows, _NULL_TYPES[dtype])
                        for col, dtype in schema.items()}
         frame = pl.from_arrow(pa.table(columns), rechunk=False)
@@ -704,7 +704,7 @@ def _gpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         registers=pl.col("registers per thread"),
         shared_mem=pl.col("shared memory"),
     )
-    return conform_lazy(gpu, "gpu", exclude=("graph_launched", *NAME_COLUMNS))
+    return conform_lazy(gpu, "gpu", exclude=ASSEMBLED_GPU_COLUMNS)
 
 
 def _dims(field: str) -> dict[str, pl.Expr]:
@@ -717,6 +717,8 @@ def _dims(field: str) -> dict[str, pl.Expr]:
 
 #: GPU columns that follow from (kind, name) alone: computed once per distinct name.
 NAME_COLUMNS = ("category", "copy_kind", "src_kind", "dst_kind")
+#: GPU columns the assembly adds (they need all events); a chunk's GPU rows leave them out.
+ASSEMBLED_GPU_COLUMNS = ("graph_launched", *NAME_COLUMNS)
 
 
 def _name_columns(pairs: pl.LazyFrame) -> pl.LazyFrame:
