@@ -41,6 +41,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "_stringview.h"
+
 enum { K_TEXT = 0, K_INT = 1, K_FLOAT = 2 };
 enum { OK = 0, BAIL = -1, NOMEM = -2 };
 #define MAX_FIELDS 64
@@ -407,32 +409,24 @@ static int put_null(Field *f) {
     return buf_put(&f->values, zero, 8);
 }
 
-/* The Arrow string view of the text just written at values[start:]: up to 12 bytes inline
- * (taken back out of the data), else its length, first 4 bytes and offset in data. */
+/* The string view of the text just written at values[start:]; a short one is taken back out
+ * of the data, since its view holds it. */
 static int put_view(Field *f, size_t start) {
     size_t n = f->values.len - start;
-    unsigned char view[16] = {0};
+    unsigned char view[16];
     if (n > INT32_MAX || start > INT32_MAX) return BAIL;
-    int32_t len = (int32_t)n, offset = (int32_t)start;
-    memcpy(view, &len, 4);
-    if (n <= 12) {
-        if (n) memcpy(view + 4, f->values.p + start, n); /* an empty text may have no buffer */
-        f->values.len = start;
-    } else {
-        memcpy(view + 4, f->values.p + start, 4);
-        memcpy(view + 12, &offset, 4); /* bytes 8-11: data buffer 0 */
-    }
+    view_make(view, f->values.p ? f->values.p + start : "", (int32_t)n, (int32_t)start);
+    if (n <= VIEW_INLINE) f->values.len = start;
     return buf_put(&f->views, view, 16);
 }
 
 /* The text of the last row's view in field f. */
 static const char *last_text(const Field *f, size_t *n) {
-    const unsigned char *view = (const unsigned char *)f->views.p + f->views.len - 16;
-    int32_t len, offset;
-    memcpy(&len, view, 4);
-    memcpy(&offset, view + 12, 4);
+    int32_t len;
+    const char *text = view_text((const unsigned char *)f->views.p + f->views.len - 16,
+                                 f->values.p, &len);
     *n = (size_t)len;
-    return len <= 12 ? (const char *)view + 4 : f->values.p + offset;
+    return text;
 }
 
 /* Read the value at *ps into field f (one row). As Polars with ignore_errors: a number field

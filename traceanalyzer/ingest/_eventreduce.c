@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_stringview.h"
+
 enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
 enum {
     A_EXTERNAL, A_CORRELATION, A_DEVICE, A_STREAM, A_GRID, A_BLOCK, A_REGISTERS, A_SHARED,
@@ -72,12 +74,9 @@ static const char *const GPU_KINDS[] = {"kernel", "memcpy", "memset"};
 static Str text_at(const Column *c, Py_ssize_t i) {
     Str s = {NULL, 0, ((const uint8_t *)c->valid.buf)[i] != 0};
     if (!s.valid) return s;
-    const unsigned char *view = (const unsigned char *)c->views.buf + 16 * i;
-    int32_t len, offset;
-    memcpy(&len, view, 4);
-    memcpy(&offset, view + 12, 4);
-    s.n = len;
-    s.p = len <= 12 ? (const char *)view + 4 : (const char *)c->data.buf + offset;
+    int32_t n;
+    s.p = view_text((const unsigned char *)c->views.buf + 16 * i, c->data.buf, &n);
+    s.n = n;
     return s;
 }
 
@@ -293,13 +292,16 @@ static inline void set_view(Out *o, Py_ssize_t row, const Column *c, Py_ssize_t 
     set(o, row, (const char *)c->views.buf + 16 * i, valid && ((const uint8_t *)c->valid.buf)[i]);
 }
 
-/* A short literal as an inline string view. */
+/* A literal (the kinds: all fit in their view). */
 static inline void set_literal(Out *o, Py_ssize_t row, const char *lit) {
-    unsigned char view[16] = {0};
-    int32_t n = (int32_t)strlen(lit);
-    memcpy(view, &n, 4);
-    memcpy(view + 4, lit, (size_t)n);
+    unsigned char view[16];
+    view_make(view, lit, (int32_t)strlen(lit), 0);
     set(o, row, view, 1);
+}
+
+/* Row i of an int64 field of "args": null where the field or the whole "args" is. */
+static inline void set_arg(Out *o, Py_ssize_t row, const Input *in, int field, Py_ssize_t i) {
+    set_int(o, row, int_at(&in->args[field], i), num_valid(in, &in->args[field], i, 1));
 }
 
 /* The last short text parsed as an int: pid and tid repeat from one event to the next. */
@@ -314,7 +316,7 @@ static int int_of_text(const Column *c, Py_ssize_t i, int64_t *v, Memo *memo) {
     Str s = text_at(c, i);
     if (!s.valid) return 0;
     const unsigned char *view = (const unsigned char *)c->views.buf + 16 * i;
-    int inline_text = s.n <= 12; /* the whole text is in its view: equal views, equal texts */
+    int inline_text = s.n <= VIEW_INLINE; /* all of it in its view: equal views, equal texts */
     if (inline_text && memcmp(view, memo->view, 16) == 0) {
         *v = memo->value;
         return memo->has;
@@ -348,16 +350,12 @@ typedef struct {
 
 /* The view of text p[0:n], lowercased if asked, copied into made unless it fits inline. */
 static void set_text(Out *o, Py_ssize_t row, const char *p, int32_t n, int lowercase, Made *made) {
-    unsigned char view[16] = {0};
-    memcpy(view, &n, 4);
-    char *dst = n <= 12 ? (char *)view + 4 : made->p + made->len;
+    char short_text[VIEW_INLINE];
+    char *dst = n <= VIEW_INLINE ? short_text : made->p + made->len;
     for (int32_t k = 0; k < n; k++) dst[k] = lowercase ? lower(p[k]) : p[k];
-    if (n > 12) {
-        int32_t offset = (int32_t)made->len;
-        memcpy(view + 4, dst, 4);
-        memcpy(view + 12, &offset, 4);
-        made->len += n;
-    }
+    unsigned char view[16];
+    view_make(view, dst, n, (int32_t)made->len);
+    if (n > VIEW_INLINE) made->len += n;
     set(o, row, view, 1);
 }
 
@@ -380,11 +378,11 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_view(&o[0], r, &in->top[NAME], i, 1);
             set_int(&o[1], r, start, 1);
             set_int(&o[2], r, end, 1);
-            set_int(&o[3], r, int_at(&a[A_CORRELATION], i), num_valid(in, &a[A_CORRELATION], i, 1));
+            set_arg(&o[3], r, in, A_CORRELATION, i);
             set_literal(&o[4], r, CPU_KINDS[in->cat_code[i] - C_FIRST_CPU]);
             set_int(&o[5], r, pid, has_pid);
             set_int(&o[6], r, tid, has_tid);
-            set_int(&o[7], r, int_at(&a[A_EXTERNAL], i), num_valid(in, &a[A_EXTERNAL], i, 1));
+            set_arg(&o[7], r, in, A_EXTERNAL, i);
             /* set_view checks the column's own validity; a null "args" nulls its fields. */
             set_view(&o[8], r, &a[A_DIMS], i, in->args_valid[i]);
             set_view(&o[9], r, &a[A_TYPES], i, in->args_valid[i]);
@@ -401,8 +399,8 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_view(&o[3], r, &in->top[NAME], i, 1);
             set_int(&o[4], r, start, 1);
             set_int(&o[5], r, end, 1);
-            set_int(&o[6], r, int_at(&a[A_CORRELATION], i), num_valid(in, &a[A_CORRELATION], i, 1));
-            set_int(&o[7], r, int_at(&a[A_EXTERNAL], i), num_valid(in, &a[A_EXTERNAL], i, 1));
+            set_arg(&o[6], r, in, A_CORRELATION, i);
+            set_arg(&o[7], r, in, A_EXTERNAL, i);
             int32_t d[3];
             int ok[3];
             Str grid = text_at(&a[A_GRID], i), block = text_at(&a[A_BLOCK], i);
@@ -412,16 +410,17 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             for (int k = 0; k < 3; k++) set_int(&o[8 + k], r, d[k], ok[k]);
             dims(block, d, ok);
             for (int k = 0; k < 3; k++) set_int(&o[11 + k], r, d[k], ok[k]);
-            set_int(&o[14], r, int_at(&a[A_REGISTERS], i), num_valid(in, &a[A_REGISTERS], i, 1));
-            set_int(&o[15], r, int_at(&a[A_SHARED], i), num_valid(in, &a[A_SHARED], i, 1));
-            set_int(&o[16], r, int_at(&a[A_BYTES], i), num_valid(in, &a[A_BYTES], i, 1));
+            set_arg(&o[14], r, in, A_REGISTERS, i);
+            set_arg(&o[15], r, in, A_SHARED, i);
+            set_arg(&o[16], r, in, A_BYTES, i);
         }
         if (f & R_ANNOTATION) {
             Out *o = tables[T_ANNOTATIONS];
             Py_ssize_t r = row[T_ANNOTATIONS]++;
             int64_t step = 0;
             int has_step = 0;
-            step_name(text_at(&in->top[NAME], i), &step, &has_step);
+            Str name = text_at(&in->top[NAME], i);
+            step_name(name, &step, &has_step);
             uint8_t code = in->cat_code[i];
             int cat_valid = ((const uint8_t *)in->top[CAT].valid.buf)[i];
             set_int(&o[0], r, pid, has_pid);
@@ -430,7 +429,6 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_literal(&o[2], r, has_step && cat_valid && code != C_GPU_USER ? "step"
                                   : code == C_GPU_USER                     ? "gpu_user"
                                                                            : "user");
-            Str name = text_at(&in->top[NAME], i);
             if (name.valid) set_text(&o[3], r, name.p, (int32_t)name.n, 0, made);
             set_int(&o[4], r, start, 1);
             set_int(&o[5], r, end, 1);
@@ -443,7 +441,7 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_int(&o[0], r, pid, has_pid);
             set_int(&o[1], r, tid, has_tid);
             set_int(&o[2], r, has_device ? int_at(&a[A_DEVICE], i) : pid, has_device || has_pid);
-            set_int(&o[3], r, int_at(&a[A_STREAM], i), num_valid(in, &a[A_STREAM], i, 1));
+            set_arg(&o[3], r, in, A_STREAM, i);
             /* "stream_wait" for a name with "wait" in any case, else its first word, lowercased
              * (ASCII: classify declined any other name). */
             Str name = text_at(&in->top[NAME], i);
@@ -462,16 +460,16 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             }
             set_int(&o[5], r, start, 1);
             set_int(&o[6], r, end, 1);
-            set_int(&o[7], r, int_at(&a[A_CORRELATION], i), num_valid(in, &a[A_CORRELATION], i, 1));
+            set_arg(&o[7], r, in, A_CORRELATION, i);
         }
         if (f & R_MEMORY) {
             Out *o = tables[T_MEMORY];
             Py_ssize_t r = row[T_MEMORY]++;
             set_int(&o[0], r, pid, has_pid);
-            set_int(&o[1], r, int_at(&a[A_DEVICE_ID], i), num_valid(in, &a[A_DEVICE_ID], i, 1));
+            set_arg(&o[1], r, in, A_DEVICE_ID, i);
             set_int(&o[2], r, start, 1);
-            set_int(&o[3], r, int_at(&a[A_ALLOCATED], i), num_valid(in, &a[A_ALLOCATED], i, 1));
-            set_int(&o[4], r, int_at(&a[A_RESERVED], i), num_valid(in, &a[A_RESERVED], i, 1));
+            set_arg(&o[3], r, in, A_ALLOCATED, i);
+            set_arg(&o[4], r, in, A_RESERVED, i);
         }
     }
 }
@@ -522,8 +520,8 @@ static int load_column(PyObject *spec, Column *c, Py_ssize_t rows, int text) {
             memcpy(&len, view, 4);
             memcpy(&buffer, view + 8, 4);
             memcpy(&offset, view + 12, 4);
-            if (len < 0 || (len > 12 && (buffer != 0 || offset < 0 ||
-                                         (Py_ssize_t)offset + len > c->data.len)))
+            if (len < 0 || (len > VIEW_INLINE &&
+                            (buffer != 0 || offset < 0 || (Py_ssize_t)offset + len > c->data.len)))
                 goto bad;
         }
         return 0;

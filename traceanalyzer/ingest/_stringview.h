@@ -1,0 +1,33 @@
+/* Arrow's string view, as the Kineto decoder (_eventdecode.c) writes it and its reduction
+ * (_eventreduce.c) reads and writes it: 16 bytes, the length (int32), then the text itself when
+ * it is VIEW_INLINE bytes or shorter, else its first 4 bytes, the index of its data buffer (int32;
+ * always 0 here) and its offset in that buffer (int32). */
+#ifndef TRACEANALYZER_STRINGVIEW_H
+#define TRACEANALYZER_STRINGVIEW_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define VIEW_INLINE 12
+
+/* The view of the n bytes at p; a longer text's bytes lie at offset in data buffer 0. */
+static inline void view_make(unsigned char view[16], const char *p, int32_t n, int32_t offset) {
+    memset(view, 0, 16);
+    memcpy(view, &n, 4);
+    if (n <= VIEW_INLINE) {
+        if (n > 0) memcpy(view + 4, p, (size_t)n); /* an empty text may have no bytes at all */
+    } else {
+        memcpy(view + 4, p, 4);
+        memcpy(view + 12, &offset, 4);
+    }
+}
+
+/* The text of a view, whose longer texts lie in data; its length in *n. */
+static inline const char *view_text(const unsigned char *view, const char *data, int32_t *n) {
+    int32_t offset;
+    memcpy(n, view, 4);
+    memcpy(&offset, view + 12, 4);
+    return *n <= VIEW_INLINE ? (const char *)view + 4 : data + offset;
+}
+
+#endif
