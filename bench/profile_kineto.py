@@ -1,4 +1,4 @@
-"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, rounds 5-8.
+"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, rounds 5-9.
 
     python bench/profile_kineto.py TRACE.json            # a fresh process, then a warm one
     python bench/profile_kineto.py TRACE.json --reads 3  # three reads in the warm process
@@ -7,9 +7,9 @@ Each run is a child process that imports everything first, as bench/run.py's ing
 and then reads the trace with the reader's steps wrapped: per step, when it started and ended (ms
 since the read began, and which thread), and the page faults, system and user CPU time of the
 whole process since the previous mark. "cut" marks when the main thread hands a chunk (its size
-in bytes) to the decoding threads; a chunk's decoding includes its compiled reduction. The first read of a process pays what a process pays
-once (page faults of fresh memory, Polars' and the regex engine's set-up); the later reads show
-what the trace itself costs.
+in bytes) to the decoding threads; a chunk's decoding includes its compiled reduction. The first
+read of a process pays what a process pays once (page faults of fresh memory, Polars' and the
+regex engine's set-up); the later reads show what the trace itself costs.
 """
 
 from __future__ import annotations
