@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import assert_engines_agree
+from conftest import SAMPLES, assert_engines_agree
 from nsys_fixtures import NsysBuilder
 
 from traceanalyzer.ingest import nsys
@@ -107,3 +107,19 @@ def test_ids_missing_from_string_table(tmp_path, engine):
     assert trace.cpu.select("name", "kind").rows() == [
         ("cuLaunchKernel", "driver"), ("<unknown API 88888>", "runtime"),
     ]
+
+
+@pytest.mark.skipif(sqc.engine() != "connectorx", reason="partitioned reads are connectorx's")
+@pytest.mark.parametrize("export", ["gpt_step_bad", "nccl_overlap_bad_rank0"])
+def test_partitioned_reads_give_the_single_query_frames(monkeypatch, export):
+    """A table of 2 x PARTITION_ROWS rows or more is read in rowid ranges, side by side: the
+    frames are those of one query per table (here every table is split, in ranges of 7 rows)."""
+    path = SAMPLES / "nsys" / f"{export}.sqlite"
+    monkeypatch.setattr(sqc, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(sqc, "PARTITION_ROWS", 1 << 40)
+    whole = read_nsys(path)
+    monkeypatch.setattr(sqc, "PARTITION_ROWS", 7)
+    split = read_nsys(path)
+    assert whole.gpu.height and whole.cpu.height and whole.annotations.height
+    for name, frame in whole.frames().items():
+        assert frame.equals(split.frames()[name]), name
