@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from conftest import REPO, public_kineto
 from hypothesis import HealthCheck, given, settings
@@ -230,3 +231,109 @@ def test_annotation_names_do_not_keep_the_chunks_names_alive():
     assert parts is not None and parts.annotations.height == 1
     assert parts.annotations["name"].to_arrow().get_total_buffer_size() < 200
     assert parts.cpu["name"].to_arrow().get_total_buffer_size() > 50_000  # shared, not copied
+
+
+def text_column(texts: list[str | None]) -> tuple[bytes, bytes, bytes | None]:
+    """(views, bitmap, data) of Arrow string views, as the reduction writes them."""
+    views, bitmap, data = bytearray(), bytearray((len(texts) + 7) // 8), bytearray()
+    for i, text in enumerate(texts):
+        raw = (text or "").encode()
+        view = bytearray(16)
+        view[0:4] = len(raw).to_bytes(4, "little")
+        if len(raw) <= 12:
+            view[4:4 + len(raw)] = raw
+        else:
+            view[4:8] = raw[:4]
+            view[12:16] = len(data).to_bytes(4, "little")
+            data += raw
+        views += view
+        if text is not None:
+            bitmap[i // 8] |= 1 << (i % 8)
+    return bytes(views), bytes(bitmap), bytes(data) if data else None
+
+
+def int_column(values: list[int | None], width: int = 8) -> tuple[bytes, bytes]:
+    bitmap = bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        if v is not None:
+            bitmap[i // 8] |= 1 << (i % 8)
+    return b"".join((v or 0).to_bytes(width, "little", signed=True) for v in values), bytes(bitmap)
+
+
+def test_batches_become_one_frame_with_a_chunk_per_batch():
+    long = "a text longer than twelve bytes"
+    batches = [
+        (3, (text_column(["short", None, long]), int_column([1, None, -3]), None,
+             int_column([7, 8, None], width=4))),
+        (0, (text_column([]), int_column([]), None, int_column([], width=4))),
+        (2, (text_column(["x", "y"]), int_column([2**62, 0]), None, int_column([-1, 5], width=4))),
+    ]
+    frame = eventreduce.frame("tlti", ("s", "n", "empty", "i"), batches)
+    assert frame.schema == {"s": pl.String, "n": pl.Int64, "empty": pl.String, "i": pl.Int32}
+    assert frame.rows() == [("short", 1, None, 7), (None, None, None, 8), (long, -3, None, None),
+                            ("x", 2**62, None, -1), ("y", 0, None, 5)]
+    assert frame["s"].null_count() == 1 and frame["empty"].null_count() == 5
+    assert frame.n_chunks("all")[0] >= 2  # the batches' buffers, not one copy
+
+
+def test_batches_buffers_outlive_every_python_reference():
+    long = "a text longer than twelve bytes, shared with the frame"
+    views, bitmap, data = text_column([long] * 50)
+    frame = eventreduce.frame("t", ("s",), [(50, ((views, bitmap, data),))])
+    del views, bitmap, data
+    import gc
+
+    gc.collect()
+    assert frame["s"].to_list() == [long] * 50
+
+
+@pytest.mark.parametrize("bad", [
+    ("tl", ("a",), []),  # a name per letter
+    ("x", ("a",), []),  # an unknown letter
+    ("l", ("a",), [(2, (int_column([1]),))]),  # fewer values than rows
+    ("l", ("a",), [(1, (int_column([1]), "extra"))]),  # a column too many
+    ("t", ("a",), [(1, ((b"\x00" * 16, b"\x01"),))]),  # a text column without data
+    ("t", ("a",), [(-1, (text_column([]),))]),
+])
+def test_batches_reject_what_they_cannot_export(bad):
+    with pytest.raises((ValueError, TypeError)):
+        eventreduce._eventreduce.Batches(bad[0].encode(), *bad[1:])
+
+
+def test_batches_reject_a_view_past_its_data():
+    views, bitmap, data = text_column(["a text longer than twelve bytes"])
+    with pytest.raises(ValueError):
+        eventreduce.frame("t", ("s",), [(1, ((views, bitmap, data[:10]),))])
+    with pytest.raises(ValueError):
+        eventreduce.frame("t", ("s",), [(1, ((views, bitmap, None),))])
+
+
+def test_an_unread_stream_releases_its_batches():
+    batches = eventreduce._eventreduce.Batches(b"l", ("a",), [(1, (int_column([1]),))])
+    with pytest.raises(ValueError):  # a stream is one column's
+        batches.__arrow_c_stream__()
+    capsule = batches.column(0).__arrow_c_stream__()
+    del capsule  # never taken by a consumer: its release runs with the capsule
+    assert pl.Series(values=batches.column(0)).to_list() == [1]
+    with pytest.raises(IndexError):
+        batches.column(1)
+
+
+def test_each_column_frees_its_buffers_when_dropped():
+    # A struct stream would keep a batch whole in Polars until its last column is dropped.
+    import weakref
+
+    class Owned(bytearray):  # a buffer that a weak reference can watch
+        pass
+
+    views, bitmap, data = text_column(["a text longer than twelve bytes"] * 10)
+    data = Owned(data)
+    watch = weakref.ref(data)
+    frame = eventreduce.frame("tl", ("s", "n"), [(10, ((views, bitmap, data),
+                                                       int_column(list(range(10)))))])
+    del views, bitmap, data
+    frame = frame.drop("s")
+    import gc
+
+    gc.collect()
+    assert watch() is None and frame["n"].to_list() == list(range(10))

@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_arrowstream.h"
 #include "_stringview.h"
 
 enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
@@ -655,5 +656,11 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_eventreduce", NULL,
 
 PyMODINIT_FUNC PyInit__eventreduce(void) {
     for (int c = 0; c < N_CATEGORIES; c++) CATEGORY_LENGTHS[c] = strlen(CATEGORIES[c]);
-    return PyModule_Create(&MODULE);
+    if (PyType_Ready(&BatchesType)) return NULL;
+    PyObject *module = PyModule_Create(&MODULE);
+    if (module && PyModule_AddObjectRef(module, "Batches", (PyObject *)&BatchesType)) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

@@ -6,13 +6,18 @@ read, or None, and the caller then uses the reference. It runs on the decoding t
 after the chunk is decoded, so the reduction of a small trace no longer waits for the last chunk,
 and it copies only the rows and columns the frames take (and little text: most text columns
 share the decoder's buffers).
+
+The reduced columns reach Polars through the Arrow C stream interface that the same extension
+implements (``_arrowstream.h``), a stream per column with an array per chunk, without pyarrow in
+between.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
+import polars as pl
 
 from traceanalyzer.ingest.eventdecode import Raw
 
@@ -22,16 +27,17 @@ except ImportError:  # pragma: no cover - depends on how the package was install
     _eventreduce = None
 
 AVAILABLE = _eventreduce is not None
-# The type of each output column, by its letter in _eventreduce.c's LAYOUT.
-_TYPES = {"t": pa.string_view(), "l": pa.int64(), "i": pa.int32()}
-_EMPTY = pa.py_buffer(b"")
+
+#: A table's columns: its layout (a letter per column: t text, l int64, i int32) and a batch
+#: of columns per chunk, each (rows, columns).
+Batches = tuple[str, list[tuple[int, tuple[Any, ...]]]]
 
 
-def reduce(raw: Raw) -> tuple[int, int, list[list[pa.Array]]] | None:
+def reduce(raw: Raw) -> tuple[int, int, list[Batches]] | None:
     """(untimed, negative, tables) for a chunk of ``kineto.EVENT_SCHEMA`` events, or None.
 
-    ``tables`` are the cpu, gpu, annotation, sync and memory rows, each a list of Arrow arrays
-    in the column order of ``_eventreduce.c``'s LAYOUT (``kineto`` names and types them).
+    ``tables`` are the cpu, gpu, annotation, sync and memory rows, each one batch of columns in
+    the column order of ``_eventreduce.c``'s LAYOUT (``kineto`` names and types them).
     """
     if _eventreduce is None:
         return None
@@ -39,13 +45,15 @@ def reduce(raw: Raw) -> tuple[int, int, list[list[pa.Array]]] | None:
     if out is None:
         return None
     untimed, negative, tables = out
-    return untimed, negative, [[_array(rows, letter, col) for letter, col in zip(layout, cols, strict=True)]
-                                for rows, layout, cols in tables]
+    return untimed, negative, [(layout, [(rows, cols)]) for rows, layout, cols in tables]
 
 
-def _array(rows: int, letter: str, col: tuple[Any, ...]) -> pa.Array:
-    values, bitmap, *data = col
-    buffers = [pa.py_buffer(bitmap), pa.py_buffer(values)]
-    if data:  # text: its views point into one data buffer (none for short literals)
-        buffers.append(_EMPTY if data[0] is None else pa.py_buffer(data[0]))
-    return pa.Array.from_buffers(_TYPES[letter], rows, buffers)
+def frame(layout: str, names: Sequence[str], batches: list[tuple[int, tuple[Any, ...]]]) -> pl.DataFrame:
+    """One frame of the batches, a chunk per batch, their buffers shared, not copied.
+
+    A column of a batch may be None: all null (a column the reduction does not fill).
+    """
+    assert _eventreduce is not None
+    table = _eventreduce.Batches(layout.encode(), tuple(names), batches)
+    # A stream per column: each column's buffers are freed as soon as that column is dropped.
+    return pl.DataFrame([pl.Series(values=table.column(i)) for i in range(len(names))])

@@ -30,7 +30,6 @@ from typing import Any, BinaryIO, NamedTuple
 
 import polars as pl
 import polars.selectors as cs
-import pyarrow as pa
 
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
@@ -323,12 +322,13 @@ class _Reduced(NamedTuple):
 
     untimed: int
     negative: int
-    tables: list[list[pa.Array]]
+    tables: list[eventreduce.Batches]
 
     @staticmethod
-    def join(chunks: list[_Reduced]) -> tuple[int, int, list[list[pa.ChunkedArray]]]:
-        tables = [[pa.chunked_array(col) for col in zip(*(c.tables[i] for c in chunks), strict=True)]
-                  for i in range(len(chunks[0].tables))]
+    def join(chunks: list[_Reduced]) -> tuple[int, int, list[eventreduce.Batches]]:
+        """The chunks' tables as one batch per chunk, in order."""
+        tables = [(layout, [batch for c in chunks for batch in c.tables[i][1]])
+                  for i, (layout, _) in enumerate(chunks[0].tables)]
         return sum(c.untimed for c in chunks), sum(c.negative for c in chunks), tables
 
 
@@ -526,28 +526,29 @@ _COMPILED_COLUMNS = (
 )
 
 
-_NULL_TYPES = {pl.Int32: pa.int32(), pl.String: pa.string_view()}  # the columns left null
+_NULL_LETTERS = {pl.Int32: "i", pl.String: "t"}  # the columns left null, by type
 
 
-def _compiled_parts(untimed: int, negative: int,
-                    tables: list[list[pa.Array]] | list[list[pa.ChunkedArray]]) -> _Parts:
+def _compiled_parts(untimed: int, negative: int, tables: list[eventreduce.Batches]) -> _Parts:
     """:func:`_reduce`'s frames from the compiled reduction's columns (the same frames: tested).
 
-    No frame queries (their fixed cost was most of a chunk's), and a frame built from an Arrow
-    table, not from single arrays: that imports ``pyarrow.compute``, 50 ms in a fresh process.
+    No frame queries (their fixed cost was most of a chunk's): a frame per table, a chunk per
+    batch, straight from the reduction's buffers.
     """
     frames = []
-    for name, names, arrays in zip(_Parts.TABLES, _COMPILED_COLUMNS, tables, strict=True):
-        columns = dict(zip(names, arrays, strict=True))
+    for name, names, (layout, batches) in zip(_Parts.TABLES, _COMPILED_COLUMNS, tables,
+                                              strict=True):
         schema = None
         if name in ("gpu", "annotations", "syncs"):  # the canonical frames' column order and types
-            rows = len(arrays[0])
             schema = {col: dtype for col, dtype in FRAME_SCHEMAS[name].items()
                       if col not in ASSEMBLED_GPU_COLUMNS}
-            columns = {col: columns[col] if col in columns else pa.nulls(rows, _NULL_TYPES[dtype])
-                       for col, dtype in schema.items()}
-        frame = pl.from_arrow(pa.table(columns), rechunk=False)
-        assert isinstance(frame, pl.DataFrame)
+            at = {col: i for i, col in enumerate(names)}
+            layout = "".join(layout[at[col]] if col in at else _NULL_LETTERS[dtype]
+                             for col, dtype in schema.items())
+            batches = [(rows, tuple(cols[at[col]] if col in at else None for col in schema))
+                       for rows, cols in batches]
+            names = tuple(schema)
+        frame = eventreduce.frame(layout, names, batches)
         given = frame.schema
         for i, (col, dtype) in enumerate((schema or {}).items()):
             if given[col] != dtype:  # the kinds, text until cast to their Enum
