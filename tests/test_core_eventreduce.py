@@ -337,3 +337,12 @@ def test_each_column_frees_its_buffers_when_dropped():
 
     gc.collect()
     assert watch() is None and frame["n"].to_list() == list(range(10))
+
+
+def test_a_buffer_changed_after_the_checks_is_an_error_not_a_read_past_it():
+    views, bitmap, data = text_column(["a text longer than twelve bytes"] * 4)
+    data = bytearray(data)
+    batches = eventreduce._eventreduce.Batches(b"t", ("s",), [(4, ((views, bitmap, data),))])
+    del data[10:]  # not exported yet, so it may shrink: the export checks again
+    with pytest.raises(Exception, match="no longer hold"):
+        pl.Series(values=batches.column(0))

@@ -70,7 +70,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *formats; /* bytes: a letter per column, 't' text, 'l' int64, 'i' int32 */
     PyObject *names;   /* tuple of str */
-    PyObject *batches; /* list of (rows, columns) */
+    PyObject *batches; /* tuple of (rows, columns), copied from the list given */
     Py_ssize_t column; /* the column a stream is made of (column(i)); -1 for the table */
 } Batches;
 
@@ -78,46 +78,49 @@ static int width_of(char letter) {
     return letter == 't' ? 16 : letter == 'l' ? 8 : 4;
 }
 
-/* The size of the buffer an object exports, or -1 (with an exception) if it exports none. */
-static Py_ssize_t buffer_size(PyObject *obj) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)) return -1;
-    Py_ssize_t n = view.len;
-    PyBuffer_Release(&view);
-    return n;
+/* A column's buffers, exported by the objects that own them (held while exported: an object
+ * whose buffer is exported cannot be resized). */
+typedef struct {
+    Py_buffer bufs[3]; /* values or views, bitmap, data (text; absent when None) */
+} Held;
+
+static void let_go(Held *h) {
+    for (int k = 0; k < 3; k++)
+        if (h->bufs[k].obj) PyBuffer_Release(&h->bufs[k]);
 }
 
-static int check_column(PyObject *col, char letter, Py_ssize_t rows) {
-    if (col == Py_None) return 0;
+/* Take the buffers of a column spec and check that they hold ``rows`` rows of ``letter``:
+ * the consumer reads them as they are, so a wrong size or view must be an exception here, not a
+ * read out of bounds. Returns 0, or -1 with an exception set (and nothing held). */
+static int hold_column(PyObject *col, char letter, Py_ssize_t rows, Held *h) {
+    memset(h, 0, sizeof *h);
     Py_ssize_t want = letter == 't' ? 3 : 2;
     if (!PyTuple_Check(col) || PyTuple_GET_SIZE(col) != want) {
         PyErr_SetString(PyExc_ValueError, "a column is (values, bitmap), (views, bitmap, data) "
                                           "or None");
         return -1;
     }
-    Py_ssize_t values = buffer_size(PyTuple_GET_ITEM(col, 0));
-    Py_ssize_t bitmap = values < 0 ? -1 : buffer_size(PyTuple_GET_ITEM(col, 1));
-    if (bitmap < 0) return -1;
-    if (values != rows * width_of(letter) || bitmap < (rows + 7) / 8) goto bad;
-    if (letter != 't') return 0;
-    PyObject *data = PyTuple_GET_ITEM(col, 2);
-    Py_ssize_t data_len = 0;
-    if (data != Py_None && (data_len = buffer_size(data)) < 0) return -1;
-    Py_buffer views;
-    if (PyObject_GetBuffer(PyTuple_GET_ITEM(col, 0), &views, PyBUF_SIMPLE)) return -1;
-    int ok = 1;
-    for (Py_ssize_t i = 0; i < rows && ok; i++) { /* every long text inside the data */
-        const unsigned char *view = (const unsigned char *)views.buf + 16 * i;
+    for (Py_ssize_t k = 0; k < want; k++) {
+        PyObject *obj = PyTuple_GET_ITEM(col, k);
+        if (k == 2 && obj == Py_None) break; /* text that is all inline */
+        if (PyObject_GetBuffer(obj, &h->bufs[k], PyBUF_SIMPLE)) {
+            let_go(h);
+            return -1;
+        }
+    }
+    int ok = h->bufs[0].len == rows * width_of(letter) && h->bufs[1].len >= (rows + 7) / 8;
+    Py_ssize_t data_len = h->bufs[2].obj ? h->bufs[2].len : -1;
+    for (Py_ssize_t i = 0; letter == 't' && ok && i < rows; i++) { /* long texts inside the data */
+        const unsigned char *view = (const unsigned char *)h->bufs[0].buf + 16 * i;
         int32_t len, buffer, offset;
         memcpy(&len, view, 4);
         memcpy(&buffer, view + 8, 4);
         memcpy(&offset, view + 12, 4);
-        ok = len >= 0 && (len <= VIEW_INLINE || (data != Py_None && buffer == 0 && offset >= 0 &&
-                                                 (Py_ssize_t)offset + len <= data_len));
+        ok = len >= 0 && (len <= VIEW_INLINE ||
+                          (buffer == 0 && offset >= 0 && (Py_ssize_t)offset + len <= data_len));
     }
-    PyBuffer_Release(&views);
     if (ok) return 0;
-bad:
+    let_go(h);
     PyErr_SetString(PyExc_ValueError, "a column's buffers do not hold the given rows");
     return -1;
 }
@@ -153,15 +156,24 @@ static PyObject *batches_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
             PyErr_SetString(PyExc_ValueError, "a batch has a column for each format letter");
             return NULL;
         }
-        for (Py_ssize_t c = 0; c < ncols; c++)
-            if (check_column(PyTuple_GET_ITEM(cols, c), letters[c], rows)) return NULL;
+        for (Py_ssize_t c = 0; c < ncols; c++) {
+            PyObject *col = PyTuple_GET_ITEM(cols, c);
+            Held held;
+            if (col == Py_None) continue;
+            if (hold_column(col, letters[c], rows, &held)) return NULL;
+            let_go(&held);
+        }
     }
     Batches *self = (Batches *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     self->formats = Py_NewRef(formats);
     self->names = Py_NewRef(names);
-    self->batches = Py_NewRef(batches);
+    self->batches = PySequence_Tuple(batches); /* the list could change after the checks */
     self->column = -1;
+    if (!self->batches) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -172,13 +184,10 @@ static void batches_dealloc(Batches *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Python objects dropped from a release callback: the consumer may release on any thread, with
- * or without the GIL; at interpreter exit the references are left (the process is ending). */
-static void drop_refs(PyObject **refs, int n) {
-    if (!Py_IsInitialized()) return;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    for (int i = 0; i < n; i++) Py_CLEAR(refs[i]);
-    PyGILState_Release(gil);
+/* The consumer releases on any thread, with or without the GIL. At interpreter exit the buffers
+ * are left (the process is ending). */
+static int gil_available(void) {
+    return Py_IsInitialized();
 }
 
 /* ---- the schema: one nullable column ---- */
@@ -207,26 +216,22 @@ static int make_schema(Batches *b, struct ArrowSchema *out) {
 /* ---- the column of one batch ---- */
 
 typedef struct {
-    PyObject *owners[3]; /* values or views, bitmap, data */
-    void *nulls;         /* an all-null column's buffers, made here */
+    Held held;   /* the buffers of the column's objects */
+    void *nulls; /* an all-null column's buffers, made here */
     const void *buffers[4];
-    int64_t data_size;   /* the variadic buffer sizes of a text column: one, or none */
+    int64_t data_size; /* the variadic buffer sizes of a text column: one, or none */
 } ExportedColumn;
 
 static void release_column(struct ArrowArray *a) {
     ExportedColumn *col = a->private_data;
-    drop_refs(col->owners, 3);
+    if (gil_available()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        let_go(&col->held);
+        PyGILState_Release(gil);
+    }
     free(col->nulls);
     free(col);
     a->release = NULL;
-}
-
-static const void *buffer_of(PyObject *obj) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)) return NULL;
-    const void *p = view.buf; /* bytes and the decoder's buffers never move */
-    PyBuffer_Release(&view);
-    return p;
 }
 
 static int64_t nulls_in(const uint8_t *bitmap, int64_t rows) {
@@ -253,24 +258,21 @@ static int make_column(PyObject *spec, char letter, int64_t rows, struct ArrowAr
         col->buffers[1] = (char *)col->nulls + bitmap;
         out->null_count = rows;
     } else {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(spec); k++)
-            if (PyTuple_GET_ITEM(spec, k) != Py_None)
-                col->owners[k] = Py_NewRef(PyTuple_GET_ITEM(spec, k));
-        col->buffers[1] = buffer_of(col->owners[0]);
-        col->buffers[0] = buffer_of(col->owners[1]);
-        if (col->owners[2]) {
-            col->buffers[2] = buffer_of(col->owners[2]);
-            col->data_size = buffer_size(col->owners[2]);
-        }
-        if (!col->buffers[0] || !col->buffers[1] || (col->owners[2] && !col->buffers[2])) {
+        /* Checked again as exported, with the buffers held from now on. */
+        if (hold_column(spec, letter, rows, &col->held)) {
             PyErr_Clear();
-            release_column(out);
+            free(col);
+            out->release = NULL;
             return EINVAL;
         }
+        col->buffers[1] = col->held.bufs[0].buf;
+        col->buffers[0] = col->held.bufs[1].buf;
+        col->buffers[2] = col->held.bufs[2].buf;
+        col->data_size = col->held.bufs[2].len;
         out->null_count = nulls_in(col->buffers[0], rows);
     }
     if (letter == 't') { /* validity, views, the data buffer if any, then their sizes */
-        int data = col->owners[2] != NULL;
+        int data = col->held.bufs[2].obj != NULL;
         col->buffers[2 + data] = &col->data_size;
         out->n_buffers = 3 + data;
     }
@@ -295,12 +297,12 @@ static int stream_schema(struct ArrowArrayStream *s, struct ArrowSchema *out) {
 static int stream_next(struct ArrowArrayStream *s, struct ArrowArray *out) {
     StreamState *state = s->private_data;
     PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *list = state->batches->batches;
+    PyObject *all = state->batches->batches;
     int rc = 0;
-    if (state->next >= PyList_GET_SIZE(list)) {
+    if (state->next >= PyTuple_GET_SIZE(all)) {
         out->release = NULL; /* the end of the stream */
     } else {
-        PyObject *batch = PyList_GET_ITEM(list, state->next++);
+        PyObject *batch = PyTuple_GET_ITEM(all, state->next++);
         Py_ssize_t c = state->batches->column;
         rc = make_column(PyTuple_GET_ITEM(PyTuple_GET_ITEM(batch, 1), c),
                          PyBytes_AS_STRING(state->batches->formats)[c],
@@ -312,12 +314,16 @@ static int stream_next(struct ArrowArrayStream *s, struct ArrowArray *out) {
 
 static const char *stream_error(struct ArrowArrayStream *s) {
     (void)s;
-    return "out of memory, or a buffer no longer readable";
+    return "out of memory, or a column's buffers no longer hold its rows";
 }
 
 static void stream_release(struct ArrowArrayStream *s) {
     StreamState *state = s->private_data;
-    drop_refs((PyObject **)&state->batches, 1);
+    if (gil_available()) {
+        PyGILState_STATE gil = PyGILState_Ensure();
+        Py_DECREF(state->batches);
+        PyGILState_Release(gil);
+    }
     free(state);
     s->release = NULL;
 }

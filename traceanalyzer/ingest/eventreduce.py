@@ -28,12 +28,12 @@ except ImportError:  # pragma: no cover - depends on how the package was install
 
 AVAILABLE = _eventreduce is not None
 
-#: A table's columns: its layout (a letter per column: t text, l int64, i int32) and a batch
-#: of columns per chunk, each (rows, columns).
-Batches = tuple[str, list[tuple[int, tuple[Any, ...]]]]
+#: A reduced table: its layout (a letter per column: t text, l int64, i int32) and a batch of
+#: columns per chunk, each (rows, columns).
+ReducedTable = tuple[str, list[tuple[int, tuple[Any, ...]]]]
 
 
-def reduce(raw: Raw) -> tuple[int, int, list[Batches]] | None:
+def reduce(raw: Raw) -> tuple[int, int, list[ReducedTable]] | None:
     """(untimed, negative, tables) for a chunk of ``kineto.EVENT_SCHEMA`` events, or None.
 
     ``tables`` are the cpu, gpu, annotation, sync and memory rows, each one batch of columns in
@@ -48,7 +48,8 @@ def reduce(raw: Raw) -> tuple[int, int, list[Batches]] | None:
     return untimed, negative, [(layout, [(rows, cols)]) for rows, layout, cols in tables]
 
 
-def frame(layout: str, names: Sequence[str], batches: list[tuple[int, tuple[Any, ...]]]) -> pl.DataFrame:
+def frame(layout: str, names: Sequence[str],
+          batches: list[tuple[int, tuple[Any, ...]]]) -> pl.DataFrame:
     """One frame of the batches, a chunk per batch, their buffers shared, not copied.
 
     A column of a batch may be None: all null (a column the reduction does not fill).

@@ -322,10 +322,10 @@ class _Reduced(NamedTuple):
 
     untimed: int
     negative: int
-    tables: list[eventreduce.Batches]
+    tables: list[eventreduce.ReducedTable]
 
     @staticmethod
-    def join(chunks: list[_Reduced]) -> tuple[int, int, list[eventreduce.Batches]]:
+    def join(chunks: list[_Reduced]) -> tuple[int, int, list[eventreduce.ReducedTable]]:
         """The chunks' tables as one batch per chunk, in order."""
         tables = [(layout, [batch for c in chunks for batch in c.tables[i][1]])
                   for i, (layout, _) in enumerate(chunks[0].tables)]
@@ -529,7 +529,7 @@ _COMPILED_COLUMNS = (
 _NULL_LETTERS = {pl.Int32: "i", pl.String: "t"}  # the columns left null, by type
 
 
-def _compiled_parts(untimed: int, negative: int, tables: list[eventreduce.Batches]) -> _Parts:
+def _compiled_parts(untimed: int, negative: int, tables: list[eventreduce.ReducedTable]) -> _Parts:
     """:func:`_reduce`'s frames from the compiled reduction's columns (the same frames: tested).
 
     No frame queries (their fixed cost was most of a chunk's): a frame per table, a chunk per
