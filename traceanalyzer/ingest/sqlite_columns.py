@@ -25,9 +25,10 @@ import polars as pl
 
 from traceanalyzer.cpus import usable_cpus
 
-#: Rows per parallel connectorx query; smaller tables are read in one query. Small exports
-#: have tables of 10^4-10^5 rows, each read on one core while the other waited (250_000
-#: before: a 12 MB export 163 -> 143 ms, 100 MB 713 -> 639 ms; 1 GB unchanged).
+#: Rows per parallel connectorx query; smaller tables are read in one query. Exports of
+#: 10-300 MB have tables of 10^5 rows, each read on one core while the other waited (250_000
+#: before: 100 MB 685 -> 650 ms; a 12 MB export read again in a warm process 122 -> 116 ms,
+#: in a fresh one unchanged; 1 GB unchanged).
 PARTITION_ROWS = 40_000
 #: Rows per sqlite3 fetchmany batch in the fallback.
 FALLBACK_BATCH = 100_000
