@@ -64,8 +64,9 @@ struct ArrowArrayStream {
     void *private_data;
 };
 
-/* The batches of one table, checked when made: the stream's consumer reads their buffers as
- * they are, so a wrong size or view must be an exception here, not a read out of bounds. */
+/* The batches of one table, checked when made and each column again as exported: the stream's
+ * consumer reads their buffers as they are, so a wrong size or view must be an exception, not a
+ * read out of bounds. */
 typedef struct {
     PyObject_HEAD
     PyObject *formats; /* bytes: a letter per column, 't' text, 'l' int64, 'i' int32 */
@@ -108,7 +109,8 @@ static int hold_column(PyObject *col, char letter, Py_ssize_t rows, Held *h) {
             return -1;
         }
     }
-    int ok = h->bufs[0].len == rows * width_of(letter) && h->bufs[1].len >= (rows + 7) / 8;
+    int ok = rows <= PY_SSIZE_T_MAX / 16 && h->bufs[0].len == rows * width_of(letter) &&
+             h->bufs[1].len >= (rows + 7) / 8;
     Py_ssize_t data_len = h->bufs[2].obj ? h->bufs[2].len : -1;
     for (Py_ssize_t i = 0; letter == 't' && ok && i < rows; i++) { /* long texts inside the data */
         const unsigned char *view = (const unsigned char *)h->bufs[0].buf + 16 * i;
