@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import polars as pl
 import pytest
@@ -281,8 +283,6 @@ def test_batches_buffers_outlive_every_python_reference():
     views, bitmap, data = text_column([long] * 50)
     frame = eventreduce.frame("t", ("s",), [(50, ((views, bitmap, data),))])
     del views, bitmap, data
-    import gc
-
     gc.collect()
     assert frame["s"].to_list() == [long] * 50
 
@@ -294,6 +294,7 @@ def test_batches_buffers_outlive_every_python_reference():
     ("l", ("a",), [(1, (int_column([1]), "extra"))]),  # a column too many
     ("t", ("a",), [(1, ((b"\x00" * 16, b"\x01"),))]),  # a text column without data
     ("t", ("a",), [(-1, (text_column([]),))]),
+    ("l", ("a",), [(2**62, (int_column([1]),))]),  # a row count whose byte size overflows
 ])
 def test_batches_reject_what_they_cannot_export(bad):
     with pytest.raises((ValueError, TypeError)):
@@ -321,8 +322,6 @@ def test_an_unread_stream_releases_its_batches():
 
 def test_each_column_frees_its_buffers_when_dropped():
     # A struct stream would keep a batch whole in Polars until its last column is dropped.
-    import weakref
-
     class Owned(bytearray):  # a buffer that a weak reference can watch
         pass
 
@@ -333,8 +332,6 @@ def test_each_column_frees_its_buffers_when_dropped():
                                                        int_column(list(range(10)))))])
     del views, bitmap, data
     frame = frame.drop("s")
-    import gc
-
     gc.collect()
     assert watch() is None and frame["n"].to_list() == list(range(10))
 
@@ -344,5 +341,5 @@ def test_a_buffer_changed_after_the_checks_is_an_error_not_a_read_past_it():
     data = bytearray(data)
     batches = eventreduce._eventreduce.Batches(b"t", ("s",), [(4, ((views, bitmap, data),))])
     del data[10:]  # not exported yet, so it may shrink: the export checks again
-    with pytest.raises(Exception, match="no longer hold"):
+    with pytest.raises(pl.exceptions.ComputeError, match="no longer hold"):
         pl.Series(values=batches.column(0))
