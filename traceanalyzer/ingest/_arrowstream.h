@@ -110,17 +110,9 @@ static int hold_column(PyObject *col, char letter, Py_ssize_t rows, Held *h) {
         }
     }
     int ok = rows <= PY_SSIZE_T_MAX / 16 && h->bufs[0].len == rows * width_of(letter) &&
-             h->bufs[1].len >= (rows + 7) / 8;
-    Py_ssize_t data_len = h->bufs[2].obj ? h->bufs[2].len : -1;
-    for (Py_ssize_t i = 0; letter == 't' && ok && i < rows; i++) { /* long texts inside the data */
-        const unsigned char *view = (const unsigned char *)h->bufs[0].buf + 16 * i;
-        int32_t len, buffer, offset;
-        memcpy(&len, view, 4);
-        memcpy(&buffer, view + 8, 4);
-        memcpy(&offset, view + 12, 4);
-        ok = len >= 0 && (len <= VIEW_INLINE ||
-                          (buffer == 0 && offset >= 0 && (Py_ssize_t)offset + len <= data_len));
-    }
+             h->bufs[1].len >= (rows + 7) / 8 &&
+             (letter != 't' ||
+              views_within(h->bufs[0].buf, rows, h->bufs[2].obj ? h->bufs[2].len : -1));
     if (ok) return 0;
     let_go(h);
     PyErr_SetString(PyExc_ValueError, "a column's buffers do not hold the given rows");

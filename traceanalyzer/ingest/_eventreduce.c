@@ -514,17 +514,9 @@ static int load_column(PyObject *spec, Column *c, Py_ssize_t rows, int text) {
             PyObject_GetBuffer(c->data_obj, &c->data, PyBUF_SIMPLE) ||
             PyObject_GetBuffer(PyTuple_GET_ITEM(spec, 2), &c->valid, PyBUF_SIMPLE))
             return -1;
-        if (c->views.len != 16 * rows || c->valid.len != rows) goto bad;
-        for (Py_ssize_t i = 0; i < rows; i++) { /* every long view inside the data */
-            const unsigned char *view = (const unsigned char *)c->views.buf + 16 * i;
-            int32_t len, buffer, offset;
-            memcpy(&len, view, 4);
-            memcpy(&buffer, view + 8, 4);
-            memcpy(&offset, view + 12, 4);
-            if (len < 0 || (len > VIEW_INLINE &&
-                            (buffer != 0 || offset < 0 || (Py_ssize_t)offset + len > c->data.len)))
-                goto bad;
-        }
+        if (c->views.len != 16 * rows || c->valid.len != rows ||
+            !views_within(c->views.buf, rows, c->data.len))
+            goto bad;
         return 0;
     }
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(spec, 0), &c->values, PyBUF_SIMPLE) ||
@@ -609,7 +601,7 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
         if (!cols || !(tables[t] = Py_BuildValue("(nsN)", n, layout, cols))) goto done;
         out_of[t] = outs[t];
         for (Py_ssize_t c = 0; c < ncols; c++) {
-            int width = layout[c] == 't' ? 16 : layout[c] == 'l' ? 8 : 4;
+            int width = width_of(layout[c]);
             PyObject *values = bytes_of(n * width, layout[c] == 't');
             PyObject *bitmap = bytes_of((n + 7) / 8, 1);
             PyObject *col = NULL;

@@ -30,4 +30,21 @@ static inline const char *view_text(const unsigned char *view, const char *data,
     return *n <= VIEW_INLINE ? (const char *)view + 4 : data + offset;
 }
 
+/* Whether each of ``rows`` views is inline or lies inside a data buffer 0 of ``data_len`` bytes
+ * (-1: there is none). Views that come from Python are checked with it before anything reads
+ * the text they point to. */
+static inline int views_within(const unsigned char *views, int64_t rows, int64_t data_len) {
+    for (int64_t i = 0; i < rows; i++) {
+        const unsigned char *view = views + 16 * i;
+        int32_t len, buffer, offset;
+        memcpy(&len, view, 4);
+        memcpy(&buffer, view + 8, 4);
+        memcpy(&offset, view + 12, 4);
+        if (len < 0 || (len > VIEW_INLINE &&
+                        (buffer != 0 || offset < 0 || (int64_t)offset + len > data_len)))
+            return 0;
+    }
+    return 1;
+}
+
 #endif
