@@ -5,8 +5,10 @@ Perfetto packet walker (``_perfettowalk.c``).
 Optional by design. Without a C compiler or the Python headers the package installs without
 them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
 2.5x the CPU), or reduces decoded chunks with Polars alone, and Perfetto ingest walks packets
-with the Python decoder (the same tables, at 3-5x the time). ``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
+with the Python decoder (the same tables, at 3-5x the time).
+``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
 ``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
+``_eventreduce.c`` includes ``_stringview.h`` and ``_arrowstream.h``, next to it.
 """
 
 from __future__ import annotations

@@ -752,7 +752,8 @@ def _launches(cpu_rows: pl.LazyFrame) -> pl.LazyFrame:
         .select("correlation", "start_ns", launch_name=pl.col("name").cast(pl.String))
         .sort("start_ns", maintain_order=True)
         .unique("correlation", keep="first")
-        .select("correlation", graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
+        .select("correlation",
+                graph_launched=pl.col("launch_name").str.contains("(?i)graphlaunch"))
     )
 
 
@@ -765,7 +766,8 @@ def _gpu_plan(rows: pl.DataFrame, launches: pl.LazyFrame) -> pl.LazyFrame:
     )
     # Sorted while names are still categories (cheap to move and compare); cast to the
     # canonical types once, after deduplication.
-    return conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical}).sort("start_ns", maintain_order=True)
+    return (conform_lazy(gpu, "gpu", dtypes={"name": pl.Categorical})
+            .sort("start_ns", maintain_order=True))
 
 
 def _deduplicated_gpu(gpu: pl.DataFrame, rows_in: int, meta: TraceMeta) -> pl.DataFrame:
