@@ -259,6 +259,21 @@ def test_render_fills_only_plain_names():
             template_fields(bad, "w")
 
 
+def test_render_durations_in_the_unit_that_suits_them():
+    template = "took {t_ms!d:.1f}, {g_us!d}, {n_ns!d:.2f}"
+    assert template_fields(template, "w") == ["t_ms", "g_us", "n_ns"]
+    assert render(template, {"t_ms": 62.91, "g_us": 1500, "n_ns": 800}, "w") == (
+        "took 62.9 ms, 1.5 ms, 800 ns")
+    # Below a millisecond a fixed "ms" read "0.0 ms" for a 15 µs kernel.
+    assert render("{t_ms!d:.1f}", {"t_ms": 0.0151}, "w") == "15.1 µs"
+    assert render("{t_ms!d:.1f}", {"t_ms": 0}, "w") == "0.0 ms"
+    assert render("{t_ms!d:d}", {"t_ms": 0.25}, "w") == "250 µs"
+    assert render("{t_ms!d}", {"t_ms": None}, "w") == "n/a"
+    for bad in ("{count!d}", "{t_ms!s}", "{t_s!d}"):  # a duration needs its unit in its name
+        with pytest.raises(RuleError, match="only conversion is !d"):
+            template_fields(bad, "w")
+
+
 def test_sql_parameters_are_bound_as_numbers_only():
     sql = "SELECT ':x' AS s, \"col:x\" FROM gpu WHERE a > :x AND b < :y -- :z\n"
     bound = bind(sql, {"x": 5, "y": -2.5}, "w")

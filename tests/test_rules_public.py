@@ -128,3 +128,11 @@ def test_rule_file_examples_hold(slug, example, fires):
     if not path.exists():
         pytest.skip(f"{example} is not available")
     assert (slug in _fired_on(path)) == fires, (slug, example)
+
+
+def test_sub_millisecond_durations_read_in_microseconds():
+    # The MI250 test trace is a 9 ms toy run: its two FP32 GEMMs take 30 µs, which the
+    # message once gave as "0.0 ms".
+    findings, _ = verdicts("hta_mi250_rocm.json.gz")
+    message = findings["fp32-matmul"].message
+    assert "for 30.2 µs (" in message and "0.0 ms" not in message

@@ -343,7 +343,8 @@ def _parse_examples(raw: Any, where: Any) -> tuple[tuple[str, ...], tuple[str, .
 
 
 def template_fields(template: str, where: str) -> list[str]:
-    """The field names of a template; :class:`RuleError` for anything but ``{name[:spec]}``."""
+    """The field names of a template; :class:`RuleError` for anything but ``{name[:spec]}`` and
+    ``{name!d[:spec]}`` (a duration, see :func:`_duration`)."""
     names = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -355,8 +356,9 @@ def template_fields(template: str, where: str) -> list[str]:
         if not name.isidentifier():
             raise RuleError(f"{where}: template field {{{name}}} must be a plain name "
                             "(no attribute or index access)")
-        if conversion:
-            raise RuleError(f"{where}: template field {{{name}!{conversion}}}: conversions are not allowed")
+        if conversion and (conversion != "d" or name[-3:] not in _NS_PER):
+            raise RuleError(f"{where}: template field {{{name}!{conversion}}}: the only conversion "
+                            "is !d, a duration field named *_ns, *_us or *_ms")
         if spec and ("{" in spec or not _FORMAT_SPEC_RE.match(spec)):
             raise RuleError(f"{where}: template field {{{name}:{spec}}}: format spec not allowed "
                             "(use e.g. :.1f, :d, :,)")
@@ -367,10 +369,28 @@ def template_fields(template: str, where: str) -> list[str]:
 check_template = template_fields
 
 
+#: Nanoseconds per unit of a duration field, by the suffix of its name (for ``!d``).
+_NS_PER = {"_ns": 1, "_us": 1_000, "_ms": 1_000_000}
+
+
+def _duration(name: str, value: Any, spec: str) -> str:
+    """``{name!d:spec}``: a duration in the unit that suits its size (ms, µs or ns), so that a
+    45 µs kernel reads "45.0 µs", not "0.0 ms"; the spec's precision applies in that unit."""
+    ns = float(value) * _NS_PER[name[-3:]]
+    size = abs(ns)
+    scale, unit = ((1e6, "ms") if size >= 1e6 or size == 0
+                   else (1e3, "µs") if size >= 1e3 else (1.0, "ns"))
+    try:  # whole nanoseconds: a tenth of one means nothing in a trace
+        number = format(ns / scale, spec or ".1f") if scale > 1 else f"{ns:.0f}"
+    except ValueError:  # an integer spec (:d) on a scaled value
+        number = f"{ns / scale:.0f}"
+    return f"{number} {unit}"
+
+
 def render(template: str, values: dict[str, Any], where: str) -> str:
     """Fill a validated template. Only plain names are looked up, never attributes or indexes."""
     out = []
-    for literal, name, spec, _conv in string.Formatter().parse(template):
+    for literal, name, spec, conversion in string.Formatter().parse(template):
         out.append(literal)
         if name is None:
             continue
@@ -382,7 +402,8 @@ def render(template: str, values: dict[str, Any], where: str) -> str:
             out.append("n/a")
             continue
         try:
-            out.append(format(value, spec or ""))
+            out.append(_duration(name, value, spec) if conversion == "d"
+                       else format(value, spec or ""))
         except (ValueError, TypeError):
             out.append(str(value))
     return " ".join("".join(out).split())
