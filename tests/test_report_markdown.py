@@ -22,3 +22,18 @@ def test_markdown_escapes_untrusted_text():
     # no live links: every "[" and "(" that came from a trace is backslash-escaped
     assert not re.search(r"(?<!\\)\[x(?<!\\)\]\(", text)
     assert md_escape("a|b\nc") == "a\\|b c"
+
+
+def test_reports_say_impacts_do_not_add_up_when_there_are_several():
+    from dataclasses import replace
+
+    from traceanalyzer.cli.analyze import render_summary
+    from traceanalyzer.findings import IMPACTS_OVERLAP
+    from traceanalyzer.report.html import render_html
+
+    several = make_result()
+    assert len(several.findings) > 1
+    one = replace(several, findings=several.findings[:1])
+    for render in (render_markdown, render_html, render_summary):
+        assert IMPACTS_OVERLAP in render(several), render.__name__
+        assert IMPACTS_OVERLAP not in render(one), render.__name__

@@ -24,7 +24,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
-from traceanalyzer.findings import Finding
+from traceanalyzer.findings import IMPACTS_OVERLAP, Finding
 from traceanalyzer.model import Trace
 from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
@@ -261,6 +261,8 @@ def _findings(findings: list[Finding], has_timeline: bool, origin: int | None) -
         return ('<section id="findings"><h2>Findings</h2><p>No rule fired on this trace. See '
                 '<a href="#rules">rules</a> for what was checked.</p></section>')
     out = [f'<section id="findings"><h2>Findings ({len(findings)}, most costly first)</h2>']
+    if len(findings) > 1:
+        out.append(f'<p class="muted">{esc(IMPACTS_OVERLAP)}</p>')
     for i, f in enumerate(findings):
         sev = f.severity if f.severity in ("critical", "high", "medium", "low", "info") else "info"
         impact = f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)"
