@@ -7,7 +7,7 @@ import weakref
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
-from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct
+from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct, window_length
 
 #: Kernel names that say the GEMM runs in 16-bit or 8-bit precision (checked first).
 #: cuBLAS's nvjet kernels name their types after the architecture: nvjet_sm90_tst_... (a letter
@@ -89,14 +89,22 @@ def _kernels_with_ops(views) -> pl.DataFrame:
     )
 
 
+def _matters(views, impact_ns: int, p: Params) -> bool:
+    """Whether a GEMM saving is worth a finding: a share of kernel time alone is not, when the
+    GPU mostly idles (two FP32 GEMMs of 30 µs in a 9 ms window are 27% of its kernel time)."""
+    window = window_length(views)
+    return bool(window) and pct(impact_ns, window) >= p["min_impact_pct"]
+
+
 @detector(
     "fp32_matmul",
-    params=("min_gpu_time_pct", "expected_speedup_ratio"),
+    params=("min_gpu_time_pct", "expected_speedup_ratio", "min_impact_pct"),
     fields=("fp32_ms", "fp32_pct", "kernel_count", "tf32_pct", "top_kernel", "top_op"),
 )
 def fp32_matmul(views, p: Params) -> Detection | None:
     """GEMM kernels in FP32/TF32 (by kernel name, or by the operator's recorded input dtypes) on a
-    GPU with BF16/FP16 tensor cores, when they take ``min_gpu_time_pct`` of kernel time."""
+    GPU with BF16/FP16 tensor cores, when they take ``min_gpu_time_pct`` of kernel time and the
+    saving is ``min_impact_pct`` of the window."""
     caps = [d.compute_capability for d in views.meta.devices if d.compute_capability]
     vendors = {d.vendor for d in views.meta.devices}
     if caps and "amd" not in vendors:
@@ -133,8 +141,11 @@ def fp32_matmul(views, p: Params) -> Detection | None:
         "op", pl.col("types").alias("input_types"), "stream",
     )
     speedup = float(p["expected_speedup_ratio"])
+    impact = int(fp32_ns * (1 - 1 / speedup)) if speedup > 1 else 0
+    if not _matters(views, impact, p):
+        return None
     return Detection(
-        impact_ns=int(fp32_ns * (1 - 1 / speedup)) if speedup > 1 else 0,
+        impact_ns=impact,
         fields={
             "fp32_ms": ms(fp32_ns),
             "fp32_pct": pct(fp32_ns, total),
@@ -154,7 +165,8 @@ UNALIGNED_KERNEL = r"(?i)align[abc]?[12]([^0-9]|$)"
 UNALIGNED_HALF_KERNEL = r"(?i)align[abc]?4([^0-9]|$)"
 
 
-def _unaligned_by_kernel_name(kernels: pl.DataFrame, total: int, p: Params) -> Detection | None:
+def _unaligned_by_kernel_name(views, kernels: pl.DataFrame, total: int,
+                              p: Params) -> Detection | None:
     """Without recorded shapes, the kernel a GEMM ran tells whether its operands were aligned."""
     gemm = kernels.filter(
         (pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM)
@@ -180,8 +192,11 @@ def _unaligned_by_kernel_name(kernels: pl.DataFrame, total: int, p: Params) -> D
         pl.col("name").alias("kernel"), "calls", (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"),
         "op", "stream",
     )
+    impact = int(odd_ns * float(p["expected_gain_pct"]) / 100.0)
+    if not _matters(views, impact, p):
+        return None
     return Detection(
-        impact_ns=int(odd_ns * float(p["expected_gain_pct"]) / 100.0),
+        impact_ns=impact,
         fields={
             "odd_ms": ms(odd_ns),
             "odd_pct": pct(odd_ns, total),
@@ -227,17 +242,18 @@ def gemm_shapes(views) -> pl.DataFrame:
 
 @detector(
     "odd_matmul_shape",
-    params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct"),
+    params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct",
+            "min_impact_pct"),
     fields=("odd_ms", "odd_pct", "gemm_count", "shape_count", "top_shape", "top_op"),
 )
 def odd_matmul_shape(views, p: Params) -> Detection | None:
     """GEMMs whose M, N or K is not a multiple of 8, or whose N or K (the model's dimensions) is
     at least ``large_dim_count`` and not a multiple of 64, from recorded shapes; fires when they
-    take ``min_gpu_time_pct`` of kernel time."""
+    take ``min_gpu_time_pct`` of kernel time and the saving is ``min_impact_pct`` of the window."""
     kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
     total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
     if views.cpu["input_dims"].null_count() == views.cpu.height:
-        return _unaligned_by_kernel_name(kernels, total, p)
+        return _unaligned_by_kernel_name(views, kernels, total, p)
     shapes = own_rank(views, gemm_shapes(views))
     if shapes.height == 0:
         return None
@@ -289,8 +305,11 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
         pl.col("name").alias("op"), "shape", "odd_dims", "calls",
         (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"), "kernel", "stream", "input_types",
     )
+    impact = int(bad["saving_ns"].sum() or 0)
+    if not _matters(views, impact, p):
+        return None
     return Detection(
-        impact_ns=int(bad["saving_ns"].sum() or 0),
+        impact_ns=impact,
         fields={
             "odd_ms": ms(odd_ns),
             "odd_pct": pct(odd_ns, total),
