@@ -270,7 +270,17 @@ def test_render_durations_in_the_unit_that_suits_them():
     assert render("{t_ms!d:d}", {"t_ms": 0.25}, "w") == "250 µs"
     assert render("{t_ms!d}", {"t_ms": None}, "w") == "n/a"
     for bad in ("{count!d}", "{t_ms!s}", "{t_s!d}"):  # a duration needs its unit in its name
-        with pytest.raises(RuleError, match="only conversion is !d"):
+        with pytest.raises(RuleError, match="the conversions are !d"):
+            template_fields(bad, "w")
+
+
+def test_render_counts_with_their_noun():
+    template = "{n!p:copy|copies} and {m!p:GEMM|GEMMs}"
+    assert template_fields(template, "w") == ["n", "m"]
+    assert render(template, {"n": 1, "m": 3}, "w") == "1 copy and 3 GEMMs"
+    assert render(template, {"n": 0, "m": None}, "w") == "0 copies and n/a"
+    for bad in ("{n!p}", "{n!p:copy}", "{n!p:a|b|c}"):
+        with pytest.raises(RuleError, match="two forms"):
             template_fields(bad, "w")
 
 

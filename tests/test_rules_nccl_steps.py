@@ -32,7 +32,7 @@ def test_exposed_collective_inside_a_step_still_fires():
     _pre_step_barrier(s, exposed_in_step=1000)
     f = run(s)[0]["nccl-not-overlapped"]
     assert f.impact_ns == 1000 * 1000  # the step's collective only, not the 2 ms barrier
-    assert "in 1 collectives" in f.message and len(f.evidence) == 1
+    assert "in 1 collective," in f.message and len(f.evidence) == 1
 
 
 def test_without_steps_every_collective_counts():

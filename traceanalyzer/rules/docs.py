@@ -51,14 +51,15 @@ Its impact is the sum of an `impact_ns` column, else the union of the rows' `sta
 The message may use `{count}`, `{impact_ms}`, `{impact_pct}`, `{per_step_ms}`, the parameters,
 and for each result column `{top_COL}` (first row) and, for numbers, `{sum_COL}` / `{max_COL}`.
 Fields take a format spec (`{impact_pct:.1f}`); a duration field (named `*_ms`, `*_us` or `*_ns`)
-written `{impact_ms!d:.2f}` prints in the unit that suits its size: `12.34 ms`, `45.00 µs`, `800 ns`.
+written `{impact_ms!d:.2f}` prints in the unit that suits its size: `12.34 ms`, `45.00 µs`, `800 ns`;
+a count written `{count!p:memset|memsets}` prints with its noun: `1 memset`, `3 memsets`.
 
 ```yaml
 slug: long-memset
 id: USR001
 severity: low
 title: Long memsets
-message: "{count} memsets of {min_duration_us} µs or more, {impact_ms!d:.2f} in total"
+message: "{count!p:memset|memsets} of {min_duration_us} µs or more, {impact_ms!d:.2f} in total"
 quiet: "No memset of {min_duration_us} µs or more."
 rationale: Clearing large buffers every step costs HBM bandwidth.
 fix: Reuse buffers instead of zeroing them, or fuse the clear into the kernel that fills them.

@@ -343,8 +343,9 @@ def _parse_examples(raw: Any, where: Any) -> tuple[tuple[str, ...], tuple[str, .
 
 
 def template_fields(template: str, where: str) -> list[str]:
-    """The field names of a template; :class:`RuleError` for anything but ``{name[:spec]}`` and
-    ``{name!d[:spec]}`` (a duration, see :func:`_duration`)."""
+    """The field names of a template; :class:`RuleError` for anything but ``{name[:spec]}``,
+    ``{name!d[:spec]}`` (a duration, see :func:`_duration`) and ``{name!p:one|many}`` (a count,
+    see :func:`_counted`)."""
     names = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -356,9 +357,15 @@ def template_fields(template: str, where: str) -> list[str]:
         if not name.isidentifier():
             raise RuleError(f"{where}: template field {{{name}}} must be a plain name "
                             "(no attribute or index access)")
+        if conversion == "p":
+            if not _PLURAL_SPEC_RE.match(spec or ""):
+                raise RuleError(f"{where}: template field {{{name}!p}} needs its noun's two "
+                                "forms, e.g. {copy_count!p:copy|copies}")
+            names.append(name)
+            continue
         if conversion and (conversion != "d" or name[-3:] not in _NS_PER):
-            raise RuleError(f"{where}: template field {{{name}!{conversion}}}: the only conversion "
-                            "is !d, a duration field named *_ns, *_us or *_ms")
+            raise RuleError(f"{where}: template field {{{name}!{conversion}}}: the conversions "
+                            "are !d (a duration field named *_ns, *_us or *_ms) and !p (a count)")
         if spec and ("{" in spec or not _FORMAT_SPEC_RE.match(spec)):
             raise RuleError(f"{where}: template field {{{name}:{spec}}}: format spec not allowed "
                             "(use e.g. :.1f, :d, :,)")
@@ -387,6 +394,16 @@ def _duration(name: str, value: Any, spec: str) -> str:
     return f"{number} {unit}"
 
 
+#: ``{n!p:copy|copies}``: the singular and the plural of a count's noun.
+_PLURAL_SPEC_RE = re.compile(r"^[^{}|]+\|[^{}|]+$")
+
+
+def _counted(value: Any, spec: str) -> str:
+    """``{n!p:copy|copies}``: "1 copy", "3 copies" (the count with the form of its noun)."""
+    one, many = spec.split("|")
+    return f"{value} {one if value == 1 else many}"
+
+
 def render(template: str, values: dict[str, Any], where: str) -> str:
     """Fill a validated template. Only plain names are looked up, never attributes or indexes."""
     out = []
@@ -403,6 +420,7 @@ def render(template: str, values: dict[str, Any], where: str) -> str:
             continue
         try:
             out.append(_duration(name, value, spec) if conversion == "d"
+                       else _counted(value, spec) if conversion == "p"
                        else format(value, spec or ""))
         except (ValueError, TypeError):
             out.append(str(value))
