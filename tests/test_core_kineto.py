@@ -271,3 +271,39 @@ def test_a_reads_finished_tasks_are_not_held():
         for _ in range(50):
             assert tasks.submit(bytes, 1 << 20).result() == bytes(1 << 20)
         assert len(tasks.futures) <= 1
+
+
+def test_pytorch_1_8_category_names(tmp_path, monkeypatch):
+    # PyTorch 1.8's Kineto wrote "Operator", "Runtime", "Kernel", "Memcpy" and "Memset" where
+    # later versions write cpu_op, cuda_runtime, kernel, gpu_memcpy and gpu_memset.
+    def x(cat, name, ts, dur, pid, tid, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                "args": args}
+
+    events = [
+        x("Operator", "ProfilerStep#1", 50, 400, 7, "1"),
+        x("Operator", "aten::copy_", 100, 60, 7, "1", **{"External id": 3}),
+        x("Runtime", "cudaMemcpyAsync", 110, 20, 7, "1", correlation=11),
+        x("Memcpy", "Memcpy HtoD (Pageable -> Device)", 140, 10, 0, "stream 7", stream=7,
+          correlation=11),
+        x("Runtime", "cudaMemsetAsync", 170, 5, 7, "1", correlation=12),
+        x("Memset", "Memset (Device)", 180, 5, 0, "stream 7", stream=7, correlation=12),
+        x("Runtime", "cudaLaunchKernel", 200, 5, 7, "1", correlation=13),
+        x("Kernel", "void gemmSN_TN_kernel", 210, 15, 0, "stream 7", stream=7, device=0,
+          correlation=13),
+    ]
+    path = tmp_path / "legacy.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_kineto(path)
+    gpu = trace.gpu.sort("start_ns")
+    assert gpu["kind"].cast(pl.String).to_list() == ["memcpy", "memset", "kernel"]
+    assert gpu["copy_kind"].cast(pl.String).to_list() == ["HtoD", None, None]
+    assert gpu["graph_launched"].to_list() == [False, False, False]  # each found its launch call
+    cpu = trace.cpu.filter(pl.col("kind") == "runtime")
+    assert cpu["name"].to_list() == ["cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchKernel"]
+    assert trace.annotations["kind"].cast(pl.String).to_list() == ["step"]
+    # The compiled reduction reads them as the Polars one does.
+    monkeypatch.setattr("traceanalyzer.ingest.eventreduce._eventreduce", None)
+    reference = read_kineto(path)
+    for name, frame in trace.frames().items():
+        assert frame.equals(reference.frames()[name]), name

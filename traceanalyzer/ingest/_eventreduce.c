@@ -60,17 +60,20 @@ typedef struct {
     uint8_t *cat_code;    /* index in CATEGORIES + 1, or 0 */
 } Input;
 
-/* The categories the reference matches after lowercasing ``cat``. */
+/* The categories the reference matches after lowercasing ``cat`` (kineto.CPU_CATEGORIES and
+ * GPU_CATEGORIES, in their order; "runtime", "python", "memcpy" and "memset" are PyTorch 1.8's). */
 static const char *const CATEGORIES[] = {
-    "cpu_op", "operator", "cuda_runtime", "cuda_driver", "python_function", /* CPU */
-    "kernel", "gpu_memcpy", "gpu_memset",                                    /* GPU */
+    "cpu_op", "operator", "cuda_runtime", "cuda_driver", "python_function", "runtime", /* CPU */
+    "python",
+    "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", /* GPU */
     "user_annotation", "gpu_user_annotation", "cuda_sync",
 };
 static size_t CATEGORY_LENGTHS[sizeof CATEGORIES / sizeof *CATEGORIES];
-enum { C_FIRST_CPU = 1, C_LAST_CPU = 5, C_KERNEL = 6, C_LAST_GPU = 8, C_USER = 9, C_GPU_USER = 10,
-       C_SYNC = 11, N_CATEGORIES = 11 };
-static const char *const CPU_KINDS[] = {"op", "op", "runtime", "driver", "python"};
-static const char *const GPU_KINDS[] = {"kernel", "memcpy", "memset"};
+enum { C_FIRST_CPU = 1, C_LAST_CPU = 7, C_KERNEL = 8, C_LAST_GPU = 12, C_USER = 13,
+       C_GPU_USER = 14, C_SYNC = 15, N_CATEGORIES = 15 };
+static const char *const CPU_KINDS[] = {"op", "op", "runtime", "driver", "python", "runtime",
+                                        "python"};
+static const char *const GPU_KINDS[] = {"kernel", "memcpy", "memset", "memcpy", "memset"};
 
 static Str text_at(const Column *c, Py_ssize_t i) {
     Str s = {NULL, 0, ((const uint8_t *)c->valid.buf)[i] != 0};

@@ -78,13 +78,18 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "args": pl.Struct(ARG_FIELDS),
 }
 
-GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+# Matched lowercased. PyTorch 1.8's Kineto named them "Operator", "Runtime", "Python", "Kernel",
+# "Memcpy" and "Memset" (the TensorBoard plugin reads both); _eventreduce.c keeps the same lists.
+GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+                  "memcpy": "memcpy", "memset": "memset"}
 CPU_CATEGORIES = {
     "cpu_op": "op",
     "operator": "op",
     "cuda_runtime": "runtime",
     "cuda_driver": "driver",
     "python_function": "python",
+    "runtime": "runtime",
+    "python": "python",
 }
 STEP_PATTERN = r"^ProfilerStep#([0-9]+)$"
 KEPT_PHASES = ["X", "i", "I"]
