@@ -11,7 +11,8 @@ SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
 #: Said under two findings or more: idle time after a sync that happened while data loaded counts
 #: in hidden-sync and in dataloader-stall, and a slow FP32 GEMM in fp32-matmul and odd-matmul-shape.
-IMPACTS_OVERLAP = "Impacts overlap where one stretch of time has several causes, so they do not add up."
+IMPACTS_OVERLAP = ("Impacts overlap where one stretch of time has several causes, so they do not "
+                   "add up.")
 
 
 def severity_rank(severity: str) -> int:
