@@ -268,7 +268,7 @@ def test_launch_overhead_bound_fires_on_tiny_kernels_launched_late():
         s.kernel("vectorized_elementwise_kernel", 10 + i * 25, 3, launch=5 + i * 25)
     findings, _ = run(s)
     f = findings["launch-overhead-bound"]
-    assert "1 of 1 steps launch 60 kernels" in f.message
+    assert "1 of 1 step launched 60 kernels" in f.message
     assert f.impact_ns == 59 * 22 * US
 
 
@@ -315,7 +315,7 @@ def test_pageable_memcpy_fires_and_pinned_is_quiet():
     s = Synth()
     _copy(s, "pageable")
     f = run(s)[0]["pageable-memcpy"]
-    assert f.impact_ns == 300 * US and "1 copies" in f.message
+    assert f.impact_ns == 300 * US and "1 copy from" in f.message
     assert f.evidence[0]["exposed_us"] == pytest.approx(300)
     s = Synth()
     _copy(s, "pinned")
@@ -469,7 +469,8 @@ def test_unfused_optimizer_fires_on_per_parameter_kernels():
     for i in range(80):
         s.kernel("vectorized_elementwise_kernel<add_>", 10 + i * 20, 4, launch=5 + i * 20)
     f = run(s)[0]["unfused-optimizer"]
-    assert "launch 80 kernels each (0 multi-tensor)" in f.message
+    assert ("1 optimizer step (Optimizer.step#AdamW.step) launched 80 kernels each "
+            "(0 multi-tensor)") in f.message
     assert "Optimizer.step#AdamW.step" in f.message
 
 
