@@ -74,6 +74,11 @@ enum { C_FIRST_CPU = 1, C_LAST_CPU = 7, C_KERNEL = 8, C_LAST_GPU = 12, C_USER = 
 static const char *const CPU_KINDS[] = {"op", "op", "runtime", "driver", "python", "runtime",
                                         "python"};
 static const char *const GPU_KINDS[] = {"kernel", "memcpy", "memset", "memcpy", "memset"};
+/* The numbering above is by hand: these fail the build where it and the lists part ways. */
+_Static_assert(sizeof CATEGORIES / sizeof *CATEGORIES == N_CATEGORIES, "CATEGORIES");
+_Static_assert(sizeof CPU_KINDS / sizeof *CPU_KINDS == C_LAST_CPU - C_FIRST_CPU + 1, "CPU_KINDS");
+_Static_assert(sizeof GPU_KINDS / sizeof *GPU_KINDS == C_LAST_GPU - C_KERNEL + 1, "GPU_KINDS");
+_Static_assert(C_KERNEL == C_LAST_CPU + 1 && C_USER == C_LAST_GPU + 1, "category groups");
 
 static Str text_at(const Column *c, Py_ssize_t i) {
     Str s = {NULL, 0, ((const uint8_t *)c->valid.buf)[i] != 0};

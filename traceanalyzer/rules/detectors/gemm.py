@@ -128,6 +128,10 @@ def fp32_matmul(views, p: Params) -> Detection | None:
     fp32_ns = int(fp32["dur"].sum() or 0)
     if fp32.height == 0 or pct(fp32_ns, total) < p["min_gpu_time_pct"]:
         return None
+    speedup = float(p["expected_speedup_ratio"])
+    impact = int(fp32_ns * (1 - 1 / speedup)) if speedup > 1 else 0
+    if not _matters(views, impact, p):
+        return None
     by_name = fp32.group_by("name").agg(
         pl.col("dur").sum(), n=pl.len(), op=pl.col("input_op").drop_nulls().mode().sort().first(),
         types=pl.col("input_types").drop_nulls().first(), stream=pl.col("stream").first(),
@@ -140,10 +144,6 @@ def fp32_matmul(views, p: Params) -> Detection | None:
         "name", pl.col("n").alias("instances"), (pl.col("dur") / NS_PER_US).alias("total_us"),
         "op", pl.col("types").alias("input_types"), "stream",
     )
-    speedup = float(p["expected_speedup_ratio"])
-    impact = int(fp32_ns * (1 - 1 / speedup)) if speedup > 1 else 0
-    if not _matters(views, impact, p):
-        return None
     return Detection(
         impact_ns=impact,
         fields={
@@ -184,6 +184,9 @@ def _unaligned_by_kernel_name(views, kernels: pl.DataFrame, total: int,
         )
     if not total or pct(odd_ns, total) < p["min_gpu_time_pct"]:
         return None
+    impact = int(odd_ns * float(p["expected_gain_pct"]) / 100.0)
+    if not _matters(views, impact, p):
+        return None
     groups = bad.group_by("name").agg(
         pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("stream").first(),
         pl.col("op_name").drop_nulls().first().alias("op"),
@@ -192,9 +195,6 @@ def _unaligned_by_kernel_name(views, kernels: pl.DataFrame, total: int,
         pl.col("name").alias("kernel"), "calls", (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"),
         "op", "stream",
     )
-    impact = int(odd_ns * float(p["expected_gain_pct"]) / 100.0)
-    if not _matters(views, impact, p):
-        return None
     return Detection(
         impact_ns=impact,
         fields={
@@ -297,6 +297,9 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
     odd_ns = int(bad["gpu_ns"].sum() or 0)
     if bad.height == 0 or not total or pct(odd_ns, total) < p["min_gpu_time_pct"]:
         return None
+    impact = int(bad["saving_ns"].sum() or 0)
+    if not _matters(views, impact, p):
+        return None
     groups = bad.group_by("name", "shape", "odd_dims").agg(
         pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
         pl.col("stream").first(), pl.col("input_types").first(),
@@ -305,9 +308,6 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
         pl.col("name").alias("op"), "shape", "odd_dims", "calls",
         (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"), "kernel", "stream", "input_types",
     )
-    impact = int(bad["saving_ns"].sum() or 0)
-    if not _matters(views, impact, p):
-        return None
     return Detection(
         impact_ns=impact,
         fields={
