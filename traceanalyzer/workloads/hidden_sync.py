@@ -1,8 +1,10 @@
 """Hidden sync: reading the loss (``.item()``) and a metric (``.cpu()``) every step.
 
-Each read blocks the CPU until the GPU drains, so the per-step CPU work (standing in for a real
-loop's logging and bookkeeping) can no longer overlap GPU work: the GPU idles while it runs.
-The good variant accumulates on the device and reads back every ``SYNC_EVERY`` steps.
+The step is GPU-bound (its kernels take longer than the CPU needs to launch them and do its
+per-step work), as a training step should be. Each read blocks the CPU until the GPU drains,
+so the per-step CPU work (standing in for a real loop's logging and bookkeeping) can no longer
+overlap GPU work: the GPU idles while it runs, every step. The good variant accumulates on the
+device and reads back every ``SYNC_EVERY`` steps.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from .base import Built, busy_cpu, check_variant, linear_gelu_stack
 
 SYNC_EVERY = 50
-BATCH, WIDTH, DEPTH, CLASSES = 4096, 4096, 4, 1000
+BATCH, WIDTH, DEPTH, CLASSES = 16384, 4096, 4, 1000
 CPU_WORK_S = 0.003
 
 
