@@ -322,7 +322,7 @@ def test_cli_rules_list_and_show(tmp_path):
         assert slug in out.output
     out = runner.invoke(rules_group, ["show", "hidden-sync"])
     assert out.exit_code == 0
-    assert "aten::_local_scalar_dense" in out.output and "min_idle_pct" in out.output
+    assert "aten::_local_scalar_dense" in out.output and "min_impact_pct" in out.output
     out = runner.invoke(rules_group, ["show", "TA001", "--set", "gpu-idle-gaps.min_gap_us=250"])
     assert out.exit_code == 0 and "In effect: min_gap_us=250" in out.output
     write(tmp_path, "long-memset.yaml", USER_RULE)

@@ -50,18 +50,40 @@ def test_no_rule_crashes_and_findings_are_sane(path):
 
 
 def test_hidden_sync_on_alexnet_sync_trace():
-    # HTA's critical-path test trace: a benchmark that synchronizes after every layer.
-    findings, _ = verdicts("hta_alexnet_sync.json.gz")
-    f = findings["hidden-sync"]
-    assert {r["api"] for r in f.evidence} <= {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
+    # HTA's critical-path test trace: a benchmark that synchronizes after every layer. The GPU
+    # idles 99.5% of the window, but not because of the syncs: each one finds little GPU work
+    # still queued (55 ms over the trace), so they cost ~0.5 ms of lost overlap; the idle is
+    # the host's own time, which gpu-idle-gaps reports.
+    findings, outcomes = verdicts("hta_alexnet_sync.json.gz")
+    assert outcomes["hidden-sync"].status == "quiet"
     assert "gpu-idle-gaps" in findings and "host wait" in findings["gpu-idle-gaps"].message
+    f = verdicts("hta_alexnet_sync.json.gz", **{"hidden-sync": {"min_impact_pct": 0}})[0]["hidden-sync"]
+    assert {r["api"] for r in f.evidence} <= {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
+    assert f.impact_ns < 0.01 * (views_of("hta_alexnet_sync.json.gz").window[1]
+                                 - views_of("hta_alexnet_sync.json.gz").window[0])
 
 
 def test_hidden_sync_on_a100_training_rank():
-    # SOURCES.md: "aten::item syncs, DtoH copies" in the middle of a training step.
-    findings, _ = verdicts("hta_a100_rank3of8_control.json.gz")
-    assert "hidden-sync" in findings
-    assert findings["hidden-sync"].impact_per_step_ns is not None
+    # SOURCES.md: "aten::item syncs, DtoH copies" in the middle of a training step. They are
+    # there (20 a step), but the step's next launches follow at once, so they cost ~2 ms of
+    # overlap in 460 ms: below the rule's 1% threshold.
+    findings, outcomes = verdicts("hta_a100_rank3of8_control.json.gz")
+    assert outcomes["hidden-sync"].status == "quiet"
+    f = verdicts("hta_a100_rank3of8_control.json.gz",
+                 **{"hidden-sync": {"min_impact_pct": 0}})[0]["hidden-sync"]
+    assert f.impact_per_step_ns is not None and 0 < f.impact_pct < 1
+    assert "aten::item" in {r["op"] for r in f.evidence}
+
+
+def test_staged_scalar_copies_are_not_charged_the_idle_after_them():
+    # nsys-ai's send/recv example copies 8-byte scalars from pageable memory: the driver stages
+    # them and the call returns at once (the copies run ~9 ms later, behind the queue), so the
+    # GPU idle after them is not theirs and their own time is negligible.
+    for name in ("nsysai_2gpu_sendrecv_after.sqlite", "nsysai_2gpu_sendrecv_before.sqlite"):
+        findings, outcomes = verdicts(name)
+        assert outcomes["pageable-memcpy"].status == "quiet", name
+        f = verdicts(name, **{"pageable-memcpy": {"min_impact_pct": 0}})[0]["pageable-memcpy"]
+        assert not any(r["host_waited"] for r in f.evidence)
 
 
 def test_cpu_only_trace_every_rule_not_applicable():

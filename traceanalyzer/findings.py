@@ -9,8 +9,8 @@ from typing import Any
 SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
 
-#: Said under two findings or more: idle time after a sync that happened while data loaded counts
-#: in hidden-sync and in dataloader-stall, and a slow FP32 GEMM in fp32-matmul and odd-matmul-shape.
+#: Said under two findings or more: GPU idle while data loaded counts in gpu-idle-gaps and in
+#: dataloader-stall, and a slow FP32 GEMM in fp32-matmul and odd-matmul-shape.
 IMPACTS_OVERLAP = ("Impacts overlap where one stretch of time has several causes, so they do not "
                    "add up.")
 

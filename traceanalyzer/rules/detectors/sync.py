@@ -36,6 +36,9 @@ SYNC_COPY_API = (
     r"MemsetD8|MemsetD16|MemsetD32|MemsetD2D8|MemsetD2D16|MemsetD2D32)" + _V
 )
 _EVIDENCE_SOURCES = 20
+#: A copy that starts within this long of its call's return ran while the call waited for it
+#: (the two clocks and the last staged chunk's DMA account for a few µs).
+HOST_WAITED_SLACK_NS = 20_000
 
 
 def _in_steps(views, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
@@ -76,33 +79,103 @@ def _idle_after(views, calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _blocking_reads(launches: pl.DataFrame) -> pl.Series:
+    """Correlation ids of device-to-host copies into pageable memory: such a copy returns only
+    once it is done (CUDA's "API synchronization behavior"), so the cudaMemcpyAsync behind
+    ``.item()`` or ``.cpu()`` is itself a synchronization, and often the one that waits."""
+    return launches.filter(
+        pl.col("kind") == "memcpy", pl.col("copy_kind") == "DtoH", pl.col("dst_kind") == "pageable"
+    )["correlation"].drop_nulls()
+
+
+def _overlap_lost(views, calls: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """Add ``waited_ns``, ``gpu_idle_after_ns``, ``lost_ns`` and ``_gap`` to sync calls.
+
+    A sync makes the host wait until the GPU has drained (``waited``: the GPU's busy time from
+    the start of the operator that synced to the start of the GPU's idle gap), and the GPU then
+    idles until the
+    host has done its next work and launched more (``idle after``: from the call's return to the
+    gap's end). Without the sync the host would have done that work while the GPU drained its
+    queue, so the time lost is the smaller of the two: a sync before a long CPU stretch costs
+    only what the GPU still had queued, and a sync after which the host launches at once costs
+    only the relaunch. The gaps are those of the GPU's work without device-to-host copies: the
+    reads a sync waits for (``.item()`` copies its value to pinned memory, then syncs) belong to
+    the sync. Syncs whose return falls in one gap are one wait, charged once.
+    """
+    from traceanalyzer.analysis.idle import RANK_KEYS, idle_gaps
+
+    work = launches.filter((pl.col("kind") != "memcpy") | (pl.col("copy_kind") != "DtoH")
+                           .fill_null(True))
+    gaps = idle_gaps(work, views.wall_steps, keys=RANK_KEYS).select(
+        "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
+    ).sort("_gs")
+    if gaps.height == 0:
+        return calls.with_columns(
+            waited_ns=pl.lit(0, pl.Int64), gpu_idle_after_ns=pl.lit(0, pl.Int64),
+            lost_ns=pl.lit(0, pl.Int64), _gap=pl.lit(None, pl.Int64),
+        )
+    inside = pl.col("_ge").is_not_null() & (pl.col("_ge") > pl.col("end_ns"))
+    calls = (
+        calls.with_row_index("_row")
+        .sort("end_ns")
+        .join_asof(gaps, left_on="end_ns", right_on="_gs", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns(
+            gpu_idle_after_ns=pl.when(inside).then(pl.col("_ge") - pl.col("end_ns")).otherwise(0),
+            _gap=pl.when(inside).then(pl.col("_gs")),
+        )
+        .sort("_row")
+    )
+    # The GPU work the host waited for: the GPU's busy time from the start of the operator that
+    # synced until the GPU ran dry (not the whole span: a call can also wait for other things).
+    waits = calls.select(
+        "rank",
+        start_ns=pl.when(inside).then(pl.coalesce("op_start_ns", "start_ns")).otherwise(0),
+        end_ns=pl.when(inside).then(pl.max_horizontal("_gs", pl.coalesce("op_start_ns", "start_ns")))
+        .otherwise(0),
+    )
+    waited = intervals.overlap_ns(waits, work.select("rank", "start_ns", "end_ns"), name="w")
+    calls = calls.with_columns(waited_ns=waited["w"]).drop("_row", "_gs", "_ge")
+    per_gap = calls.group_by("_gap").agg(
+        lost_ns=pl.min_horizontal(pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max())
+    )
+    # The wait is charged to the gap's first call (the one that waited longest), once.
+    first = pl.col("waited_ns").rank("ordinal", descending=True).over("_gap") == 1
+    return calls.join(per_gap, on="_gap", how="left", nulls_equal=True).with_columns(
+        lost_ns=pl.when(pl.col("_gap").is_not_null() & first).then("lost_ns").otherwise(0)
+    )
+
+
 @detector(
     "hidden_sync",
-    params=("min_idle_pct", "min_stall_us"),
-    fields=("sync_count", "stall_ms", "idle_ms", "top_op", "top_op_count", "top_api",
-            "per_step_count", "frequency"),
+    params=("min_impact_pct", "min_stall_us"),
+    fields=("sync_count", "stall_ms", "waited_ms", "idle_ms", "lost_ms", "top_op",
+            "top_op_count", "top_api", "per_step_count", "frequency"),
 )
 def hidden_sync(views, p: Params) -> Detection | None:
     """Host-device synchronizations inside the step loop (stream/device/event sync, blocking
-    cudaMemcpy), attributed to the operator that made them; impact = the GPU idle that follows
-    them (each idle gap counted once)."""
+    copies), attributed to the operator that made them; impact = the overlap of CPU and GPU work
+    they cost: at each sync, the smaller of the GPU work the host waited for and the GPU idle
+    after it (see ``_overlap_lost``)."""
     cpu = own_rank(views, views.cpu)
+    launches = own_rank(views, views.launches)
     calls = cpu.filter(
-        pl.col("kind").is_in(API_KINDS), pl.col("name").str.contains(SYNC_API),
+        pl.col("kind").is_in(API_KINDS),
+        pl.col("name").str.contains(SYNC_API)
+        | pl.col("correlation").is_in(_blocking_reads(launches).implode()),
         pl.col("end_ns") - pl.col("start_ns") >= p["min_stall_us"] * NS_PER_US,
     )
     calls = _in_steps(views, calls)
     if calls.height == 0:
         return None
-    calls = _idle_after(views, enclosing_op(calls, cpu))
-    # Several syncs can end in the same idle gap; the earliest one is charged with it.
-    per_gap = calls.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
-        pl.col("gpu_idle_after_ns").max()
-    )
-    idle = int(per_gap["gpu_idle_after_ns"].sum() or 0)
+    calls = _overlap_lost(views, enclosing_op(calls, cpu), launches)
+    lost = int(calls["lost_ns"].sum() or 0)
     window = window_length(views)
-    if not window or pct(idle, window) < p["min_idle_pct"]:
+    if not window or pct(lost, window) < p["min_impact_pct"]:
         return None
+    per_gap = calls.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
+        pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max()
+    )
     # The host waits inside the operator (a device-to-host copy to pageable memory blocks before
     # the explicit sync does): its stall is the operator's time, counted once per operator.
     stalls = calls.with_columns(
@@ -112,26 +185,30 @@ def hidden_sync(views, p: Params) -> Detection | None:
     ).unique(["tid", "_stall_start"])
     stall = int(stalls["_stall"].sum() or 0)
     ops = calls.group_by(pl.col("op").fill_null("(no operator recorded)")).agg(
-        n=pl.len(), idle=pl.col("gpu_idle_after_ns").sum()
-    ).sort(["idle", "n", "op"], descending=[True, True, False])
+        n=pl.len(), lost=pl.col("lost_ns").sum()
+    ).sort(["lost", "n", "op"], descending=[True, True, False])
     apis = calls.group_by("name").len().sort(["len", "name"], descending=[True, False])
-    top = calls.sort("gpu_idle_after_ns", descending=True).head(_EVIDENCE_SOURCES)
+    top = calls.sort(["lost_ns", "gpu_idle_after_ns"], descending=True).head(_EVIDENCE_SOURCES)
     top = attach_source(top, cpu)
     evidence = top.select(
         "start_ns", "end_ns", pl.col("name").alias("api"), "op", "step",
         ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("call_us"),
         (pl.coalesce(pl.col("op_end_ns") - pl.col("op_start_ns"), pl.col("end_ns") - pl.col("start_ns"))
          / NS_PER_US).alias("cpu_stall_us"),
+        (pl.col("waited_ns") / NS_PER_US).alias("waited_us"),
         (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"),
+        (pl.col("lost_ns") / NS_PER_US).alias("lost_us"),
         "source", "tid",
     )
     steps = views.steps.height
     return Detection(
-        impact_ns=idle,
+        impact_ns=lost,
         fields={
             "sync_count": calls.height,
             "stall_ms": ms(stall),
-            "idle_ms": ms(idle),
+            "waited_ms": ms(int(per_gap["waited_ns"].sum() or 0)),
+            "idle_ms": ms(int(per_gap["gpu_idle_after_ns"].sum() or 0)),
+            "lost_ms": ms(lost),
             "top_op": ops["op"][0],
             "top_op_count": int(ops["n"][0]),
             "top_api": apis["name"][0],
@@ -194,9 +271,9 @@ def sync_memcpy(views, p: Params) -> Detection | None:
 )
 def pageable_memcpy(views, p: Params) -> Detection | None:
     """Copies from or to pageable host memory (Nsight's cuda_memcpy_async: they are not really
-    asynchronous). A pageable copy waits for its stream to drain, so its cost is the copy plus
-    the GPU idle time after the copy call returns (each idle gap counted once); fires when that
-    is at least ``min_impact_pct`` of the window."""
+    asynchronous). A large pageable copy waits for its stream to drain, so its cost is the copy
+    plus the GPU idle time after the call returns, where the call did wait for it (each idle gap
+    counted once); fires when that is at least ``min_impact_pct`` of the window."""
     launches = own_rank(views, views.launches)
     copies = launches.filter(pl.col("kind") == "memcpy")
     if copies.height == 0:
@@ -217,12 +294,21 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     pageable = pageable.with_columns(
         gpu_idle_after_ns=after["gpu_idle_after_ns"], _gap=after["_gap"]
     )
-    # Device-to-host reads (.item(), .cpu()) come with an explicit sync that hidden-sync charges
-    # with the idle after it; here only host-to-device copies are.
+    # Only host-to-device copies whose call waited for them are charged with the idle after:
+    # - device-to-host reads (.item(), .cpu()) come with an explicit sync that hidden-sync
+    #   charges with the idle after it;
+    # - a small pageable copy is staged by the driver and the call returns at once (CUDA's "API
+    #   synchronization behavior"), the copy then runs behind the queued kernels, milliseconds
+    #   later; the GPU's idle after it was not the copy's doing. A call that waited returns as
+    #   its copy runs: on every trace we have, blocking copies started at most 6 µs after their
+    #   call returned, staged ones 7 ms or more.
+    charged = (pl.col("copy_kind") == "HtoD") & (
+        pl.col("start_ns") <= pl.col("launch_end_ns") + HOST_WAITED_SLACK_NS
+    ).fill_null(False)
     pageable = pageable.with_columns(
-        gpu_idle_after_ns=pl.when(pl.col("copy_kind") == "HtoD").then("gpu_idle_after_ns")
-        .otherwise(0),
-        _gap=pl.when(pl.col("copy_kind") == "HtoD").then("_gap"),
+        host_waited=charged,
+        gpu_idle_after_ns=pl.when(charged).then("gpu_idle_after_ns").otherwise(0),
+        _gap=pl.when(charged).then("_gap"),
     )
     idle_after = int(
         pageable.filter(pl.col("_gap").is_not_null()).group_by("_gap")
@@ -254,7 +340,7 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
         "start_ns", "end_ns", "name", "copy_kind", "src_kind", "dst_kind", "bytes", "stream",
         pl.col("launch_name").alias("api"), pl.col("op_name").alias("op"),
         (pl.col("dur") / NS_PER_US).alias("duration_us"),
-        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"),
+        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"), "host_waited",
         (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"), "source",
     )
     return Detection(
