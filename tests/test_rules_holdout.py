@@ -1,0 +1,41 @@
+"""The rules on held-out real traces (sample_traces/holdout): ordinary programs, profiled on an
+H200 under both profilers, with the verdicts written down before they ran (expectations.yaml)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.ingest import read_any
+from traceanalyzer.rules import RuleConfig, evaluate
+
+HOLDOUT = Path(__file__).resolve().parents[1] / "sample_traces" / "holdout"
+EXPECTED = yaml.safe_load((HOLDOUT / "expectations.yaml").read_text())["programs"]
+TRACES = [(program, path) for program in EXPECTED
+          for path in (HOLDOUT / "torch" / f"{program}.json.gz", HOLDOUT / "nsys" / f"{program}.sqlite")]
+
+pytestmark = pytest.mark.slow
+
+
+@functools.cache
+def fired(path: Path) -> frozenset[str]:
+    findings, outcomes = evaluate(Views(read_any(path)), RuleConfig())
+    assert not [o for o in outcomes if o.reason.startswith("rule failed")]
+    return frozenset(f.slug for f in findings)
+
+
+def test_every_program_has_both_traces():
+    assert all(path.exists() for _, path in TRACES)
+    assert len(EXPECTED) == 4
+
+
+@pytest.mark.parametrize("program,path", TRACES, ids=[p.name for _, p in TRACES])
+def test_holdout_verdicts(program, path):
+    expected = EXPECTED[program]
+    slugs = fired(path)
+    assert set(expected["must_fire"]) <= slugs, (program, sorted(slugs))
+    assert not set(expected["must_not_fire"]) & slugs, (program, sorted(slugs))
