@@ -677,9 +677,11 @@ def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
     assert "gpu-idle-gaps" not in findings
 
 
-def test_pageable_copy_is_charged_the_gpu_idle_after_it():
-    # x.to("cuda") from pageable memory: the call returns when the copy is done (at 1310 µs);
-    # the next kernel is launched 500 µs later: the GPU idles as after a sync.
+def test_pageable_copy_is_charged_the_overlap_its_wait_lost():
+    # x.to("cuda") from pageable memory, called 500 µs before the queue drains: the call returns
+    # when the copy is done (at 1310 µs); the next kernel is launched 500 µs later. Without the
+    # wait the CPU's 500 µs would have overlapped the GPU's last 494 µs of work (the queue's
+    # last 498 µs less two 2 µs gaps between kernels).
     s = Synth()
     end = busy_loop(s, n=5)
     s.kernel("Memcpy HtoD (Pageable -> Device)", end + 10, 300, kind="memcpy", launch=end - 500,
@@ -688,8 +690,24 @@ def test_pageable_copy_is_charged_the_gpu_idle_after_it():
     s.cpu[-1]["end_ns"] = int((end + 312) * US)  # the host call blocks until the copy is done
     s.kernel("gemm_bf16", end + 820, 100, launch=end + 810)
     f = run(s)[0]["pageable-memcpy"]
-    assert f.evidence[0]["gpu_idle_after_us"] == pytest.approx(510)
-    assert f.impact_ns == (300 + 510) * US
+    assert f.evidence[0]["waited_us"] == pytest.approx(494)
+    assert f.evidence[0]["gpu_idle_after_us"] == pytest.approx(508)
+    assert f.impact_ns == (300 + 494) * US
+
+
+def test_a_pageable_copy_onto_an_idle_gpu_loses_nothing():
+    # The step begins by copying its batch: the GPU has nothing queued, so the call waits for no
+    # GPU work, and the idle after it is the CPU's own time. Only the copy itself is charged.
+    s = Synth()
+    end = busy_loop(s, n=5)
+    s.kernel("Memcpy HtoD (Pageable -> Device)", end + 1000, 300, kind="memcpy",
+             launch=end + 990, bytes=64 << 20, copy_kind="HtoD", src_kind="pageable",
+             dst_kind="device", api="cudaMemcpyAsync")
+    s.cpu[-1]["end_ns"] = int((end + 1302) * US)
+    s.kernel("gemm_bf16", end + 3000, 100, launch=end + 2990)
+    f = run(s)[0]["pageable-memcpy"]
+    assert f.evidence[0]["waited_us"] == 0 and f.evidence[0]["lost_us"] == 0
+    assert f.impact_ns == 300 * US
 
 
 def test_small_grid_judges_a_kernel_by_its_typical_launch():
@@ -745,5 +763,5 @@ def test_a_staged_pageable_copy_is_not_charged_the_idle_after_it():
              api="cudaMemcpyAsync")
     s.kernel("gemm_bf16", end + 2820, 100, launch=end + 2810)
     f = run(s)[0]["pageable-memcpy"]  # the copy's own 300 µs are still counted
-    assert f.evidence[0]["gpu_idle_after_us"] == 0 and f.evidence[0]["host_waited"] is False
+    assert f.evidence[0]["gpu_idle_after_us"] == 0 and f.evidence[0]["lost_us"] == 0
     assert f.impact_ns == 300 * US

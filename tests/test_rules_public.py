@@ -83,7 +83,7 @@ def test_staged_scalar_copies_are_not_charged_the_idle_after_them():
         findings, outcomes = verdicts(name)
         assert outcomes["pageable-memcpy"].status == "quiet", name
         f = verdicts(name, **{"pageable-memcpy": {"min_impact_pct": 0}})[0]["pageable-memcpy"]
-        assert not any(r["host_waited"] for r in f.evidence)
+        assert not any(r["lost_us"] for r in f.evidence)
 
 
 def test_cpu_only_trace_every_rule_not_applicable():

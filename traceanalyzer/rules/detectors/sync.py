@@ -36,9 +36,6 @@ SYNC_COPY_API = (
     r"MemsetD8|MemsetD16|MemsetD32|MemsetD2D8|MemsetD2D16|MemsetD2D32)" + _V
 )
 _EVIDENCE_SOURCES = 20
-#: A copy that starts within this long of its call's return ran while the call waited for it
-#: (the two clocks and the last staged chunk's DMA account for a few µs).
-HOST_WAITED_SLACK_NS = 20_000
 
 
 def _in_steps(views, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
@@ -50,35 +47,6 @@ def _in_steps(views, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
     return out.filter(pl.col("step").is_not_null()) if steps.height else out
 
 
-def _idle_after(views, calls: pl.DataFrame) -> pl.DataFrame:
-    """Add ``gpu_idle_after_ns`` and ``_gap``: the GPU idle gap each call's return falls in, from
-    the later of the gap's start and the call's start (earlier idle was not the call's doing)."""
-    gaps = own_rank(views, views.gpu_idle_gaps).select(
-        "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
-    ).sort("_gs")
-    if calls.height == 0 or gaps.height == 0:
-        return calls.with_columns(
-            pl.lit(0, pl.Int64).alias("gpu_idle_after_ns"), pl.lit(None, pl.Int64).alias("_gap")
-        )
-    return (
-        calls.with_row_index("_row")
-        .sort("end_ns")
-        .join_asof(gaps, left_on="end_ns", right_on="_gs", by="rank", strategy="backward",
-                   check_sortedness=False)
-        .with_columns(
-            inside=pl.col("_ge").is_not_null() & (pl.col("_ge") > pl.col("end_ns"))
-        )
-        .with_columns(
-            gpu_idle_after_ns=pl.when("inside")
-            .then(pl.col("_ge") - pl.max_horizontal("_gs", "start_ns"))
-            .otherwise(0),
-            _gap=pl.when("inside").then(pl.col("_gs")),
-        )
-        .sort("_row")
-        .drop("_row", "_gs", "_ge", "inside")
-    )
-
-
 def _blocking_reads(launches: pl.DataFrame) -> pl.Series:
     """Correlation ids of device-to-host copies into pageable memory: such a copy returns only
     once it is done (CUDA's "API synchronization behavior"), so the cudaMemcpyAsync behind
@@ -88,28 +56,28 @@ def _blocking_reads(launches: pl.DataFrame) -> pl.Series:
     )["correlation"].drop_nulls()
 
 
-def _overlap_lost(views, calls: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """Add ``waited_ns``, ``gpu_idle_after_ns``, ``lost_ns`` and ``_gap`` to sync calls.
+def _overlap_lost(views, calls: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    """Add ``waited_ns``, ``gpu_idle_after_ns``, ``lost_ns`` and ``_gap`` to blocking calls
+    (``rank``, ``wait_from`` (when the host began to wait), ``end_ns`` (when it returned)).
 
-    A sync makes the host wait until the GPU has drained (``waited``: the GPU's busy time from
-    the start of the operator that synced to the start of the GPU's idle gap), and the GPU then
-    idles until the
-    host has done its next work and launched more (``idle after``: from the call's return to the
-    gap's end). Without the sync the host would have done that work while the GPU drained its
-    queue, so the time lost is the smaller of the two: a sync before a long CPU stretch costs
-    only what the GPU still had queued, and a sync after which the host launches at once costs
-    only the relaunch. The gaps are those of the GPU's work without device-to-host copies: the
-    reads a sync waits for (``.item()`` copies its value to pinned memory, then syncs) belong to
-    the sync. Syncs whose return falls in one gap are one wait, charged once.
+    A blocking call makes the host wait until the GPU has drained its queue (``waited``: the
+    GPU's busy time from ``wait_from`` to the start of the GPU's idle gap), and the GPU then
+    idles until the host has done its next work and launched more (``idle after``: from the
+    call's return to the gap's end). Without the wait the host would have done that work while
+    the GPU drained its queue, so the time lost is the smaller of the two: a wait before a long
+    CPU stretch costs only what the GPU still had queued, and one after which the host launches
+    at once costs only the relaunch. In a steady loop, that is the step time the fix saves.
+
+    ``work`` is the GPU activity the host can have waited for: without the copies that belong
+    to the waits themselves (the read a sync waits for, the pageable copy a call blocks on).
+    Calls whose return falls in one gap are one wait, charged once.
     """
     from traceanalyzer.analysis.idle import RANK_KEYS, idle_gaps
 
-    work = launches.filter((pl.col("kind") != "memcpy") | (pl.col("copy_kind") != "DtoH")
-                           .fill_null(True))
     gaps = idle_gaps(work, views.wall_steps, keys=RANK_KEYS).select(
         "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
     ).sort("_gs")
-    if gaps.height == 0:
+    if calls.height == 0 or gaps.height == 0:
         return calls.with_columns(
             waited_ns=pl.lit(0, pl.Int64), gpu_idle_after_ns=pl.lit(0, pl.Int64),
             lost_ns=pl.lit(0, pl.Int64), _gap=pl.lit(None, pl.Int64),
@@ -126,13 +94,12 @@ def _overlap_lost(views, calls: pl.DataFrame, launches: pl.DataFrame) -> pl.Data
         )
         .sort("_row")
     )
-    # The GPU work the host waited for: the GPU's busy time from the start of the operator that
-    # synced until the GPU ran dry (not the whole span: a call can also wait for other things).
+    # Busy time, not the span: a call can also wait for other things (a first call for CUDA to
+    # start, a staged copy for the driver).
     waits = calls.select(
         "rank",
-        start_ns=pl.when(inside).then(pl.coalesce("op_start_ns", "start_ns")).otherwise(0),
-        end_ns=pl.when(inside).then(pl.max_horizontal("_gs", pl.coalesce("op_start_ns", "start_ns")))
-        .otherwise(0),
+        start_ns=pl.when(inside).then("wait_from").otherwise(0),
+        end_ns=pl.when(inside).then(pl.max_horizontal("_gs", "wait_from")).otherwise(0),
     )
     waited = intervals.overlap_ns(waits, work.select("rank", "start_ns", "end_ns"), name="w")
     calls = calls.with_columns(waited_ns=waited["w"]).drop("_row", "_gs", "_ge")
@@ -168,7 +135,12 @@ def hidden_sync(views, p: Params) -> Detection | None:
     calls = _in_steps(views, calls)
     if calls.height == 0:
         return None
-    calls = _overlap_lost(views, enclosing_op(calls, cpu), launches)
+    # The reads a sync waits for (.item() copies its value to pinned memory, then syncs) belong
+    # to the sync, not to the GPU work it waits for.
+    work = launches.filter((pl.col("kind") != "memcpy") | (pl.col("copy_kind") != "DtoH")
+                           .fill_null(True))
+    calls = enclosing_op(calls, cpu).with_columns(wait_from=pl.coalesce("op_start_ns", "start_ns"))
+    calls = _overlap_lost(views, calls, work)
     lost = int(calls["lost_ns"].sum() or 0)
     window = window_length(views)
     if not window or pct(lost, window) < p["min_impact_pct"]:
@@ -266,70 +238,57 @@ def sync_memcpy(views, p: Params) -> Detection | None:
 @detector(
     "pageable_memcpy",
     params=("min_impact_pct",),
-    fields=("copy_count", "copy_ms", "idle_after_ms", "htod_ms", "exposed_htod_ms", "bytes_mb",
-            "top_op"),
+    fields=("copy_count", "copy_ms", "waited_ms", "idle_after_ms", "lost_ms", "htod_ms",
+            "exposed_htod_ms", "bytes_mb", "top_op"),
 )
 def pageable_memcpy(views, p: Params) -> Detection | None:
     """Copies from or to pageable host memory (Nsight's cuda_memcpy_async: they are not really
-    asynchronous). A large pageable copy waits for its stream to drain, so its cost is the copy
-    plus the GPU idle time after the call returns, where the call did wait for it (each idle gap
-    counted once); fires when that is at least ``min_impact_pct`` of the window."""
+    asynchronous). A host-to-device copy from pageable memory can make its call wait for the
+    stream to drain; its cost is the copy plus the overlap of CPU and GPU work that wait lost
+    (see ``_overlap_lost``); fires when that is at least ``min_impact_pct`` of the window."""
     launches = own_rank(views, views.launches)
     copies = launches.filter(pl.col("kind") == "memcpy")
     if copies.height == 0:
         return None
     if copies["src_kind"].null_count() == copies.height and copies["dst_kind"].null_count() == copies.height:
         raise NotApplicable("the memory kinds of copies (pageable or pinned) were not recorded")
-    pageable = copies.filter(
-        (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
-    ).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
+    is_pageable = (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
+    pageable = copies.filter(is_pageable).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
     if pageable.height == 0:
         return None
-    # The host call returns when the copy is done; the GPU then waits for new work.
-    calls = pageable.select(
-        "rank", pl.coalesce("launch_start_ns", "start_ns").alias("start_ns"),
-        pl.max_horizontal(pl.col("launch_end_ns").fill_null(0), pl.col("end_ns")).alias("end_ns"),
+    # Only host-to-device copies are charged with a wait: device-to-host reads (.item(), .cpu())
+    # are syncs, which hidden-sync charges. A small pageable copy is staged by the driver and its
+    # call returns at once (CUDA's "API synchronization behavior"): its call's span holds no GPU
+    # work, so it lost nothing. The copies themselves are left out of the GPU work waited for.
+    htod = (pl.col("copy_kind") == "HtoD") & pl.col("launch_end_ns").is_not_null()
+    calls = pageable.with_row_index("_copy").filter(htod).select(
+        "_copy", "rank", pl.col("launch_start_ns").alias("wait_from"),
+        pl.col("launch_end_ns").alias("end_ns"),
     )
-    after = _idle_after(views, calls)
-    pageable = pageable.with_columns(
-        gpu_idle_after_ns=after["gpu_idle_after_ns"], _gap=after["_gap"]
-    )
-    # Only host-to-device copies whose call waited for them are charged with the idle after:
-    # - device-to-host reads (.item(), .cpu()) come with an explicit sync that hidden-sync
-    #   charges with the idle after it;
-    # - a small pageable copy is staged by the driver and the call returns at once (CUDA's "API
-    #   synchronization behavior"), the copy then runs behind the queued kernels, milliseconds
-    #   later; the GPU's idle after it was not the copy's doing. A call that waited returns as
-    #   its copy runs: on every trace we have, blocking copies started at most 6 µs after their
-    #   call returned, staged ones 7 ms or more.
-    charged = (pl.col("copy_kind") == "HtoD") & (
-        pl.col("start_ns") <= pl.col("launch_end_ns") + HOST_WAITED_SLACK_NS
-    ).fill_null(False)
-    pageable = pageable.with_columns(
-        host_waited=charged,
-        gpu_idle_after_ns=pl.when(charged).then("gpu_idle_after_ns").otherwise(0),
-        _gap=pl.when(charged).then("_gap"),
-    )
-    idle_after = int(
-        pageable.filter(pl.col("_gap").is_not_null()).group_by("_gap")
-        .agg(pl.col("gpu_idle_after_ns").max())["gpu_idle_after_ns"].sum() or 0
-    )
+    work = launches.filter(~(is_pageable & (pl.col("copy_kind") == "HtoD")).fill_null(False))
+    calls = _overlap_lost(views, calls, work)
+    pageable = pageable.with_row_index("_copy").join(
+        calls.select("_copy", "waited_ns", "gpu_idle_after_ns", "lost_ns", "_gap"),
+        on="_copy", how="left",
+    ).drop("_copy").with_columns(pl.col("waited_ns", "gpu_idle_after_ns", "lost_ns").fill_null(0))
+    lost = int(pageable["lost_ns"].sum() or 0)
     total = int(pageable["dur"].sum())
     window = window_length(views)
-    if not window or pct(total + idle_after, window) < p["min_impact_pct"]:
+    if not window or pct(total + lost, window) < p["min_impact_pct"]:
         return None
+    per_gap = pageable.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
+        pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max()
+    )
     # Exposed: the part of a copy during which no kernel runs, i.e. on the critical path.
     kernels = launches.filter(pl.col("kind") == "kernel").select("rank", "start_ns", "end_ns")
     pageable = intervals.overlap_ns(pageable, kernels, name="covered_ns").with_columns(
         exposed_ns=pl.col("dur") - pl.col("covered_ns")
     )
-    htod = pageable.filter(pl.col("copy_kind") == "HtoD")
+    htod_copies = pageable.filter(pl.col("copy_kind") == "HtoD")
     ops = pageable.filter(pl.col("op_name").is_not_null()).group_by("op_name").agg(
         pl.col("dur").sum()
     ).sort(["dur", "op_name"], descending=[True, False])
-    top = pageable.sort(pl.col("dur") + pl.col("gpu_idle_after_ns"), descending=True).head(
-        _EVIDENCE_SOURCES
-    )
+    top = pageable.sort(pl.col("dur") + pl.col("lost_ns"), descending=True).head(_EVIDENCE_SOURCES)
     top = attach_source(
         top.with_columns(pl.coalesce("launch_start_ns", "start_ns").alias("_ls"),
                          pl.coalesce("launch_end_ns", "end_ns").alias("_le"),
@@ -340,17 +299,21 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
         "start_ns", "end_ns", "name", "copy_kind", "src_kind", "dst_kind", "bytes", "stream",
         pl.col("launch_name").alias("api"), pl.col("op_name").alias("op"),
         (pl.col("dur") / NS_PER_US).alias("duration_us"),
-        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"), "host_waited",
-        (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"), "source",
+        (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"),
+        (pl.col("waited_ns") / NS_PER_US).alias("waited_us"),
+        (pl.col("gpu_idle_after_ns") / NS_PER_US).alias("gpu_idle_after_us"),
+        (pl.col("lost_ns") / NS_PER_US).alias("lost_us"), "source",
     )
     return Detection(
-        impact_ns=total + idle_after,
+        impact_ns=total + lost,
         fields={
             "copy_count": pageable.height,
             "copy_ms": ms(total),
-            "idle_after_ms": ms(idle_after),
-            "htod_ms": ms(htod["dur"].sum()),
-            "exposed_htod_ms": ms(htod["exposed_ns"].sum()),
+            "waited_ms": ms(int(per_gap["waited_ns"].sum() or 0)),
+            "idle_after_ms": ms(int(per_gap["gpu_idle_after_ns"].sum() or 0)),
+            "lost_ms": ms(lost),
+            "htod_ms": ms(htod_copies["dur"].sum()),
+            "exposed_htod_ms": ms(htod_copies["exposed_ns"].sum()),
             "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
             "top_op": ops["op_name"][0] if ops.height else "an unrecorded operator",
         },
