@@ -14,6 +14,20 @@ SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 IMPACTS_OVERLAP = ("Impacts overlap where one stretch of time has several causes, so they do not "
                    "add up.")
 
+#: Said under the findings of a torch.profiler trace recorded with Python stacks in which the GPU
+#: often waited for the CPU: collecting stacks (and shapes) slows every operator on the CPU side.
+#: On the held-out Llama training step (sample_traces/holdout) the GPU waited for the CPU 52% of
+#: the window under torch.profiler with stacks and shapes, 2% under Nsight Systems.
+PROFILER_OVERHEAD = (
+    "This trace was recorded by torch.profiler with with_stack=True{shapes}, which slows every "
+    "operator on the CPU side: the GPU waited for the CPU {host_wait:.0f}% of the window here, "
+    "and that share, with the findings that rest on it, can be much smaller without the "
+    "profiler. Confirm CPU-bound findings with a trace recorded without stacks, or with Nsight "
+    "Systems."
+)
+#: The GPU's wait for the CPU from which the note above is said, in % of the window.
+PROFILER_OVERHEAD_MIN_HOST_WAIT_PCT = 10.0
+
 
 def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)

@@ -11,7 +11,13 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.findings import Finding, RuleOutcome
+from traceanalyzer.findings import (
+    IMPACTS_OVERLAP,
+    PROFILER_OVERHEAD,
+    PROFILER_OVERHEAD_MIN_HOST_WAIT_PCT,
+    Finding,
+    RuleOutcome,
+)
 from traceanalyzer.model import TraceMeta
 
 
@@ -89,3 +95,22 @@ class AnalysisResult:
     rule_outcomes: list[RuleOutcome] = field(default_factory=list)
     #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
     ranks: pl.DataFrame | None = None
+
+    def notes(self) -> list[str]:
+        """How to read the findings, said under them in every report."""
+        if not self.findings:
+            return []
+        out = [IMPACTS_OVERLAP] if len(self.findings) > 1 else []
+        extra = self.meta.extra
+        m = self.metrics
+        host_wait = 100.0 * m.idle_host_wait_ns / m.span_ns if m.span_ns else 0.0
+        if (self.meta.source_format == "kineto" and _recorded(extra.get("with_stack"))
+                and host_wait >= PROFILER_OVERHEAD_MIN_HOST_WAIT_PCT):
+            shapes = " and record_shapes=True" if _recorded(extra.get("record_shapes")) else ""
+            out.append(PROFILER_OVERHEAD.format(shapes=shapes, host_wait=host_wait))
+        return out
+
+
+def _recorded(flag: Any) -> bool:
+    """A Kineto metadata flag (``"with_stack": 1``) that says an option was on."""
+    return flag is True or flag == 1 or str(flag).lower() in ("1", "true")

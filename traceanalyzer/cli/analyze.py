@@ -18,7 +18,7 @@ from traceanalyzer.cli.common import (
 )
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
-from traceanalyzer.findings import IMPACTS_OVERLAP, SEVERITIES, severity_rank
+from traceanalyzer.findings import SEVERITIES, severity_rank
 
 
 @click.command()
@@ -157,8 +157,7 @@ def render_summary(result: Any, top: int = 10) -> str:
             lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
             lines.append(f"      impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window); "
                          f"fix: {safe(_first_sentence(f.fix))}")
-        if len(result.findings) > 1:
-            lines.append(f"  Note: {IMPACTS_OVERLAP}")
+        lines += [f"  Note: {note}" for note in result.notes()]
     elif result.rule_outcomes:
         lines.append("Findings: none.")
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]

@@ -24,7 +24,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
-from traceanalyzer.findings import IMPACTS_OVERLAP, Finding
+from traceanalyzer.findings import Finding
 from traceanalyzer.model import Trace
 from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
@@ -74,7 +74,7 @@ def render_html(result: AnalysisResult, trace: Trace | None = None, *,
         _header(result, name),
         _nav(),
         _headline(result),
-        _findings(findings, tl is not None, result.metrics.window_start_ns),
+        _findings(findings, result.notes(), tl is not None, result.metrics.window_start_ns),
         _timeline(tl),
         _charts(result),
         _tables(result),
@@ -256,13 +256,13 @@ def _evidence_cell(key: str, value: Any, origin: int | None = None) -> str:
     return f'<td class="name">{esc(value)}</td>'
 
 
-def _findings(findings: list[Finding], has_timeline: bool, origin: int | None) -> str:
+def _findings(findings: list[Finding], notes: list[str], has_timeline: bool,
+              origin: int | None) -> str:
     if not findings:
         return ('<section id="findings"><h2>Findings</h2><p>No rule fired on this trace. See '
                 '<a href="#rules">rules</a> for what was checked.</p></section>')
     out = [f'<section id="findings"><h2>Findings ({len(findings)}, most costly first)</h2>']
-    if len(findings) > 1:
-        out.append(f'<p class="muted">{esc(IMPACTS_OVERLAP)}</p>')
+    out += [f'<p class="muted">{esc(note)}</p>' for note in notes]
     for i, f in enumerate(findings):
         sev = f.severity if f.severity in ("critical", "high", "medium", "low", "info") else "info"
         impact = f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)"

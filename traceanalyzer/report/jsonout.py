@@ -133,6 +133,7 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "trace": trace_dict(result),
         "metrics": metrics_dict(result),
         "findings": [finding_dict(f) for f in sorted_findings(result.findings)],
+        "notes": result.notes(),
         "rule_outcomes": [
             {"slug": o.slug, "id": o.rule_id, "status": o.status, "reason": o.reason}
             for o in outcomes
@@ -208,6 +209,7 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         }),
         "metrics": _obj({**{k: {"type": "integer"} for k in _METRIC_INTS},
                          **{k: _NUM for k in _METRIC_NUMS}}),
+        "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({
             "slug": {"type": "string"},
             "id": {"type": "string"},

@@ -8,7 +8,6 @@ from pathlib import PurePath
 from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
-from traceanalyzer.findings import IMPACTS_OVERLAP
 from traceanalyzer.report._common import (
     fmt_ns,
     fmt_pct,
@@ -70,8 +69,8 @@ def render_markdown(result: AnalysisResult) -> str:
     if findings:
         lines.append(f"**Findings** ({len(findings)}, most costly first)")
         lines.append("")
-        if len(findings) > 1:
-            lines += [IMPACTS_OVERLAP, ""]
+        for note in result.notes():
+            lines += [md_escape(note), ""]
         for f in findings[:MAX_FINDINGS]:
             mark = _SEVERITY_MARK.get(f.severity, "")
             lines.append(
