@@ -15,8 +15,8 @@ from traceanalyzer.rules import RuleConfig, evaluate
 
 HOLDOUT = Path(__file__).resolve().parents[1] / "sample_traces" / "holdout"
 EXPECTED = yaml.safe_load((HOLDOUT / "expectations.yaml").read_text())["programs"]
-TRACES = [(program, path) for program in EXPECTED
-          for path in (HOLDOUT / "torch" / f"{program}.json.gz", HOLDOUT / "nsys" / f"{program}.sqlite")]
+TRACES = [(program, HOLDOUT / name) for program, expected in EXPECTED.items()
+          for name in expected.get("files", [f"torch/{program}.json.gz", f"nsys/{program}.sqlite"])]
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def fired(path: Path) -> frozenset[str]:
 
 def test_every_program_has_both_traces():
     assert all(path.exists() for _, path in TRACES)
-    assert len(EXPECTED) == 8
+    assert len(EXPECTED) == 9
 
 
 @pytest.mark.parametrize("program,path", TRACES, ids=[p.name for _, p in TRACES])
