@@ -53,3 +53,19 @@ def profile(name: str, step: Callable[[], None], warmup_steps: int = 3) -> None:
             prof.step()
     torch.cuda.synchronize()
     prof.export_chrome_trace(os.path.join(args.out, f"{name}.json.gz"))
+
+
+def lm_train_step(model, opt, inputs, targets, vocab: int) -> Callable[[], None]:
+    """One training step of a language model as its tutorials write it: bf16 autocast around
+    the forward pass and the loss, then backward and the optimizer."""
+    import torch
+    import torch.nn.functional as F
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(inputs).view(-1, vocab), targets.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from common import profile
+from common import lm_train_step, profile
 from nanogpt_train import BATCH, GPT, SEQ
 from torch.nn.parallel import DistributedDataParallel
 
@@ -26,14 +25,7 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
     torch.manual_seed(1 + rank)  # each rank its own batch
     ids = torch.randint(0, 50257, (BATCH, SEQ + 1), device="cuda")
-    x, y = ids[:, :-1], ids[:, 1:]
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x).view(-1, VOCAB), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    step = lm_train_step(model, opt, ids[:, :-1], ids[:, 1:], VOCAB)
 
     profile(f"ddp_gpt_train_rank{rank}", step)
     dist.destroy_process_group()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from common import profile
+from common import lm_train_step, profile
 from torch import nn
 
 LAYERS, DIM, HEADS, FFN, SEQ, BATCH, VOCAB = 8, 1024, 16, 2816, 1024, 8, 32000
@@ -65,25 +65,13 @@ class Llama(nn.Module):
         return self.head(self.norm(x))
 
 
-def train_step(model, opt, ids, targets):
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(ids)
-            loss = F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
 def setup(compile_model: bool):
     torch.manual_seed(0)
     model = Llama().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), device="cuda")
     targets = torch.roll(ids, -1, dims=1)
-    return train_step(torch.compile(model) if compile_model else model, opt, ids, targets)
+    return lm_train_step(torch.compile(model) if compile_model else model, opt, ids, targets, VOCAB)
 
 
 if __name__ == "__main__":

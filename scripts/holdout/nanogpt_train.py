@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from common import profile
+from common import lm_train_step, profile
 from gpt_decode import DIM, LAYERS, Block
 from torch import nn
 
@@ -32,17 +31,7 @@ def setup(vocab: int):
     model = GPT(vocab).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, fused=True)
     ids = torch.randint(0, 50257, (BATCH, SEQ + 1), device="cuda")
-    x, y = ids[:, :-1], ids[:, 1:]
-
-    def step() -> None:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, vocab), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
+    return lm_train_step(model, opt, ids[:, :-1], ids[:, 1:], vocab)
 
 
 if __name__ == "__main__":
