@@ -24,3 +24,10 @@ postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs (CPU onl
   rm -f "$W/nsys/$s.qdstrm" "$W/nsys/$s.nsys-rep"
   echo "post $s: $((SECONDS - t0)) s, sqlite $(du -h "$W/nsys/$s.sqlite" | cut -f1)"
 }
+
+nsys_profile() {  # seconds stem command...: Nsight Systems with the corpus's settings
+  local limit=$1 s=$2; shift 2
+  timeout -k 5 "$limit" "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
+    --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
+    -o "$W/nsys/$s" --force-overwrite true "$@" > "$W/nsys/$s.profile.log" 2>&1
+}

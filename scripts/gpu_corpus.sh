@@ -59,10 +59,7 @@ run_nsys() {
   for p in $(pairs); do
     local n=${p%%:*} v=${p##*:} s=${p%%:*}_${p##*:} t1=$SECONDS
     if [ $SECONDS -gt "${NSYS_DEADLINE:-99999}" ]; then echo "DEADLINE: skip $s"; continue; fi
-    timeout -k 5 90 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
-      --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
-      -o "$W/nsys/$s" --force-overwrite true \
-      python3 "$RUN" "$n" --variant "$v" --profiler nsys --out "$W/records" > "$W/nsys/$s.profile.log" 2>&1
+    nsys_profile 90 "$s" python3 "$RUN" "$n" --variant "$v" --profiler nsys --out "$W/records"
     echo "profile $s: rc=$? $((SECONDS - t1)) s; files: $(cd "$W/nsys" && ls -s --block-size=K "$s".* 2>/dev/null | tr "\n" " ")"
     grep -E "ms/step|FAILED|Error|error" "$W/nsys/$s.profile.log" | head -5
     postprocess "$s" &

@@ -38,11 +38,9 @@ TA_NCCL_BATCH=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[
   "$W/records/nccl_overlap_bad_rank0.torch.record.json" 2>/dev/null) && export TA_NCCL_BATCH
 echo "TA_NCCL_BATCH=${TA_NCCL_BATCH:-unset}"
 
-nsys_profile() {  # stem, then the command
-  local s=$1; shift
-  timeout -k 5 150 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
-    --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
-    -o "$W/nsys/$s" --force-overwrite true "$@" > "$W/nsys/$s.profile.log" 2>&1
+profile_rank() {  # stem, then the command
+  local s=$1
+  nsys_profile 150 "$@"
   echo "profile $s: rc=$?; $(grep -E "ms/step|FAILED|Error" "$W/nsys/$s.profile.log" | head -3)"
 }
 
@@ -50,7 +48,7 @@ echo "== nsys $((SECONDS - T0)) s"
 pids=()
 for v in bad good; do
   [ "$SYNC" = 1 ] || continue
-  nsys_profile "sync_memcpy_$v" python3 "$RUN" sync_memcpy --variant "$v" --profiler nsys --out "$W/records"
+  profile_rank "sync_memcpy_$v" python3 "$RUN" sync_memcpy --variant "$v" --profiler nsys --out "$W/records"
   postprocess "sync_memcpy_$v" & pids+=($!)
 done
 port=29611
@@ -58,7 +56,7 @@ for v in bad good; do
   ranks=()
   for ((r = 0; r < NGPU; r++)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NGPU LOCAL_WORLD_SIZE=$NGPU MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port nsys_profile "nccl_overlap_${v}_rank$r" \
+      MASTER_PORT=$port profile_rank "nccl_overlap_${v}_rank$r" \
       python3 "$RUN" nccl_overlap --variant "$v" --profiler nsys --out "$W/records" &
     ranks+=($!)
   done

@@ -15,9 +15,7 @@ for p in $PROGRAMS; do
 done
 for p in $PROGRAMS; do
   t0=$SECONDS
-  timeout -k 5 240 "$NSYS" profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none \
-    --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
-    -o "$W/nsys/$p" --force-overwrite true python3 "$p.py" --profiler nsys > "$W/nsys/$p.profile.log" 2>&1 || echo "NSYS FAILED $p"
+  nsys_profile 240 "$p" python3 "$p.py" --profiler nsys || echo "NSYS FAILED $p"
   echo "nsys $p: $((SECONDS - t0)) s"
   postprocess "$p" &
 done

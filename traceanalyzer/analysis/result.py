@@ -113,4 +113,4 @@ class AnalysisResult:
 
 def _recorded(flag: Any) -> bool:
     """A Kineto metadata flag (``"with_stack": 1``) that says an option was on."""
-    return flag is True or flag == 1 or str(flag).lower() in ("1", "true")
+    return flag == 1 or str(flag).lower() in ("1", "true")  # True == 1 too

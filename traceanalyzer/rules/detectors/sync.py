@@ -113,6 +113,15 @@ def _overlap_lost(views, calls: pl.DataFrame, work: pl.DataFrame) -> pl.DataFram
     )
 
 
+def _wait_totals(calls: pl.DataFrame) -> tuple[int, int]:
+    """The GPU work waited for and the GPU idle after, over ``_overlap_lost``'s waits: each gap's
+    longest, counted once."""
+    per_gap = calls.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
+        pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max()
+    )
+    return int(per_gap["waited_ns"].sum() or 0), int(per_gap["gpu_idle_after_ns"].sum() or 0)
+
+
 @detector(
     "hidden_sync",
     params=("min_impact_pct", "min_stall_us"),
@@ -145,9 +154,7 @@ def hidden_sync(views, p: Params) -> Detection | None:
     window = window_length(views)
     if not window or pct(lost, window) < p["min_impact_pct"]:
         return None
-    per_gap = calls.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
-        pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max()
-    )
+    waited, idle = _wait_totals(calls)
     # The host waits inside the operator (a device-to-host copy to pageable memory blocks before
     # the explicit sync does): its stall is the operator's time, counted once per operator.
     stalls = calls.with_columns(
@@ -178,8 +185,8 @@ def hidden_sync(views, p: Params) -> Detection | None:
         fields={
             "sync_count": calls.height,
             "stall_ms": ms(stall),
-            "waited_ms": ms(int(per_gap["waited_ns"].sum() or 0)),
-            "idle_ms": ms(int(per_gap["gpu_idle_after_ns"].sum() or 0)),
+            "waited_ms": ms(waited),
+            "idle_ms": ms(idle),
             "lost_ms": ms(lost),
             "top_op": ops["op"][0],
             "top_op_count": int(ops["n"][0]),
@@ -253,7 +260,9 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     if copies["src_kind"].null_count() == copies.height and copies["dst_kind"].null_count() == copies.height:
         raise NotApplicable("the memory kinds of copies (pageable or pinned) were not recorded")
     is_pageable = (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
-    pageable = copies.filter(is_pageable).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
+    pageable = copies.filter(is_pageable).with_columns(
+        dur=pl.col("end_ns") - pl.col("start_ns")
+    ).with_row_index("_copy")
     if pageable.height == 0:
         return None
     # Only host-to-device copies are charged with a wait: device-to-host reads (.item(), .cpu())
@@ -261,13 +270,13 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     # call returns at once (CUDA's "API synchronization behavior"): its call's span holds no GPU
     # work, so it lost nothing. The copies themselves are left out of the GPU work waited for.
     htod = (pl.col("copy_kind") == "HtoD") & pl.col("launch_end_ns").is_not_null()
-    calls = pageable.with_row_index("_copy").filter(htod).select(
+    calls = pageable.filter(htod).select(
         "_copy", "rank", pl.col("launch_start_ns").alias("wait_from"),
         pl.col("launch_end_ns").alias("end_ns"),
     )
     work = launches.filter(~(is_pageable & (pl.col("copy_kind") == "HtoD")).fill_null(False))
     calls = _overlap_lost(views, calls, work)
-    pageable = pageable.with_row_index("_copy").join(
+    pageable = pageable.join(
         calls.select("_copy", "waited_ns", "gpu_idle_after_ns", "lost_ns", "_gap"),
         on="_copy", how="left",
     ).drop("_copy").with_columns(pl.col("waited_ns", "gpu_idle_after_ns", "lost_ns").fill_null(0))
@@ -276,9 +285,7 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
     window = window_length(views)
     if not window or pct(total + lost, window) < p["min_impact_pct"]:
         return None
-    per_gap = pageable.filter(pl.col("_gap").is_not_null()).group_by("_gap").agg(
-        pl.col("waited_ns").max(), pl.col("gpu_idle_after_ns").max()
-    )
+    waited, idle_after = _wait_totals(pageable)
     # Exposed: the part of a copy during which no kernel runs, i.e. on the critical path.
     kernels = launches.filter(pl.col("kind") == "kernel").select("rank", "start_ns", "end_ns")
     pageable = intervals.overlap_ns(pageable, kernels, name="covered_ns").with_columns(
@@ -309,8 +316,8 @@ def pageable_memcpy(views, p: Params) -> Detection | None:
         fields={
             "copy_count": pageable.height,
             "copy_ms": ms(total),
-            "waited_ms": ms(int(per_gap["waited_ns"].sum() or 0)),
-            "idle_after_ms": ms(int(per_gap["gpu_idle_after_ns"].sum() or 0)),
+            "waited_ms": ms(waited),
+            "idle_after_ms": ms(idle_after),
             "lost_ms": ms(lost),
             "htod_ms": ms(htod_copies["dur"].sum()),
             "exposed_htod_ms": ms(htod_copies["exposed_ns"].sum()),
