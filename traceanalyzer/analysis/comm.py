@@ -3,9 +3,24 @@
 One definition, shared so the two views cannot disagree: the collectives counted are a rank's
 communication kernels, only those launched inside a step when that rank's trace marks steps (a
 collective before the first step -- the process group's first barrier, DDP's parameter broadcast,
-ranks lining up when a profiler starts -- is set-up that no overlap can hide); each one's exposed
-time is its duration minus the part covered by compute kernels on the same GPU. The share is of
-the rank's GPU span.
+ranks lining up when a profiler starts -- is set-up that no overlap can hide), and not those
+launched before the profiler started (no launch recorded, running before the rank's first
+recorded launch: the previous step's tail, whose step is unknown). The share is of the rank's GPU
+span.
+
+A collective kernel starts when its rank reaches it and ends when every rank has: its duration is
+the wait for the other ranks, then the transfer. Only the transfer is communication an overlap
+can hide; the wait is the other ranks' lateness (a straggler, uneven work, a profiler slowing one
+process), which the job view reports. The transfer of a collective is estimated as the shortest
+duration of the same collective: the same kernel at the same place (its ordinal among the step's
+kernels of that name) in the rank's other steps, and on the other ranks of a job. The wait is
+taken from the start of the kernel, and a collective's exposed time is the part of its transfer,
+``[end - transfer, end)``, not covered by compute kernels on the same GPU. Without steps or other
+ranks there is nothing to compare with, and the whole duration counts (as HTA and TraceLens count
+it). The estimate can only err towards less wait: a rank that waits in every step and on every
+rank it is compared with keeps that wait as transfer. Matching by ordinal assumes the ranks run
+the same collectives in the same order, as data-parallel ranks do; pipeline stages that send and
+receive different numbers of messages would pair unrelated kernels (the job view's skew too).
 
 The headline metric ``Metrics.exposed_communication_ns`` stays TraceLens's whole-trace union
 (``analysis/metrics.py``): it is what the HTA/TraceLens parity checks compare.
@@ -23,22 +38,51 @@ RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_coll
 
 
 def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The communication kernels that count, each with ``dur``, ``covered_ns`` (by compute kernels
-    on the same rank and device) and ``exposed_ns``.
+    """The communication kernels that count, each with ``dur``, ``transfer_ns`` and ``wait_ns``
+    (see the module doc), ``covered_ns`` (of the transfer, by compute kernels on the same rank
+    and device) and ``exposed_ns``.
 
     ``launches`` is the launches view (its ``step`` column: the step the kernel was launched in);
-    ``steps`` any frame with a ``rank`` column naming the ranks whose trace marks steps.
+    ``steps`` any frame with a ``rank`` column naming the ranks whose trace marks steps. Pass
+    every rank's launches: the other ranks' durations of the same collective bound its transfer.
     """
     kernels = launches.filter(pl.col("kind") == "kernel")
     is_comm = pl.col("category") == "communication"
-    comm = kernels.filter(is_comm)
+    first_launch = pl.col("launch_start_ns").min().over("rank")
+    comm = kernels.filter(
+        is_comm, pl.col("launch_start_ns").is_not_null() | first_launch.is_null()
+        | (pl.col("start_ns") >= first_launch)
+    )
     if steps.height and "step" in comm.columns:
         stepped = steps["rank"].unique().implode()
         comm = comm.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(stepped))
+    comm = _with_transfer(comm)
     cover = kernels.filter(~is_comm).select("rank", "device", "start_ns", "end_ns")
-    return overlap_ns(comm, cover, name="covered_ns").with_columns(
-        dur=pl.col("end_ns") - pl.col("start_ns")
-    ).with_columns(exposed_ns=pl.col("dur") - pl.col("covered_ns"))
+    transfers = comm.with_columns(start_ns=pl.col("end_ns") - pl.col("transfer_ns"))
+    covered = overlap_ns(transfers, cover, name="covered_ns")["covered_ns"]
+    return comm.with_columns(covered_ns=covered).with_columns(
+        exposed_ns=pl.col("transfer_ns") - pl.col("covered_ns")
+    )
+
+
+def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:
+    """``dur``, ``transfer_ns`` (the shortest duration of the same collective in the rank's other
+    steps and on other ranks) and ``wait_ns``; the same collective is the same kernel name at the
+    same ordinal among the step's kernels of that name, as the job view matches them."""
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    comm = comm.sort("rank", "start_ns", "stream").with_columns(
+        dur=dur, _ordinal=pl.int_range(pl.len()).over("rank", "step", "name"),
+    )
+    in_steps = pl.col("step").is_not_null()
+    across_steps = pl.when(in_steps & (pl.len().over("rank", "name", "_ordinal") > 1)).then(
+        pl.col("dur").min().over("rank", "name", "_ordinal"))
+    across_ranks = pl.when(pl.col("rank").n_unique().over("step", "name", "_ordinal") > 1).then(
+        pl.col("dur").min().over("step", "name", "_ordinal"))
+    return (
+        comm.with_columns(transfer_ns=pl.min_horizontal("dur", across_steps, across_ranks))
+        .with_columns(wait_ns=pl.col("dur") - pl.col("transfer_ns"))
+        .drop("_ordinal")
+    )
 
 
 def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,

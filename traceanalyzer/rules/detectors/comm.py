@@ -21,15 +21,17 @@ _COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|red
     "nccl_exposed",
     params=("min_exposed_pct",),
     fields=("exposed_ms", "exposed_pct", "comm_ms", "overlap_pct", "collective_count",
-            "top_collective", "top_collective_exposed_ms", "rank"),
+            "top_collective", "top_collective_exposed_ms", "wait_ms", "rank"),
 )
 def nccl_exposed(views, p: Params) -> Detection | None:
-    """Communication kernels not covered by compute kernels on the same device (only those of
-    the steps, when the trace marks steps); fires when the exposed time is at least
-    ``min_exposed_pct`` of the window."""
+    """Communication kernels' transfers not covered by compute kernels on the same device (only
+    those of the steps, when the trace marks steps; the wait for other ranks left out, see
+    analysis/comm.py); fires when the exposed time is at least ``min_exposed_pct`` of the
+    window."""
     # One definition with the job view (analysis/comm.py): only the steps' collectives count when
-    # the trace marks steps; a set-up collective before the first step cannot be overlapped.
-    comm = step_collectives(own_rank(views, views.launches), own_rank(views, views.steps))
+    # the trace marks steps; a set-up collective before the first step cannot be overlapped. All
+    # ranks go in: another rank's duration of the same collective bounds its transfer time.
+    comm = own_rank(views, step_collectives(views.launches, views.steps))
     if comm.height == 0:
         return None
     comm = comm.with_columns(
@@ -40,13 +42,14 @@ def nccl_exposed(views, p: Params) -> Detection | None:
     window = window_length(views)
     if not window or pct(exposed, window) < p["min_exposed_pct"]:
         return None
-    total = int(comm["dur"].sum())
+    total = int(comm["transfer_ns"].sum())
     by_coll = comm.group_by("collective").agg(
         pl.col("exposed_ns").sum(), n=pl.len()
     ).sort(["exposed_ns", "collective"], descending=[True, False])
     evidence = comm.sort("exposed_ns", descending=True).select(
         "start_ns", "end_ns", "name", "collective", "stream", "rank", "step",
         (pl.col("dur") / NS_PER_US).alias("duration_us"),
+        (pl.col("wait_ns") / NS_PER_US).alias("wait_us"),
         (pl.col("exposed_ns") / NS_PER_US).alias("exposed_us"),
         pl.col("op_name").alias("op"),
     )
@@ -60,6 +63,7 @@ def nccl_exposed(views, p: Params) -> Detection | None:
             "collective_count": comm.height,
             "top_collective": by_coll["collective"][0],
             "top_collective_exposed_ms": ms(by_coll["exposed_ns"][0]),
+            "wait_ms": ms(int(comm["wait_ns"].sum())),
             "rank": views.metrics.rank,
         },
         evidence=evidence,
