@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_rules_detectors import Synth, busy_loop
+from test_rules_detectors import Synth, busy_loop, run
 
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.cli.rules import rules as rules_group
 from traceanalyzer.errors import RuleError
+from traceanalyzer.findings import severity_of
 from traceanalyzer.rules import RuleConfig, builtin_rules_dir, evaluate, load_config, load_rules
 from traceanalyzer.rules.detectors import all_detectors
 from traceanalyzer.rules.docs import rules_markdown
@@ -346,3 +347,23 @@ def test_cli_rules_docs_matches_file():
     out = CliRunner().invoke(rules_group, ["docs"])
     assert out.exit_code == 0
     assert out.output == (REPO / "docs" / "rules.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("rule", "impact_pct", "expected"), [
+    ("high", 45.0, "high"), ("high", 10.0, "high"), ("high", 9.9, "medium"),
+    ("high", 3.0, "medium"), ("high", 0.4, "low"), ("medium", 45.0, "medium"),
+    ("critical", 30.0, "critical"), ("critical", 12.0, "high"), ("low", 80.0, "low"),
+    ("info", 80.0, "info"), ("info", 0.0, "info"),
+])
+def test_a_findings_severity_is_its_rules_lowered_by_its_impact(rule, impact_pct, expected):
+    assert severity_of(rule, impact_pct) == expected
+
+
+def test_a_high_rule_with_a_small_impact_reports_low():
+    # nccl-not-overlapped is a high rule; with its threshold at 0 it fires on 2.5% of the window.
+    s = Synth()
+    busy_loop(s, n=200)
+    s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 200 * 202 + 2, 1000, stream=20)
+    findings, _ = run(s, **{"nccl-not-overlapped": {"min_exposed_pct": 0}})
+    f = findings["nccl-not-overlapped"]
+    assert 0 < f.impact_pct < 3 and f.severity == "low"

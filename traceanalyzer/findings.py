@@ -33,6 +33,25 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
+#: The least share of the window a finding's impact must reach for each severity.
+SEVERITY_MIN_IMPACT_PCT: dict[str, float] = {"critical": 25.0, "high": 10.0, "medium": 3.0,
+                                             "low": 0.0}
+
+
+def severity_of(rule_severity: str, impact_pct: float) -> str:
+    """A finding's severity: its rule's, lowered to what its measured impact earns.
+
+    The rule's severity is the most its findings can get (a symptom such as low utilization is
+    declared lower than its causes); the impact decides how much of it a finding keeps, so a
+    problem costing 0.5% of the window is not reported, or failed in CI, as high. An ``info``
+    rule stays ``info``.
+    """
+    if rule_severity == "info":
+        return rule_severity
+    earned = next(s for s, least in SEVERITY_MIN_IMPACT_PCT.items() if impact_pct >= least)
+    return min(rule_severity, earned, key=severity_rank)
+
+
 @dataclass
 class Finding:
     """One problem found in one trace (or one rank of a job)."""

@@ -27,7 +27,8 @@ from traceanalyzer.findings import SEVERITIES, severity_rank
 @click.option("--annotate", "annotate_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the trace plus a findings track (Chrome JSON or Perfetto) here.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
-              help="Exit with code 1 when a finding has this severity or worse (for CI gating).")
+              help="Exit with code 1 when a finding has this severity or worse (for CI gating); "
+                   "a finding's severity follows its impact (high: 10% of the window or more).")
 @click.option("--top", default=10, show_default=True, help="Kernels to list in the summary.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @click.option("--steps", "steps", help="Analyze only these ProfilerSteps: N or FIRST-LAST.")

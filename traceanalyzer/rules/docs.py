@@ -16,6 +16,10 @@ _HEADER = """\
 traceanalyzer's findings come from rules: one YAML file per rule in the top-level `rules/`
 folder (shipped in the wheel). Each rule has a stable slug and id, a severity, a message filled
 with measured numbers, its rationale, the fix, and parameters with units in their names.
+The rule's severity is the most its findings can get: a finding keeps it only if its impact is
+large enough (critical: 25% of the window or more, high: 10%, medium: 3%; below that, low), so
+`--fail-on high` fails a build for a problem that costs a tenth of the run, not for one that
+costs 0.5%.
 A rule that cannot judge a trace (for example shapes were not recorded) reports
 *not applicable* with the reason, instead of staying silent.
 

@@ -16,7 +16,7 @@ import polars as pl
 
 from traceanalyzer.analysis import intervals
 from traceanalyzer.errors import RuleError
-from traceanalyzer.findings import Finding, RuleOutcome, severity_rank
+from traceanalyzer.findings import Finding, RuleOutcome, severity_of, severity_rank
 from traceanalyzer.rules.detectors import Detection, NotApplicable, get_detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_MS,
@@ -165,7 +165,7 @@ def _run_rule(
     finding = Finding(
         slug=rule.slug,
         rule_id=rule.id,
-        severity=rule.severity,
+        severity=severity_of(rule.severity, impact_pct),
         title=rule.title,
         message=message,
         fix=rule.fix,
