@@ -163,16 +163,21 @@ def fp32_matmul(views, p: Params) -> Detection | None:
 #: multiple of 16 bytes. "alignN" counts elements: 1, 2 or 4 is unaligned for 16-bit types.
 UNALIGNED_KERNEL = r"(?i)align[abc]?[12]([^0-9]|$)"
 UNALIGNED_HALF_KERNEL = r"(?i)align[abc]?4([^0-9]|$)"
+ALIGN1_KERNEL = r"(?i)align[abc]?1([^0-9]|$)"
 
 
 def _gain_of_kernel(kernel: pl.Expr, p: Params) -> pl.Expr:
-    """Share of an unaligned GEMM's time that padding saves: ``fallback_gain_pct`` when cuBLAS
-    fell back to a 16-bit kernel built for unaligned operands (align1/align2; on an H200, an
-    sm75-era CUTLASS kernel), ``expected_gain_pct`` otherwise. Measured on H200s: padding saved
-    80% of the fallback GEMMs' time in nanoGPT's output layer (vocabulary 50257 -> 50304,
-    sample_traces/holdout) and in the odd_matmul_shape workload (4095 -> 4096)."""
-    fallback = kernel.str.contains(HALF_KERNEL) & kernel.str.contains(UNALIGNED_KERNEL)
-    return (pl.when(fallback.fill_null(False)).then(float(p["fallback_gain_pct"]))
+    """Share of an unaligned GEMM's time that padding saves, from the kernel cuBLAS ran: when it
+    fell back to a 16-bit kernel built for unaligned operands, ``fallback_gain_pct`` (align1; on
+    an H200 an sm75-era CUTLASS kernel) or ``align2_gain_pct`` (align2 and align4, an sm80 one);
+    otherwise ``expected_gain_pct``. Measured on an H200 (scripts/measure/gemm_padding.py,
+    results beside it): padding saved 73-84% of align1 GEMMs' time, 59-63% of align2 ones', and
+    -5 to +6% (noise) of GEMMs that kept the sm90 kernels with an unaligned M."""
+    half = kernel.str.contains(HALF_KERNEL)
+    align1 = half & kernel.str.contains(ALIGN1_KERNEL)
+    align2 = half & (kernel.str.contains(UNALIGNED_KERNEL) | kernel.str.contains(UNALIGNED_HALF_KERNEL))
+    return (pl.when(align1.fill_null(False)).then(float(p["fallback_gain_pct"]))
+            .when(align2.fill_null(False)).then(float(p["align2_gain_pct"]))
             .otherwise(float(p["expected_gain_pct"])) / 100.0)
 
 
@@ -255,7 +260,7 @@ def gemm_shapes(views) -> pl.DataFrame:
 @detector(
     "odd_matmul_shape",
     params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct",
-            "fallback_gain_pct", "min_impact_pct"),
+            "fallback_gain_pct", "align2_gain_pct", "min_impact_pct"),
     fields=("odd_ms", "odd_pct", "gemm_count", "shape_count", "top_shape", "top_op"),
 )
 def odd_matmul_shape(views, p: Params) -> Detection | None:
@@ -290,14 +295,13 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
         padded = ((pl.col(d) + 63) // 64) * 64
         return pl.when(odd64(d)).then((padded - pl.col(d)) / padded).otherwise(0.0)
 
-    # Misaligned to 8: the fast tensor-core kernels may not be usable (the kernel that ran says
-    # whether they were). Aligned to 8 but not 64: only the partial last tile is wasted.
-    gain = (
-        pl.when(odd8("m") | odd8("n") | odd8("k"))
-        .then(_gain_of_kernel(pl.col("kernel"), p))
-        .otherwise(pl.max_horizontal(tile_waste("n"), tile_waste("k")))
-    )
-    bad = shapes.filter(odd("m") | odd("n") | odd("k")).with_columns(
+    # The kernel that ran says whether the misalignment cost the fast tensor-core kernels (a
+    # fallback kernel); if it did not, only the partial last tile of N or K is wasted.
+    gain = pl.max_horizontal(_gain_of_kernel(pl.col("kernel"), p), tile_waste("n"),
+                             tile_waste("k"))
+    # Only GEMMs padding would speed up: an unaligned M in a kernel that did not fall back
+    # costs nothing measurable (see _gain_of_kernel).
+    bad = shapes.filter(odd("m") | odd("n") | odd("k"), gain > 0).with_columns(
         saving_ns=pl.col("gpu_ns") * gain,
         odd_dims=pl.concat_str(
             pl.when(odd("m")).then(pl.lit("M")).otherwise(pl.lit("")),
