@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Traces for the workloads that scripts/gpu_corpus.sh does not make: nccl_overlap (2+ GPUs, one
-# process per GPU) and sync_memcpy, both variants, under torch.profiler and Nsight Systems.
+# Traces for the workloads that scripts/gpu_corpus.sh does not make: nccl_overlap and
+# rank_imbalance (2+ GPUs, one process per GPU) and sync_memcpy, both variants, under
+# torch.profiler and Nsight Systems.
 #
 #   bash scripts/gpu_multi.sh            # on a machine with 2+ GPUs (nvidia-h200-x2)
 #
-# torch: sync_memcpy in one process; nccl_overlap under torchrun (one trace per rank:
-#        torch/nccl_overlap_<variant>_rank<r>.json.gz).
+# torch: sync_memcpy in one process; nccl_overlap and rank_imbalance under torchrun (one trace
+#        per rank: torch/<workload>_<variant>_rank<r>.json.gz).
 # nsys:  one `nsys profile` per process, as for multi-node jobs: sync_memcpy_<variant>.sqlite and
 #        nccl_overlap_<variant>_rank<r>.sqlite (each rank's nsys started with RANK/WORLD_SIZE in
 #        its environment, which the nsys ingestor reads back). The nsys runs reuse the batch the
@@ -20,8 +21,11 @@ W=${WORK:-/tmp/ta-multi}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # one NCCL channel: a slower link, as between nodes (see traceanalyzer/workloads/nccl_overlap.py)
 export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-1}
-# SYNC=0 skips sync_memcpy, PROBE=0 the probe (to redo only nccl_overlap)
-SYNC=${SYNC:-1} PROBE=${PROBE:-1}
+# SYNC=0 skips sync_memcpy, OVERLAP=0 nccl_overlap, IMBALANCE=0 rank_imbalance, PROBE=0 the probe
+SYNC=${SYNC:-1} OVERLAP=${OVERLAP:-1} IMBALANCE=${IMBALANCE:-1} PROBE=${PROBE:-1}
+# rank_imbalance hides its all-reduces behind backward with NCCL's default channels: its subject
+# is the wait for the slow rank, not a slow link
+IMBALANCE_ENV=(env -u NCCL_MAX_NCHANNELS)
 exec > >(tee -a "$OUT/multi.log") 2>&1
 NGPU=$(nvidia-smi -L | wc -l)
 T0=$SECONDS
@@ -29,8 +33,10 @@ nvidia-smi -L; nvidia-smi topo -m
 
 echo "== torch $((SECONDS - T0)) s"
 [ "$SYNC" = 1 ] && timeout -k 5 200 python3 "$RUN" sync_memcpy --variant all --profiler torch --out "$W/torch"
-timeout -k 5 300 torchrun --standalone --nproc-per-node "$NGPU" "$RUN" nccl_overlap \
-  --variant all --profiler torch --out "$W/torch"
+[ "$OVERLAP" = 1 ] && timeout -k 5 300 torchrun --standalone --nproc-per-node "$NGPU" "$RUN" \
+  nccl_overlap --variant all --profiler torch --out "$W/torch"
+[ "$IMBALANCE" = 1 ] && timeout -k 5 300 "${IMBALANCE_ENV[@]}" torchrun --standalone \
+  --nproc-per-node "$NGPU" "$RUN" rank_imbalance --variant all --profiler torch --out "$W/torch"
 mv "$W"/torch/*.record.json "$W/records/" 2>/dev/null
 ls -la "$W/torch"
 tar czf "$OUT/multi-torch.tgz" -C "$W" torch records
@@ -52,24 +58,30 @@ for v in bad good; do
   postprocess "sync_memcpy_$v" & pids+=($!)
 done
 port=29611
-for v in bad good; do
-  ranks=()
+profile_job() {  # workload variant [env prefix...]: one nsys per rank, then their post-processing
+  local wl=$1 v=$2 ranks=() r; shift 2
   for ((r = 0; r < NGPU; r++)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NGPU LOCAL_WORLD_SIZE=$NGPU MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port profile_rank "nccl_overlap_${v}_rank$r" \
-      python3 "$RUN" nccl_overlap --variant "$v" --profiler nsys --out "$W/records" &
+      MASTER_PORT=$port profile_rank "${wl}_${v}_rank$r" \
+      "$@" python3 "$RUN" "$wl" --variant "$v" --profiler nsys --out "$W/records" &
     ranks+=($!)
   done
   for p in "${ranks[@]}"; do wait "$p"; done
-  for ((r = 0; r < NGPU; r++)); do postprocess "nccl_overlap_${v}_rank$r" & pids+=($!); done
+  for ((r = 0; r < NGPU; r++)); do postprocess "${wl}_${v}_rank$r" & pids+=($!); done
   port=$((port + 1))
+}
+for v in bad good; do
+  [ "$OVERLAP" = 1 ] && profile_job nccl_overlap "$v"
+  [ "$IMBALANCE" = 1 ] && profile_job rank_imbalance "$v" "${IMBALANCE_ENV[@]}"
 done
 for p in "${pids[@]}"; do wait "$p"; done
 ls -la "$W/nsys" "$W/records"
 tar czf "$OUT/multi-nsys.tgz" --exclude="*.qdstrm" --exclude="*.nsys-rep" -C "$W" nsys records
 echo "== probe $((SECONDS - T0)) s"
-[ "$PROBE" = 1 ] && timeout -k 5 ${PROBE_TIMEOUT:-120} python3 scripts/probe_sync_copies.py > "$OUT/probe_sync_copies.txt" 2>&1
-echo "probe rc=$?"; grep -E "SYNC|FAILED" "$OUT/probe_sync_copies.txt"
+if [ "$PROBE" = 1 ]; then
+  timeout -k 5 "${PROBE_TIMEOUT:-120}" python3 scripts/probe_sync_copies.py > "$OUT/probe_sync_copies.txt" 2>&1
+  echo "probe rc=$?"; grep -E "SYNC|FAILED" "$OUT/probe_sync_copies.txt"
+fi
 
 ls -la "$OUT"
 echo "== done $((SECONDS - T0)) s"

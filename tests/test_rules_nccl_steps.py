@@ -5,7 +5,7 @@ nccl_overlap_good traces, where the barrier that lines the ranks up waited 30 ms
 
 It also leaves out the time a collective waits for the other ranks (analysis/comm.py), seen on
 the held-out DDP run (sample_traces/holdout, ddp_gpt_train), and collectives launched before the
-profiler started."""
+profiler started. That wait is collective-wait's finding."""
 
 from __future__ import annotations
 
@@ -102,3 +102,28 @@ def test_other_ranks_bound_the_transfer():
     assert comm["transfer_ns"].to_list() == [200_000, 200_000]
     assert comm["wait_ns"].to_list() == [800_000, 0]
     assert comm["exposed_ns"].to_list() == [200_000, 200_000]
+
+
+def test_the_wait_is_collective_waits_finding():
+    s = Synth()
+    _steps_with_exposed_allreduce(s, [3000, 300, 300])
+    findings, _ = run(s)
+    f = findings["collective-wait"]
+    assert f.impact_ns == pytest.approx(2700 * 1000)
+    assert "in 1 collective of 3; the longest wait 2.7 ms (allreduce)" in f.message
+    assert "Their transfers took 300.0 µs" in f.message
+    assert f.evidence[0]["exposed_wait_us"] == pytest.approx(2700)
+
+
+def test_a_wait_beside_compute_is_not_lost():
+    # The same waits, but another stream computes through them: the GPU lost nothing.
+    s = Synth()
+    _steps_with_exposed_allreduce(s, [3000, 300, 300])
+    busy_loop(s, n=3, dur=1000, start=2000, stream=9, name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn")
+    assert "collective-wait" not in run(s)[0]
+
+
+def test_collective_wait_is_quiet_without_anything_to_compare_with():
+    s = Synth()
+    _steps_with_exposed_allreduce(s, [3000, 3000, 3000])
+    assert "collective-wait" not in run(s)[0]

@@ -33,6 +33,7 @@ def test_every_issue_pair_is_registered() -> None:
                 "unfused_optimizer", "nccl_overlap", "gpt_step"}
     assert expected <= set(WORKLOADS)
     assert WORKLOADS["nccl_overlap"].min_gpus >= 2
+    assert WORKLOADS["rank_imbalance"].min_gpus >= 2
     assert "compile" in WORKLOADS["unfused_elementwise"].variants
 
 

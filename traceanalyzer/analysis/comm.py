@@ -40,7 +40,8 @@ RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_coll
 def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The communication kernels that count, each with ``dur``, ``transfer_ns`` and ``wait_ns``
     (see the module doc), ``covered_ns`` (of the transfer, by compute kernels on the same rank
-    and device) and ``exposed_ns``.
+    and device), ``exposed_ns`` (the transfer's uncovered part) and ``exposed_wait_ns`` (the
+    wait's: the time the GPU did nothing but wait for the other ranks).
 
     ``launches`` is the launches view (its ``step`` column: the step the kernel was launched in);
     ``steps`` any frame with a ``rank`` column naming the ranks whose trace marks steps. Pass
@@ -60,8 +61,11 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     cover = kernels.filter(~is_comm).select("rank", "device", "start_ns", "end_ns")
     transfers = comm.with_columns(start_ns=pl.col("end_ns") - pl.col("transfer_ns"))
     covered = overlap_ns(transfers, cover, name="covered_ns")["covered_ns"]
+    waits = comm.with_columns(end_ns=pl.col("start_ns") + pl.col("wait_ns"))
+    wait_covered = overlap_ns(waits, cover, name="covered_ns")["covered_ns"]
     return comm.with_columns(covered_ns=covered).with_columns(
-        exposed_ns=pl.col("transfer_ns") - pl.col("covered_ns")
+        exposed_ns=pl.col("transfer_ns") - pl.col("covered_ns"),
+        exposed_wait_ns=pl.col("wait_ns") - wait_covered,
     )
 
 

@@ -92,6 +92,13 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             min_gpus=2,
         ),
         WorkloadInfo(
+            "rank_imbalance",
+            "each step one rank draws a batch twice as long as the others' (DDP) vs the same "
+            "samples balanced across ranks",
+            ("collective-wait",),
+            min_gpus=2,
+        ),
+        WorkloadInfo(
             "sync_memcpy",
             "cudaMemcpy/cudaMemset from pageable memory every step vs cudaMemcpyAsync/"
             "cudaMemsetAsync from pinned memory, results read one step later",

@@ -1,4 +1,5 @@
-"""Communication not hidden behind compute (HTA's overlap; TraceLens's exposed communication)."""
+"""Communication not hidden behind compute (HTA's overlap; TraceLens's exposed communication), and
+collectives waiting for other ranks (imbalance between ranks)."""
 
 from __future__ import annotations
 
@@ -34,10 +35,7 @@ def nccl_exposed(views, p: Params) -> Detection | None:
     comm = own_rank(views, step_collectives(views.launches, views.steps))
     if comm.height == 0:
         return None
-    comm = comm.with_columns(
-        collective=pl.col("name").str.extract(_COLLECTIVE, 1).str.to_lowercase()
-        .str.replace_all("_", "").fill_null("other"),
-    )
+    comm = comm.with_columns(collective=_collective_name(pl.col("name")))
     exposed = int(comm["exposed_ns"].sum())
     window = window_length(views)
     if not window or pct(exposed, window) < p["min_exposed_pct"]:
@@ -68,3 +66,50 @@ def nccl_exposed(views, p: Params) -> Detection | None:
         },
         evidence=evidence,
     )
+
+
+@detector(
+    "collective_wait",
+    params=("min_wait_pct",),
+    fields=("wait_ms", "wait_pct", "waiting_count", "collective_count", "top_wait_ms",
+            "top_collective", "transfer_ms", "rank"),
+)
+def collective_wait(views, p: Params) -> Detection | None:
+    """Time the collectives spent waiting for other ranks with no compute kernel beside them (the
+    wait as analysis/comm.py estimates it); fires when it is at least ``min_wait_pct`` of the
+    window."""
+    comm = own_rank(views, step_collectives(views.launches, views.steps))
+    waited = int(comm["exposed_wait_ns"].sum()) if comm.height else 0
+    window = window_length(views)
+    if not waited or not window or pct(waited, window) < p["min_wait_pct"]:
+        return None
+    comm = comm.with_columns(collective=_collective_name(pl.col("name")))
+    waiting = comm.filter(pl.col("exposed_wait_ns") > 0).sort(
+        ["exposed_wait_ns", "start_ns"], descending=[True, False])
+    evidence = waiting.select(
+        "start_ns", "end_ns", "name", "collective", "stream", "rank", "step",
+        (pl.col("dur") / NS_PER_US).alias("duration_us"),
+        (pl.col("wait_ns") / NS_PER_US).alias("wait_us"),
+        (pl.col("exposed_wait_ns") / NS_PER_US).alias("exposed_wait_us"),
+        (pl.col("transfer_ns") / NS_PER_US).alias("transfer_us"),
+    )
+    return Detection(
+        impact_ns=waited,
+        fields={
+            "wait_ms": ms(waited),
+            "wait_pct": pct(waited, window),
+            "waiting_count": waiting.height,
+            "collective_count": comm.height,
+            "top_wait_ms": ms(int(waiting["exposed_wait_ns"][0])),
+            "top_collective": waiting["collective"][0],
+            "transfer_ms": ms(int(waiting["transfer_ns"].sum())),
+            "rank": views.metrics.rank,
+        },
+        evidence=evidence,
+    )
+
+
+def _collective_name(name: pl.Expr) -> pl.Expr:
+    """allreduce, allgather, sendrecv, ... from a communication kernel's name; "other" if none."""
+    return (name.str.extract(_COLLECTIVE, 1).str.to_lowercase().str.replace_all("_", "")
+            .fill_null("other"))
