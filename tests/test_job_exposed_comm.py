@@ -15,6 +15,7 @@ from test_rules_detectors import Synth, busy_loop
 from traceanalyzer.analysis.comm import exposed_by_rank, step_collectives
 from traceanalyzer.analysis.job import analyze_job, combine, exposed_note
 from traceanalyzer.analysis.views import Views
+from traceanalyzer.cli.job import render_job
 from traceanalyzer.ingest import load
 from traceanalyzer.rules import RuleConfig, evaluate
 
@@ -93,9 +94,9 @@ def test_steps_restrict_per_rank_and_the_note_says_which() -> None:
     table = exposed_by_rank(views.launches, views.steps, views.ranks)
     assert table.to_dicts() == [
         {"rank": 0, "exposed_comm_ns": 500_000, "exposed_comm_collectives": 1,
-         "exposed_comm_window": "steps"},
+         "exposed_comm_window": "steps", "comm_wait_ns": 0},
         {"rank": 1, "exposed_comm_ns": 2_500_000, "exposed_comm_collectives": 2,
-         "exposed_comm_window": "trace"},
+         "exposed_comm_window": "trace", "comm_wait_ns": 0},
     ]
     note = exposed_note(table)
     assert "rank 0: collectives launched inside profiler steps" in note
@@ -113,3 +114,22 @@ def test_compute_on_the_same_gpu_covers_a_collective() -> None:
     assert comm["covered_ns"].to_list() == [600_000, 0]
     assert comm["exposed_ns"].to_list() == [400_000, 100_000]
     assert comm.schema["exposed_ns"] == pl.Int64
+
+
+@pytest.mark.slow
+def test_the_job_shows_what_each_rank_waited() -> None:
+    # rank_imbalance: each step one rank's batch is twice the other's; the short rank's
+    # all-reduces wait. In the job both ranks bound each transfer, and the job view's figure is
+    # the rule collective-wait's on the job trace.
+    paths = [SAMPLES / "torch" / f"rank_imbalance_bad_rank{r}.json.gz" for r in (0, 1)]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("rank_imbalance sample traces missing")
+    combined = combine([load(p) for p in paths])
+    job = analyze_job(combined, rules=False)
+    waited = job.ranks["comm_wait_pct"].to_list()
+    assert all(w > 5 for w in waited), waited
+    rule = RuleConfig()
+    rule.disabled = {r.slug for r in rule.rules() if r.slug != "collective-wait"}
+    (finding,) = evaluate(Views(combined), rule)[0]
+    assert finding.impact_pct == pytest.approx(waited[0], abs=0.01)
+    assert "waited" in render_job(job)

@@ -34,7 +34,7 @@ from traceanalyzer.analysis.intervals import overlap_ns
 
 #: Per-rank columns of :func:`exposed_by_rank`.
 RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_collectives": pl.Int64,
-               "exposed_comm_window": pl.String}
+               "exposed_comm_window": pl.String, "comm_wait_ns": pl.Int64}
 
 
 def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -91,11 +91,14 @@ def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:
 
 def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,
                     ranks: list[int]) -> pl.DataFrame:
-    """Per rank: exposed_comm_ns, exposed_comm_collectives (how many were counted) and
-    exposed_comm_window (``steps`` when only the steps' collectives count, else ``trace``)."""
+    """Per rank: exposed_comm_ns, exposed_comm_collectives (how many were counted),
+    exposed_comm_window (``steps`` when only the steps' collectives count, else ``trace``) and
+    comm_wait_ns (their wait for the other ranks with no compute beside it: rule
+    collective-wait's figure)."""
     counted = (
         step_collectives(launches, steps).group_by("rank")
-        .agg(exposed_comm_ns=pl.col("exposed_ns").sum(), exposed_comm_collectives=pl.len())
+        .agg(exposed_comm_ns=pl.col("exposed_ns").sum(), exposed_comm_collectives=pl.len(),
+             comm_wait_ns=pl.col("exposed_wait_ns").sum())
     )
     stepped = set(steps["rank"].unique().to_list()) if steps.height else set()
     base = pl.DataFrame({"rank": ranks,
@@ -104,7 +107,8 @@ def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,
                         schema={"rank": pl.Int32, "exposed_comm_window": pl.String})
     return (
         base.join(counted.cast({"rank": pl.Int32}), on="rank", how="left")
-        .with_columns(pl.col("exposed_comm_ns", "exposed_comm_collectives").fill_null(0))
+        .with_columns(pl.col("exposed_comm_ns", "exposed_comm_collectives", "comm_wait_ns")
+                      .fill_null(0))
         .select(list(RANK_SCHEMA)).cast(RANK_SCHEMA).sort("rank")
     )
 

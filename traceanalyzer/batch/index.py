@@ -89,7 +89,8 @@ def job_section(job: Any, top: int = 10) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
-            "<th class=n>comm</th><th class=n>exposed comm</th><th class=n>collectives</th>"
+            "<th class=n>comm</th><th class=n>exposed comm</th><th class=n>waited</th>"
+            "<th class=n>collectives</th>"
             "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
             "<th class=n>HTA late iters</th></tr>")
     rows = []
@@ -103,6 +104,7 @@ def job_section(job: Any, top: int = 10) -> str:
             f"<td class=n>{_ms(r['span_ns'])}</td><td class=n>{_pct(r['busy_pct'])}</td>"
             f"<td class=n>{_ms(r['communication_ns'])}</td>"
             f"<td class=n>{_ms(r['exposed_comm_ns'])} ({_pct(r['exposed_comm_pct'])})</td>"
+            f"<td class=n>{_ms(r['comm_wait_ns'])} ({_pct(r['comm_wait_pct'])})</td>"
             f"<td class=n>{esc(r['collectives'])}</td><td class=n>{_us(r['lateness_mean_ns'])}</td>"
             f"<td class=n>{_us(r['lateness_max_ns'])}</td>"
             f"<td class=n>{esc(r['late_count'])}{share}</td><td class=n>{esc(hta)}</td></tr>"

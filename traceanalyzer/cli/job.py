@@ -68,6 +68,7 @@ def render_job(result: Any, top: int = 5) -> str:
             fmt_ns(r["communication_ns"]),
             fmt_ns(r["exposed_comm_ns"]),
             fmt_pct(r["exposed_comm_pct"]),
+            fmt_ns(r["comm_wait_ns"]),
             fmt_ns(r["step_time_mean_ns"]),
             str(r["collectives"] or 0),
             fmt_ns(r["lateness_mean_ns"]), fmt_ns(r["lateness_max_ns"]),
@@ -76,9 +77,9 @@ def render_job(result: Any, top: int = 5) -> str:
             "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
         ])
     lines += ["", table(rows, ["rank", "trace", "span", "busy", "comm", "exposed comm",
-                               "exposed %", "step mean", "colls", "late mean", "late max",
-                               "started last", "HTA late iters"],
-                        right=set(range(2, 13)))]
+                               "exposed %", "waited", "step mean", "colls", "late mean",
+                               "late max", "started last", "HTA late iters"],
+                        right=set(range(2, 14)))]
     lines.append(exposed_note(ranks))
     if result.stragglers:
         lines.append("")
