@@ -91,7 +91,7 @@ def test_steps_restrict_per_rank_and_the_note_says_which() -> None:
     views = Views(combine([_rank_with_barrier(steps=True).trace(),
                            _rank_with_barrier(steps=False).trace()]))
     assert views.ranks == [0, 1]
-    table = exposed_by_rank(views.launches, views.steps, views.ranks)
+    table = exposed_by_rank(views.collectives, views.steps, views.ranks)
     assert table.to_dicts() == [
         {"rank": 0, "exposed_comm_ns": 500_000, "exposed_comm_collectives": 1,
          "exposed_comm_window": "steps", "comm_wait_ns": 0},

@@ -121,6 +121,28 @@ def test_user_query_rule_fires_with_measured_message(tmp_path):
     assert {o.slug for o in outcomes} >= set(SLUGS) | {"long-memset"}
 
 
+def test_a_user_rule_can_query_the_collectives_view(tmp_path):
+    # The collectives view (transfer, wait and exposed parts of each communication kernel) is a
+    # table of its own: a team can write its own threshold on one collective's wait.
+    rule = USER_RULE.replace("slug: long-memset", "slug: long-wait").replace("USR001", "USR003")
+    rule = rule[:rule.index("query: |")] + textwrap.dedent("""\
+        query: |
+          SELECT name, stream, start_ns, start_ns + wait_ns AS end_ns, exposed_wait_ns AS impact_ns
+          FROM collectives WHERE exposed_wait_ns >= :min_duration_us * 1000
+        """)
+    write(tmp_path, "long-wait.yaml", rule)
+    s = Synth()
+    t = 0.0
+    for n, dur in enumerate([3000, 300, 300]):  # the same all-reduce; step 0 waited 2.7 ms
+        end = busy_loop(s, n=10, start=t)
+        s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", end + 2, dur, launch=t + 1, stream=20)
+        s.step(n, t - 1, end + dur + 10 - t)
+        t = end + dur + 12
+    config = load_config([str(tmp_path)], [], None, use_project_config=False)
+    (f,) = [f for f in evaluate(Views(s.trace()), config)[0] if f.slug == "long-wait"]
+    assert f.impact_ns == 2_700_000 and f.evidence[0]["stream"] == 20
+
+
 def test_user_rule_parameter_override_and_disable(tmp_path):
     write(tmp_path, "long-memset.yaml", USER_RULE)
     views = Views(memset_trace().trace())

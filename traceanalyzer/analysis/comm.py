@@ -89,14 +89,14 @@ def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def exposed_by_rank(launches: pl.DataFrame, steps: pl.DataFrame,
+def exposed_by_rank(collectives: pl.DataFrame, steps: pl.DataFrame,
                     ranks: list[int]) -> pl.DataFrame:
     """Per rank: exposed_comm_ns, exposed_comm_collectives (how many were counted),
     exposed_comm_window (``steps`` when only the steps' collectives count, else ``trace``) and
     comm_wait_ns (their wait for the other ranks with no compute beside it: rule
-    collective-wait's figure)."""
+    collective-wait's figure), from :func:`step_collectives`' frame (``Views.collectives``)."""
     counted = (
-        step_collectives(launches, steps).group_by("rank")
+        collectives.group_by("rank")
         .agg(exposed_comm_ns=pl.col("exposed_ns").sum(), exposed_comm_collectives=pl.len(),
              comm_wait_ns=pl.col("exposed_wait_ns").sum())
     )

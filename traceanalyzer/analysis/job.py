@@ -314,7 +314,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                for r in src["ranks"]}
     # The exposed communication the nccl-not-overlapped rule reports (steps only, when steps are
     # marked); the metrics' exposed_communication_ns stays the whole-trace HTA/TraceLens figure.
-    exposed = exposed_by_rank(views.launches, views.steps, ranks)
+    exposed = exposed_by_rank(views.collectives, views.steps, ranks)
     table = (
         metrics.join(lateness, on="rank", how="left")
         .join(exposed, on="rank", how="left")

@@ -2,7 +2,7 @@
 
 Rules read these by name (also as tables in their SQL queries): ``gpu``, ``cpu``,
 ``annotations``, ``syncs``, ``counters``, ``steps``, ``launches``, ``idle_gaps``,
-``kernel_summary``. Each view is computed on first use and cached.
+``kernel_summary``, ``collectives``. Each view is computed on first use and cached.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from functools import cached_property
 
 import polars as pl
 
+from traceanalyzer.analysis.comm import step_collectives
 from traceanalyzer.analysis.idle import RANK_KEYS, assign_steps, idle_gaps
 from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.analysis.launches import launches
@@ -20,7 +21,7 @@ from traceanalyzer.analysis.steps import find_steps, with_wall_times
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "steps", "launches",
-               "idle_gaps", "gpu_idle_gaps", "kernel_summary")
+               "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives")
 
 
 class Views:
@@ -88,6 +89,12 @@ class Views:
     @cached_property
     def kernel_summary(self) -> pl.DataFrame:
         return kernel_summary(self.gpu)
+
+    @cached_property
+    def collectives(self) -> pl.DataFrame:
+        """The communication kernels that count (every rank's), with their transfer, wait and
+        exposed parts: see analysis.comm.step_collectives."""
+        return step_collectives(self.launches, self.steps)
 
     @cached_property
     def ranks(self) -> list[int]:

@@ -48,8 +48,9 @@ Command-line values win over the config file, which wins over the rule files' de
 A rule is a YAML file; detection is either a built-in detector (`detector: idle_gaps`) or a
 Polars SQL query over these tables: `gpu`, `cpu`, `annotations`, `syncs`, `counters` (the
 canonical frames, see docs/canonical-model.md), `steps`, `launches` (GPU activity joined to the
-launching call and operator), `idle_gaps` (per stream), `gpu_idle_gaps` (no stream busy) and
-`kernel_summary`. Parameters appear in the query as `:name` and are bound as checked numbers.
+launching call and operator), `idle_gaps` (per stream), `gpu_idle_gaps` (no stream busy),
+`kernel_summary` and `collectives` (communication kernels with their transfer, wait and exposed
+parts, see docs/metrics.md). Parameters appear in the query as `:name` and are bound as checked numbers.
 The query returns one row per occurrence (the evidence); the rule fires when it returns a row.
 Its impact is the sum of an `impact_ns` column, else the union of the rows' `start_ns`/`end_ns`.
 The message may use `{count}`, `{impact_ms}`, `{impact_pct}`, `{per_step_ms}`, the parameters,

@@ -24,7 +24,7 @@ from traceanalyzer.model import COLLECT_ENGINE
 #: Tables a query may read, each an attribute of the analysis views.
 TABLES: tuple[str, ...] = (
     "gpu", "cpu", "annotations", "syncs", "counters",
-    "steps", "launches", "idle_gaps", "gpu_idle_gaps", "kernel_summary",
+    "steps", "launches", "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives",
 )
 
 # A single-quoted string (with '' escapes), a double-quoted identifier, a comment, or a

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import step_collectives
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
@@ -32,7 +31,7 @@ def nccl_exposed(views, p: Params) -> Detection | None:
     # One definition with the job view (analysis/comm.py): only the steps' collectives count when
     # the trace marks steps; a set-up collective before the first step cannot be overlapped. All
     # ranks go in: another rank's duration of the same collective bounds its transfer time.
-    comm = own_rank(views, step_collectives(views.launches, views.steps))
+    comm = own_rank(views, views.collectives)
     if comm.height == 0:
         return None
     comm = comm.with_columns(collective=_collective_name(pl.col("name")))
@@ -78,7 +77,7 @@ def collective_wait(views, p: Params) -> Detection | None:
     """Time the collectives spent waiting for other ranks with no compute kernel beside them (the
     wait as analysis/comm.py estimates it); fires when it is at least ``min_wait_pct`` of the
     window."""
-    comm = own_rank(views, step_collectives(views.launches, views.steps))
+    comm = own_rank(views, views.collectives)
     waited = int(comm["exposed_wait_ns"].sum()) if comm.height else 0
     window = window_length(views)
     if not waited or not window or pct(waited, window) < p["min_wait_pct"]:
