@@ -273,7 +273,7 @@ def test_unknown_slug_to_enable_or_disable():
 
 
 def test_render_fills_only_plain_names():
-    assert render("{a:.1f} ms, {b}", {"a": 1.25, "b": None}, "w") == "1.2 ms, n/a"
+    assert render("{a:.1f} ms, {b}", {"a": 1.25, "b": None}, "w") == "1.2 ms, not recorded"
     assert render("x  \n  y {a}", {"a": "z"}, "w") == "x y z"
     with pytest.raises(RuleError, match="not a measured field"):
         render("{missing}", {}, "w")
@@ -291,7 +291,7 @@ def test_render_durations_in_the_unit_that_suits_them():
     assert render("{t_ms!d:.1f}", {"t_ms": 0.0151}, "w") == "15.1 µs"
     assert render("{t_ms!d:.1f}", {"t_ms": 0}, "w") == "0.0 ms"
     assert render("{t_ms!d:d}", {"t_ms": 0.25}, "w") == "250 µs"
-    assert render("{t_ms!d}", {"t_ms": None}, "w") == "n/a"
+    assert render("{t_ms!d}", {"t_ms": None}, "w") == "not recorded"
     for bad in ("{count!d}", "{t_ms!s}", "{t_s!d}"):  # a duration needs its unit in its name
         with pytest.raises(RuleError, match="the conversions are !d"):
             template_fields(bad, "w")
@@ -301,7 +301,7 @@ def test_render_counts_with_their_noun():
     template = "{n!p:copy|copies} and {m!p:GEMM|GEMMs}"
     assert template_fields(template, "w") == ["n", "m"]
     assert render(template, {"n": 1, "m": 3}, "w") == "1 copy and 3 GEMMs"
-    assert render(template, {"n": 0, "m": None}, "w") == "0 copies and n/a"
+    assert render(template, {"n": 0, "m": None}, "w") == "0 copies and not recorded"
     for bad in ("{n!p}", "{n!p:copy}", "{n!p:a|b|c}"):
         with pytest.raises(RuleError, match="two forms"):
             template_fields(bad, "w")

@@ -415,8 +415,8 @@ def render(template: str, values: dict[str, Any], where: str) -> str:
             raise RuleError(f"{where}: template field {{{name}}} is not a measured field or "
                             "parameter of this rule")
         value = values[name]
-        if value is None:
-            out.append("n/a")
+        if value is None:  # a field the trace does not give (shapes, steps, a device's SMs)
+            out.append("not recorded")
             continue
         try:
             out.append(_duration(name, value, spec) if conversion == "d"
