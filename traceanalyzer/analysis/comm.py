@@ -49,11 +49,7 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     """
     kernels = launches.filter(pl.col("kind") == "kernel")
     is_comm = pl.col("category") == "communication"
-    first_launch = pl.col("launch_start_ns").min().over("rank")
-    comm = kernels.filter(
-        is_comm, pl.col("launch_start_ns").is_not_null() | first_launch.is_null()
-        | (pl.col("start_ns") >= first_launch)
-    )
+    comm = launches.filter(pl.col("kind") == "kernel", is_comm, launched_in_trace())
     if steps.height and "step" in comm.columns:
         stepped = steps["rank"].unique().implode()
         comm = comm.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(stepped))
@@ -67,6 +63,15 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
         exposed_ns=pl.col("transfer_ns") - pl.col("covered_ns"),
         exposed_wait_ns=pl.col("wait_ns") - wait_covered,
     )
+
+
+def launched_in_trace() -> pl.Expr:
+    """False for GPU activity launched before the profiler started: no launch recorded, and it
+    runs before its rank's first recorded launch (the previous step's tail, whose step is
+    unknown). Evaluate it on the launches view, before other filters."""
+    first_launch = pl.col("launch_start_ns").min().over("rank")
+    return (pl.col("launch_start_ns").is_not_null() | first_launch.is_null()
+            | (pl.col("start_ns") >= first_launch))
 
 
 def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:

@@ -8,6 +8,9 @@ plus how late each rank starts its collectives.
 Collectives are matched across ranks by (step, kernel name, ordinal within that step): the i-th
 ``ncclDevKernel_AllReduce...`` of step 12 on rank 0 is the same collective as the i-th on rank 1.
 Outside profiler steps the step is null and the ordinal runs over the whole trace. A collective
+that was running when a rank's profiler started (no launch recorded) and ended before any other
+rank recorded a collective is left out: no other rank holds it, and it would shift that rank's
+ordinals. A collective
 found on every rank is an *instance*; its **skew** is the spread of its start times, and a
 rank's **lateness** in it is its start minus the earliest start. NCCL kernels of one collective
 end together (each waits for all ranks), so the rank that starts last is the one the others
@@ -44,7 +47,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import exposed_by_rank
+from traceanalyzer.analysis.comm import exposed_by_rank, launched_in_trace
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
@@ -178,8 +181,10 @@ def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataF
     per instance: the summary columns of :attr:`JobResult.collectives`; the number of instances
     missing on some rank).
     """
+    flagged = launches.with_columns(_before_profiler=~launched_in_trace())
     comm = (
-        launches.filter(pl.col("kind") == "kernel", pl.col("category") == "communication")
+        _with_counterparts(flagged.filter(pl.col("kind") == "kernel",
+                                          pl.col("category") == "communication"))
         .select("rank", "step", "name", "stream", "start_ns", "end_ns")
         .with_columns(step=pl.col("step").fill_null(-1))
         .sort("rank", "start_ns", "stream")
@@ -207,6 +212,21 @@ def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataF
                 "latest_rank", "mean_duration_ns")
     )
     return per_rank, instances, unmatched
+
+
+def _with_counterparts(comm: pl.DataFrame) -> pl.DataFrame:
+    """``comm`` without the collectives that were running when a rank's profiler started (no
+    launch recorded) and ended before any other rank recorded a collective: the other ranks
+    cannot hold them, and counting them would shift that rank's ordinals in the step against
+    theirs (DDP's last all-reduces of the step before profiling, seen on one rank only). Those
+    another rank recorded too stay, and are matched."""
+    firsts = comm.group_by("rank").agg(first=pl.col("start_ns").min()).sort("first", "rank")
+    if firsts.height < 2:
+        return comm.drop("_before_profiler")
+    lowest_rank, lowest, second = firsts["rank"][0], firsts["first"][0], firsts["first"][1]
+    others_first = pl.when(pl.col("rank") == lowest_rank).then(second).otherwise(lowest)
+    kept = comm.filter(~pl.col("_before_profiler") | (pl.col("end_ns") >= others_first))
+    return kept.drop("_before_profiler")
 
 
 def rank_lateness(per_rank: pl.DataFrame, instances: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
