@@ -49,7 +49,7 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     """
     kernels = launches.filter(pl.col("kind") == "kernel")
     is_comm = pl.col("category") == "communication"
-    comm = launches.filter(pl.col("kind") == "kernel", is_comm, launched_in_trace())
+    comm = kernels.filter(is_comm, launched_in_trace())
     if steps.height and "step" in comm.columns:
         stepped = steps["rank"].unique().implode()
         comm = comm.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(stepped))
@@ -66,9 +66,11 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
 
 
 def launched_in_trace() -> pl.Expr:
-    """False for GPU activity launched before the profiler started: no launch recorded, and it
-    runs before its rank's first recorded launch (the previous step's tail, whose step is
-    unknown). Evaluate it on the launches view, before other filters."""
+    """False for a kernel launched before the profiler started: no launch recorded, and it runs
+    before its rank's first recorded kernel launch (the previous step's tail, whose step is
+    unknown). Evaluate it on the rank's kernels (the launches view filtered to kernels), before
+    any other filter. Kernel launches only: a copy's launch can be recorded earlier on one rank
+    than on another, and the ranks must judge the same collective alike."""
     first_launch = pl.col("launch_start_ns").min().over("rank")
     return (pl.col("launch_start_ns").is_not_null() | first_launch.is_null()
             | (pl.col("start_ns") >= first_launch))

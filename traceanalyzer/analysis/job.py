@@ -181,10 +181,10 @@ def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataF
     per instance: the summary columns of :attr:`JobResult.collectives`; the number of instances
     missing on some rank).
     """
-    flagged = launches.with_columns(_before_profiler=~launched_in_trace())
+    kernels = launches.filter(pl.col("kind") == "kernel")
+    flagged = kernels.with_columns(_before_profiler=~launched_in_trace())
     comm = (
-        _with_counterparts(flagged.filter(pl.col("kind") == "kernel",
-                                          pl.col("category") == "communication"))
+        _with_counterparts(flagged.filter(pl.col("category") == "communication"))
         .select("rank", "step", "name", "stream", "start_ns", "end_ns")
         .with_columns(step=pl.col("step").fill_null(-1))
         .sort("rank", "start_ns", "stream")
