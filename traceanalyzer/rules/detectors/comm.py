@@ -21,7 +21,7 @@ _COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|red
     "nccl_exposed",
     params=("min_exposed_pct",),
     fields=("exposed_ms", "exposed_pct", "comm_ms", "overlap_pct", "collective_count",
-            "top_collective", "top_collective_exposed_ms", "wait_ms", "rank"),
+            "top_collective", "top_collective_exposed_ms", "wait_ms", "idle_wait_ms", "rank"),
 )
 def nccl_exposed(views, p: Params) -> Detection | None:
     """Communication kernels' transfers not covered by compute kernels on the same device (only
@@ -61,6 +61,7 @@ def nccl_exposed(views, p: Params) -> Detection | None:
             "top_collective": by_coll["collective"][0],
             "top_collective_exposed_ms": ms(by_coll["exposed_ns"][0]),
             "wait_ms": ms(int(comm["wait_ns"].sum())),
+            "idle_wait_ms": ms(int(comm["exposed_wait_ns"].sum())),
             "rank": views.metrics.rank,
         },
         evidence=evidence,
