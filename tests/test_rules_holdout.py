@@ -30,7 +30,7 @@ def fired(path: Path) -> frozenset[str]:
 
 def test_every_program_has_both_traces():
     assert all(path.exists() for _, path in TRACES)
-    assert len(EXPECTED) == 9
+    assert len(EXPECTED) == 10
 
 
 @pytest.mark.parametrize("program,path", TRACES, ids=[p.name for _, p in TRACES])
