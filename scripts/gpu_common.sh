@@ -31,3 +31,26 @@ nsys_profile() {  # seconds stem command...: Nsight Systems with the corpus's se
     --capture-range=cudaProfilerApi --capture-range-end=stop --cuda-graph-trace=node \
     -o "$W/nsys/$s" --force-overwrite true "$@" > "$W/nsys/$s.profile.log" 2>&1
 }
+
+profile_rank() {  # seconds stem command...: nsys_profile, then what its log says of the run
+  local s=$2
+  nsys_profile "$@"
+  echo "profile $s: rc=$?; $(grep -E "ms/step|FAILED|Error" "$W/nsys/$s.profile.log" | head -3)"
+}
+
+pids=()  # post-processing jobs still running: wait for them before packing $W/nsys
+NSYS_PORT=${NSYS_PORT:-29611}
+nsys_ranks() {  # seconds stem command...: one Nsight Systems run per GPU, each started with
+  # RANK/WORLD_SIZE in its environment as for a multi-node job (the nsys ingestor reads them
+  # back), writing <stem>_rank<r>; then each rank's post-processing, in the background (pids)
+  local limit=$1 stem=$2 ranks=() r n; shift 2
+  n=$(nvidia-smi -L | wc -l)
+  for ((r = 0; r < n; r++)); do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$NSYS_PORT profile_rank "$limit" "${stem}_rank$r" "$@" &
+    ranks+=($!)
+  done
+  for p in "${ranks[@]}"; do wait "$p"; done
+  for ((r = 0; r < n; r++)); do postprocess "${stem}_rank$r" & pids+=($!); done
+  NSYS_PORT=$((NSYS_PORT + 1))
+}

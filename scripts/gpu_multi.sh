@@ -44,35 +44,17 @@ TA_NCCL_BATCH=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[
   "$W/records/nccl_overlap_bad_rank0.torch.record.json" 2>/dev/null) && export TA_NCCL_BATCH
 echo "TA_NCCL_BATCH=${TA_NCCL_BATCH:-unset}"
 
-profile_rank() {  # stem, then the command
-  local s=$1
-  nsys_profile 150 "$@"
-  echo "profile $s: rc=$?; $(grep -E "ms/step|FAILED|Error" "$W/nsys/$s.profile.log" | head -3)"
-}
-
 echo "== nsys $((SECONDS - T0)) s"
-pids=()
 for v in bad good; do
   [ "$SYNC" = 1 ] || continue
-  profile_rank "sync_memcpy_$v" python3 "$RUN" sync_memcpy --variant "$v" --profiler nsys --out "$W/records"
+  profile_rank 150 "sync_memcpy_$v" python3 "$RUN" sync_memcpy --variant "$v" --profiler nsys --out "$W/records"
   postprocess "sync_memcpy_$v" & pids+=($!)
 done
-port=29611
-profile_job() {  # workload variant [env prefix...]: one nsys per rank, then their post-processing
-  local wl=$1 v=$2 ranks=() r; shift 2
-  for ((r = 0; r < NGPU; r++)); do
-    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NGPU LOCAL_WORLD_SIZE=$NGPU MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$port profile_rank "${wl}_${v}_rank$r" \
-      "$@" python3 "$RUN" "$wl" --variant "$v" --profiler nsys --out "$W/records" &
-    ranks+=($!)
-  done
-  for p in "${ranks[@]}"; do wait "$p"; done
-  for ((r = 0; r < NGPU; r++)); do postprocess "${wl}_${v}_rank$r" & pids+=($!); done
-  port=$((port + 1))
-}
 for v in bad good; do
-  [ "$OVERLAP" = 1 ] && profile_job nccl_overlap "$v"
-  [ "$IMBALANCE" = 1 ] && profile_job rank_imbalance "$v" "${IMBALANCE_ENV[@]}"
+  [ "$OVERLAP" = 1 ] && nsys_ranks 150 "nccl_overlap_$v" \
+    python3 "$RUN" nccl_overlap --variant "$v" --profiler nsys --out "$W/records"
+  [ "$IMBALANCE" = 1 ] && nsys_ranks 150 "rank_imbalance_$v" "${IMBALANCE_ENV[@]}" \
+    python3 "$RUN" rank_imbalance --variant "$v" --profiler nsys --out "$W/records"
 done
 for p in "${pids[@]}"; do wait "$p"; done
 ls -la "$W/nsys" "$W/records"

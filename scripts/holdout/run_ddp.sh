@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The held-out DDP program (ddp_gpt_train.py) on a machine with 2+ GPUs: its step time without a
-# profiler (torchrun, --time), then one Nsight Systems run per rank, started with RANK/WORLD_SIZE
-# in its environment as for a multi-node job (the nsys ingestor reads them back). Its
+# profiler (torchrun, --time), then one Nsight Systems run per rank (nsys_ranks). Its
 # torch.profiler traces come from `torchrun --standalone --nproc-per-node N ddp_gpt_train.py`.
 #   bash scripts/holdout/run_ddp.sh          # -> $OUT/holdout-ddp.tgz (nsys/*.sqlite, timing)
 set -u
@@ -13,15 +12,7 @@ NGPU=$(nvidia-smi -L | wc -l)
 cd "$ROOT/scripts/holdout" || exit 2
 timeout -k 5 240 torchrun --standalone --nproc-per-node "$NGPU" ddp_gpt_train.py --time 20 \
   2>&1 | grep "ms/step" | tee "$W/ddp_timing.txt"
-ranks=()
-for ((r = 0; r < NGPU; r++)); do
-  RANK=$r LOCAL_RANK=$r WORLD_SIZE=$NGPU LOCAL_WORLD_SIZE=$NGPU MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=29651 nsys_profile 240 "ddp_gpt_train_rank$r" python3 ddp_gpt_train.py \
-    --profiler nsys &
-  ranks+=($!)
-done
-for p in "${ranks[@]}"; do wait "$p" || echo "NSYS FAILED (rank job $p)"; done
-for ((r = 0; r < NGPU; r++)); do postprocess "ddp_gpt_train_rank$r" & done
-wait
+nsys_ranks 240 ddp_gpt_train python3 ddp_gpt_train.py --profiler nsys
+for p in "${pids[@]}"; do wait "$p"; done
 tar -C "$W" -czf "$OUT/holdout-ddp.tgz" nsys ddp_timing.txt
 ls -la "$W/nsys"

@@ -86,7 +86,6 @@ def kernels(op: str, a: torch.Tensor, w: torch.Tensor) -> list[str]:
 
 
 def main(out: str) -> None:
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     rows = []
     for label, op, unpadded, padded in CASES:
         row: dict = {"case": label, "op": op}

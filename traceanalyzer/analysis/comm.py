@@ -76,23 +76,29 @@ def launched_in_trace() -> pl.Expr:
             | (pl.col("start_ns") >= first_launch))
 
 
+def numbered(comm: pl.DataFrame) -> pl.DataFrame:
+    """``ordinal``: each communication kernel's place among its rank's kernels of the same name in
+    the same step, in start order. The i-th all-reduce of step 12 is the same collective on
+    every rank, and in every step that runs the same collectives."""
+    return comm.sort("rank", "start_ns", "stream").with_columns(
+        ordinal=pl.int_range(pl.len()).over("rank", "step", "name")
+    )
+
+
 def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:
     """``dur``, ``transfer_ns`` (the shortest duration of the same collective in the rank's other
     steps and on other ranks) and ``wait_ns``; the same collective is the same kernel name at the
     same ordinal among the step's kernels of that name, as the job view matches them."""
-    dur = pl.col("end_ns") - pl.col("start_ns")
-    comm = comm.sort("rank", "start_ns", "stream").with_columns(
-        dur=dur, _ordinal=pl.int_range(pl.len()).over("rank", "step", "name"),
-    )
+    comm = numbered(comm).with_columns(dur=pl.col("end_ns") - pl.col("start_ns"))
     in_steps = pl.col("step").is_not_null()
-    across_steps = pl.when(in_steps & (pl.len().over("rank", "name", "_ordinal") > 1)).then(
-        pl.col("dur").min().over("rank", "name", "_ordinal"))
-    across_ranks = pl.when(pl.col("rank").n_unique().over("step", "name", "_ordinal") > 1).then(
-        pl.col("dur").min().over("step", "name", "_ordinal"))
+    across_steps = pl.when(in_steps & (pl.len().over("rank", "name", "ordinal") > 1)).then(
+        pl.col("dur").min().over("rank", "name", "ordinal"))
+    across_ranks = pl.when(pl.col("rank").n_unique().over("step", "name", "ordinal") > 1).then(
+        pl.col("dur").min().over("step", "name", "ordinal"))
     return (
         comm.with_columns(transfer_ns=pl.min_horizontal("dur", across_steps, across_ranks))
         .with_columns(wait_ns=pl.col("dur") - pl.col("transfer_ns"))
-        .drop("_ordinal")
+        .drop("ordinal")
     )
 
 

@@ -10,11 +10,10 @@ Collectives are matched across ranks by (step, kernel name, ordinal within that 
 Outside profiler steps the step is null and the ordinal runs over the whole trace. A collective
 that was running when a rank's profiler started (no launch recorded) and ended before any other
 rank recorded a collective is left out: no other rank holds it, and it would shift that rank's
-ordinals. A collective
-found on every rank is an *instance*; its **skew** is the spread of its start times, and a
-rank's **lateness** in it is its start minus the earliest start. NCCL kernels of one collective
-end together (each waits for all ranks), so the rank that starts last is the one the others
-waited for.
+ordinals. A collective found on every rank is an *instance*; its **skew** is the spread of its
+start times, and a rank's **lateness** in it is its start minus the earliest start. NCCL kernels
+of one collective end together (each waits for all ranks), so the rank that starts last is the
+one the others waited for.
 
 Exposed communication per rank is the nccl-not-overlapped rule's (:mod:`analysis.comm`): when a
 rank's trace marks steps, only collectives launched inside steps count (a set-up barrier before
@@ -47,7 +46,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import exposed_by_rank, launched_in_trace
+from traceanalyzer.analysis.comm import exposed_by_rank, launched_in_trace, numbered
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
@@ -183,12 +182,10 @@ def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataF
     """
     kernels = launches.filter(pl.col("kind") == "kernel")
     flagged = kernels.with_columns(_before_profiler=~launched_in_trace())
-    comm = (
+    comm = numbered(
         _with_counterparts(flagged.filter(pl.col("category") == "communication"))
         .select("rank", "step", "name", "stream", "start_ns", "end_ns")
         .with_columns(step=pl.col("step").fill_null(-1))
-        .sort("rank", "start_ns", "stream")
-        .with_columns(ordinal=pl.int_range(pl.len()).over("rank", "step", "name"))
     )
     keys = ["step", "name", "ordinal"]
     counts = comm.group_by(keys).agg(n=pl.col("rank").n_unique())

@@ -161,9 +161,9 @@ def fp32_matmul(views, p: Params) -> Detection | None:
 #: GEMM kernels built for unaligned operands: cuBLAS falls back to them (often an older
 #: architecture's CUTLASS kernel, e.g. cutlass_75_..._align1) when a leading dimension is not a
 #: multiple of 16 bytes. "alignN" counts elements: 1, 2 or 4 is unaligned for 16-bit types.
-UNALIGNED_KERNEL = r"(?i)align[abc]?[12]([^0-9]|$)"
-UNALIGNED_HALF_KERNEL = r"(?i)align[abc]?4([^0-9]|$)"
+UNALIGNED_KERNEL = r"(?i)align[abc]?[124]([^0-9]|$)"
 ALIGN1_KERNEL = r"(?i)align[abc]?1([^0-9]|$)"
+ALIGN2_KERNEL = r"(?i)align[abc]?[24]([^0-9]|$)"  # align2 and align4
 
 
 def _gain_of_kernel(kernel: pl.Expr, p: Params) -> pl.Expr:
@@ -175,7 +175,7 @@ def _gain_of_kernel(kernel: pl.Expr, p: Params) -> pl.Expr:
     -5 to +6% (noise) of GEMMs that kept the sm90 kernels with an unaligned M."""
     half = kernel.str.contains(HALF_KERNEL)
     align1 = half & kernel.str.contains(ALIGN1_KERNEL)
-    align2 = half & (kernel.str.contains(UNALIGNED_KERNEL) | kernel.str.contains(UNALIGNED_HALF_KERNEL))
+    align2 = half & kernel.str.contains(ALIGN2_KERNEL)
     return (pl.when(align1.fill_null(False)).then(float(p["fallback_gain_pct"]))
             .when(align2.fill_null(False)).then(float(p["align2_gain_pct"]))
             .otherwise(float(p["expected_gain_pct"])) / 100.0)
@@ -190,7 +190,7 @@ def _unaligned_by_kernel_name(views, kernels: pl.DataFrame, total: int,
     # Only 16-bit tensor-core kernels: FP32 SIMT kernels come in align1 variants for any layout.
     bad = gemm.filter(
         pl.col("name").str.contains(HALF_KERNEL),
-        pl.col("name").str.contains(UNALIGNED_KERNEL) | pl.col("name").str.contains(UNALIGNED_HALF_KERNEL),
+        pl.col("name").str.contains(UNALIGNED_KERNEL),
     )
     bad = bad.with_columns(gain=_gain_of_kernel(pl.col("name"), p))
     odd_ns = int(bad["gpu_ns"].sum() or 0)

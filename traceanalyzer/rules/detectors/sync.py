@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.analysis import intervals
+from traceanalyzer.analysis.idle import RANK_KEYS, assign_steps, idle_gaps
 from traceanalyzer.model import API_KINDS
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
@@ -40,8 +41,6 @@ _EVIDENCE_SOURCES = 20
 
 def _in_steps(views, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
     """Rows inside a step (or all rows when the trace marks no steps), with their ``step``."""
-    from traceanalyzer.analysis.idle import assign_steps
-
     steps = views.steps
     out = assign_steps(frame, steps, at=at)
     return out.filter(pl.col("step").is_not_null()) if steps.height else out
@@ -72,8 +71,6 @@ def _overlap_lost(views, calls: pl.DataFrame, work: pl.DataFrame) -> pl.DataFram
     to the waits themselves (the read a sync waits for, the pageable copy a call blocks on).
     Calls whose return falls in one gap are one wait, charged once.
     """
-    from traceanalyzer.analysis.idle import RANK_KEYS, idle_gaps
-
     gaps = idle_gaps(work, views.wall_steps, keys=RANK_KEYS).select(
         "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
     ).sort("_gs")
