@@ -64,6 +64,11 @@ class Metrics:
     def busy_pct(self) -> float:
         return 100.0 * self.busy_ns / self.span_ns if self.span_ns else 0.0
 
+    @property
+    def host_wait_pct(self) -> float:
+        """The GPU's idle waiting for the host to issue work, in % of the span."""
+        return 100.0 * self.idle_host_wait_ns / self.span_ns if self.span_ns else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         out = dict(vars(self))
         out["busy_pct"] = self.busy_pct
@@ -102,8 +107,7 @@ class AnalysisResult:
             return []
         out = [IMPACTS_OVERLAP] if len(self.findings) > 1 else []
         extra = self.meta.extra
-        m = self.metrics
-        host_wait = 100.0 * m.idle_host_wait_ns / m.span_ns if m.span_ns else 0.0
+        host_wait = self.metrics.host_wait_pct
         if (self.meta.source_format == "kineto" and _recorded(extra.get("with_stack"))
                 and host_wait >= PROFILER_OVERHEAD_MIN_HOST_WAIT_PCT):
             shapes = " and record_shapes=True" if _recorded(extra.get("record_shapes")) else ""

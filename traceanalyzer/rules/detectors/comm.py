@@ -70,9 +70,9 @@ def nccl_exposed(views, p: Params) -> Detection | None:
 
 @detector(
     "collective_wait",
-    params=("min_wait_pct",),
+    params=("min_wait_pct", "cpu_bound_host_wait_pct"),
     fields=("wait_ms", "wait_pct", "waiting_count", "collective_count", "top_wait_ms",
-            "top_collective", "transfer_ms", "rank"),
+            "top_collective", "transfer_ms", "rank", "host_wait_pct", "pace"),
 )
 def collective_wait(views, p: Params) -> Detection | None:
     """Time the collectives spent waiting for other ranks with no compute kernel beside them (the
@@ -93,6 +93,11 @@ def collective_wait(views, p: Params) -> Detection | None:
         (pl.col("exposed_wait_ns") / NS_PER_US).alias("exposed_wait_us"),
         (pl.col("transfer_ns") / NS_PER_US).alias("transfer_us"),
     )
+    # A rank whose GPU often waits for its own host is paced by its CPU, and so, most likely, are
+    # the others: their steps then end when their hosts get through them, and the ranks drift
+    # apart with the hosts' timing (and a profiler's overhead on each), whatever their GPU work.
+    host_wait = views.metrics.host_wait_pct
+    pace = _CPU_PACED.format(host_wait=host_wait) if host_wait >= p["cpu_bound_host_wait_pct"] else ""
     return Detection(
         impact_ns=waited,
         fields={
@@ -104,9 +109,17 @@ def collective_wait(views, p: Params) -> Detection | None:
             "top_collective": waiting["collective"][0],
             "transfer_ms": ms(int(waiting["transfer_ns"].sum())),
             "rank": views.metrics.rank,
+            "host_wait_pct": host_wait,
+            "pace": pace,
         },
         evidence=evidence,
     )
+
+
+_CPU_PACED = ("This rank's GPU also waited for its host {host_wait:.0f}% of the window: its step "
+              "is CPU-bound, and ranks paced by their CPUs drift apart with their hosts' timing "
+              "(or a profiler's overhead), so the rank waited for may be late on its host rather "
+              "than given more GPU work.")
 
 
 def _collective_name(name: pl.Expr) -> pl.Expr:
