@@ -1,8 +1,8 @@
 """Reference workloads: small real GPU programs, each in a ``bad`` and a ``good`` variant.
 
 Every bad variant has one known performance problem (named by the slug of the rule that must
-catch it) and its good twin fixes it. Run on a GPU they make the labelled corpus in
-``sample_traces/`` that proves the rules on real traces.
+catch it, with the symptom rules it causes) and its good twin fixes it. Run on a GPU they make
+the labelled corpus in ``sample_traces/`` that proves the rules on real traces.
 
 This package must stay importable without torch and without the analysis code (the GPU machine
 has no polars): it uses relative imports only, and torch/triton are imported inside functions.
@@ -37,7 +37,8 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         WorkloadInfo(
             "hidden_sync",
             "training step calling loss.item() and .cpu() every step vs accumulating on device",
-            ("hidden-sync",),
+            # The symptom too: while the host works after each read, the GPU sits idle.
+            ("hidden-sync", "gpu-idle-gaps"),
         ),
         WorkloadInfo(
             "dataloader_stall",
@@ -55,7 +56,9 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         WorkloadInfo(
             "launch_bound",
             "batch-1 decode-like stack of tiny ops launched eagerly vs replayed as a CUDA graph",
-            ("launch-overhead-bound",),
+            # The symptom too: the gaps between tiny kernels are short, but they add up to a GPU
+            # busy a tenth of the time.
+            ("launch-overhead-bound", "low-gpu-utilization"),
         ),
         WorkloadInfo(
             "small_grid",
