@@ -424,6 +424,15 @@ def test_fp32_matmul_quiet_for_bf16_and_not_applicable_without_tensor_cores():
     s = Synth()
     busy_loop(s, n=5)
     assert "fp32-matmul" not in run(s)[0]
+    # cuBLAS's GEMV kernels: the same name stem for every type, the types spelled out.
+    s = Synth()
+    busy_loop(s, n=5, name="void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, "
+              "__nv_bfloat16, float, 128, 16, 4, 4, false, false>")
+    assert "fp32-matmul" not in run(s)[0]
+    s = Synth()
+    busy_loop(s, n=5, name="void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, "
+              "4, 4, false, false>")
+    assert "fp32-matmul" in run(s)[0]
     s = Synth(cc="6.1")
     busy_loop(s, n=5, name="maxwell_sgemm_128x64_nn")
     _, outcomes = run(s)

@@ -11,8 +11,9 @@ from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct, 
 
 #: Kernel names that say the GEMM runs in 16-bit or 8-bit precision (checked first).
 #: cuBLAS's nvjet kernels name their types after the architecture: nvjet_sm90_tst_... (a letter
-#: per operand: h = FP16, t = BF16, e/q = FP8, s = FP32).
-HALF_KERNEL = r"(?i)bf16|f16|fp16|half|hgemm|h1688|h16816|h884|e4m3|e5m2|fp8|imma|int8|nvjet_(sm\d+_)?[htqeb]"
+#: per operand: h = FP16, t = BF16, e/q = FP8, s = FP32). Its GEMV kernels name their template
+#: types in full (gemv2T_kernel_val<int, int, __nv_bfloat16, ...>, ... __half ...).
+HALF_KERNEL = r"(?i)bf16|bfloat16|f16|fp16|half|hgemm|h1688|h16816|h884|e4m3|e5m2|fp8|imma|int8|nvjet_(sm\d+_)?[htqeb]"
 #: Kernel names that say FP32 (SIMT) or TF32 tensor-core math.
 FP32_KERNEL = r"(?i)sgemm|tf32|s1688|s16816|s884|s161616|f32f32_f32|gemm_f32|_fp32|gemmsn|gemv2t|gemvnsp|dgemm|nvjet_(sm\d+_)?ss"
 #: GEMM kernels the shared categories may not know yet (cuBLAS's nvjet kernels on Hopper).
