@@ -26,7 +26,7 @@ SLUGS = [
     "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
     "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",
     "odd-matmul-shape", "unfused-attention", "dataloader-stall", "unfused-optimizer",
-    "low-gpu-utilization", "collective-wait",
+    "low-gpu-utilization", "collective-wait", "small-batch-matmul",
 ]
 
 USER_RULE = """\
@@ -66,10 +66,10 @@ def memset_trace() -> Synth:
 # --- the built-in rule set ----------------------------------------------------------------------
 
 
-def test_builtin_rules_are_the_fifteen_with_stable_ids():
+def test_builtin_rules_are_the_sixteen_with_stable_ids():
     rules = load_rules([])
     assert [r.slug for r in rules] == SLUGS
-    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 16)]
+    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 17)]
     assert builtin_rules_dir() == REPO / "rules"
     assert sorted(p.stem for p in (REPO / "rules").glob("*.yaml")) == sorted(SLUGS)
 
@@ -323,7 +323,7 @@ def test_not_applicable_is_distinct_from_quiet():
     busy_loop(s, n=5)
     _, outcomes = evaluate(Views(s.trace()), RuleConfig())
     by = {o.slug: o for o in outcomes}
-    assert len(outcomes) == 15
+    assert len(outcomes) == len(SLUGS)
     assert by["odd-matmul-shape"].status == "not_applicable"
     assert by["gpu-idle-gaps"].status == "quiet" and by["gpu-idle-gaps"].reason
 

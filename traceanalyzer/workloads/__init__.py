@@ -77,6 +77,12 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             ("fp32-matmul",),
         ),
         WorkloadInfo(
+            "small_batch_decode",
+            "32 requests decoded one at a time (M = 1 per bf16 matmul) vs the same requests as "
+            "one batch (M = 32)",
+            ("small-batch-matmul",),
+        ),
+        WorkloadInfo(
             "odd_matmul_shape",
             "BF16 GEMMs with dimensions of 4095 vs padded to 4096 (multiple of 64)",
             ("odd-matmul-shape",),
