@@ -38,6 +38,12 @@ def first_input_dims(dims: pl.Expr) -> pl.Expr:
 
 _DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8,
                 "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
+
+
+def element_bytes(input_types: pl.Expr) -> pl.Expr:
+    """Bytes per element of an operator's first input, from Kineto's ``Input type`` JSON text."""
+    return input_types.str.extract(r'^\[\s*"([^"]*)"', 1).replace_strict(
+        _DTYPE_BYTES, default=None, return_dtype=pl.Int64)
 _SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -70,11 +76,9 @@ def op_inputs(views) -> pl.DataFrame:
             (pl.element() == pl.element().first()).cast(pl.Int64)).list.sum(),
         ndim=pl.col("_first").list.len().cast(pl.Int64),
         last_dim=pl.col("_first").list.last(),
-        _dtype=pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1),
     ).with_columns(
-        tensor_bytes=pl.col("numel")
-        * pl.col("_dtype").replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)
-    ).drop("_first", "_dtype", "_numels")
+        tensor_bytes=pl.col("numel") * element_bytes(pl.col("input_types"))
+    ).drop("_first", "_numels")
     out = ops.join(shapes, on=["input_dims", "input_types"], how="left", nulls_equal=True)
     try:
         _SHAPES[views] = out
@@ -258,6 +262,17 @@ def gemm_shapes(views) -> pl.DataFrame:
     )
 
 
+def _with_gpu_time(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Operators with the time of the kernels they launched (gpu_ns), the first kernel's name and
+    stream; operators that launched none are dropped."""
+    gpu = kernels.filter(pl.col("external_id").is_not_null()).group_by("rank", "external_id").agg(
+        gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
+        stream=pl.col("stream").first(),
+        kernel=pl.col("name").first(),
+    )
+    return ops.join(gpu, on=["rank", "external_id"], how="inner")
+
+
 @detector(
     "odd_matmul_shape",
     params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct",
@@ -275,12 +290,7 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
     shapes = own_rank(views, gemm_shapes(views))
     if shapes.height == 0:
         return None
-    gpu = kernels.filter(pl.col("external_id").is_not_null()).group_by("rank", "external_id").agg(
-        gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
-        stream=pl.col("stream").first(),
-        kernel=pl.col("name").first(),
-    )
-    shapes = shapes.join(gpu, on=["rank", "external_id"], how="inner")
+    shapes = _with_gpu_time(shapes, kernels)
 
     def odd8(d: str) -> pl.Expr:
         return (pl.col(d) >= p["min_dim_count"]) & (pl.col(d) % 8 != 0)
@@ -365,10 +375,11 @@ def _rows_of_kernel(name: pl.Expr, max_rows: int) -> pl.Expr:
             "target_row_count"),
 )
 def small_batch_matmul(views, p: Params) -> Detection | None:
-    """Matrix multiplies of a weight with at most ``max_row_count`` rows of activations (from recorded
-    shapes, else from cuBLAS's kernel names): memory-bound by the weight reads. The impact is
-    the GEMM time that ``target_row_count`` rows per call would save per row; fires when the GEMMs
-    take ``min_gpu_time_pct`` of kernel time and the saving is ``min_impact_pct`` of the window."""
+    """Matrix multiplies of a weight with at most ``max_row_count`` rows of activations (from
+    recorded shapes, else from cuBLAS's kernel names): memory-bound by the weight's read. The
+    impact is the GEMM time that ``target_row_count`` rows per call would save per row; fires
+    when the GEMMs take ``min_gpu_time_pct`` of kernel time and the saving is ``min_impact_pct``
+    of the window."""
     kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
     total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
     if not total:
@@ -379,17 +390,12 @@ def small_batch_matmul(views, p: Params) -> Detection | None:
             pl.col("name").is_in(WEIGHT_GEMM_OPS), pl.col("m") <= p["max_row_count"],
             pl.col("n") * pl.col("k") >= p["min_weight_count"],
         )
-        gpu = kernels.filter(pl.col("external_id").is_not_null()).group_by(
-            "rank", "external_id").agg(gpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum(),
-                                       stream=pl.col("stream").first(),
-                                       kernel=pl.col("name").first())
-        small = shapes.join(gpu, on=["rank", "external_id"], how="inner").with_columns(
+        small = _with_gpu_time(shapes, kernels).with_columns(
             rows=pl.col("m"), op=pl.col("name"),
             # 2MNK FLOPs over the bytes of the three matrices, at the first input's element size
             intensity=2 * pl.col("m") * pl.col("n") * pl.col("k")
             / ((pl.col("m") * pl.col("k") + pl.col("k") * pl.col("n") + pl.col("m") * pl.col("n"))
-               * pl.col("input_types").str.extract(r'^\[\s*"([^"]*)"', 1)
-               .replace_strict(_DTYPE_BYTES, default=None, return_dtype=pl.Int64)),
+               * element_bytes(pl.col("input_types"))),
         ).with_columns(shape=pl.format("M={} N={} K={}", "m", "n", "k") + pl.format(
             " (~{} FLOP per byte moved)", pl.col("intensity").round(1)).fill_null(""))
     else:
@@ -406,7 +412,7 @@ def small_batch_matmul(views, p: Params) -> Detection | None:
     small_ns = int(small["gpu_ns"].sum() or 0)
     if small.height == 0 or pct(small_ns, total) < p["min_gpu_time_pct"]:
         return None
-    # Batched to target_rows rows, each call would read its weights once for that many rows and
+    # Batched to target_row_count rows, a call would read its weight once for that many rows and
     # take about as long (memory-bound either way): per row, all but rows/target of it is saved.
     impact = int(small.select((pl.col("gpu_ns") * (1 - pl.col("rows") / target)).sum()).item())
     if not _matters(views, impact, p):
