@@ -133,3 +133,17 @@ def test_the_job_shows_what_each_rank_waited() -> None:
     (finding,) = evaluate(Views(combined), rule)[0]
     assert finding.impact_pct == pytest.approx(waited[0], abs=0.01)
     assert "waited" in render_job(job)
+
+
+def test_the_job_shows_each_ranks_wait_for_its_host() -> None:
+    # The held-out DDP run under torch.profiler with stacks: both ranks' GPUs wait for their
+    # hosts a third of the span or more (CPU-bound), which is why they drift apart.
+    paths = [SAMPLES / "holdout" / "torch" / f"ddp_gpt_train_rank{r}.json.gz" for r in (0, 1)]
+    if not all(p.is_file() for p in paths):
+        pytest.skip("held-out DDP traces missing")
+    job = analyze_job(combine([load(p) for p in paths]), rules=False)
+    ranks = job.ranks
+    expected = (100.0 * ranks["idle_host_wait_ns"] / ranks["span_ns"]).to_list()
+    assert ranks["host_wait_pct"].to_list() == pytest.approx(expected)
+    assert all(h > 30 for h in expected), expected
+    assert "host wait" in render_job(job)

@@ -66,7 +66,8 @@ class JobResult:
     #: lateness_max_ns, late_count, late_share, hta_late_iterations, straggler, source, and the
     #: rule's exposed communication (:mod:`traceanalyzer.analysis.comm`): exposed_comm_ns,
     #: exposed_comm_pct (of span_ns), exposed_comm_collectives, exposed_comm_window; and rule
-    #: collective-wait's comm_wait_ns and comm_wait_pct (waiting for the other ranks).
+    #: collective-wait's comm_wait_ns and comm_wait_pct (waiting for the other ranks), and
+    #: host_wait_pct (the GPU's idle waiting for its own host, of span_ns).
     ranks: pl.DataFrame
     #: Per matched collective: step, name, ordinal, first_start_ns, last_start_ns, skew_ns,
     #: latest_rank, mean_duration_ns.
@@ -338,7 +339,9 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
         .with_columns(exposed_comm_pct=pl.when(pl.col("span_ns") > 0)
                       .then(100.0 * pl.col("exposed_comm_ns") / pl.col("span_ns")),
                       comm_wait_pct=pl.when(pl.col("span_ns") > 0)
-                      .then(100.0 * pl.col("comm_wait_ns") / pl.col("span_ns")))
+                      .then(100.0 * pl.col("comm_wait_ns") / pl.col("span_ns")),
+                      host_wait_pct=pl.when(pl.col("span_ns") > 0)
+                      .then(100.0 * pl.col("idle_host_wait_ns") / pl.col("span_ns")))
         .join(hta_late_iterations(views.launches, ranks), on="rank", how="left")
         .with_columns(straggler=pl.col("rank").is_in(stragglers),
                       source=pl.col("rank").replace_strict(

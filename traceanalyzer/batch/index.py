@@ -89,7 +89,7 @@ def job_section(job: Any, top: int = 10) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
-            "<th class=n>comm</th><th class=n>exposed comm</th><th class=n>waited</th>"
+            "<th class=n>host wait</th><th class=n>comm</th><th class=n>exposed comm</th><th class=n>waited</th>"
             "<th class=n>collectives</th>"
             "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
             "<th class=n>HTA late iters</th></tr>")
@@ -102,6 +102,7 @@ def job_section(job: Any, top: int = 10) -> str:
             f"<tr{mark}><td class=n>{esc(r['rank'])}{' (straggler)' if r['straggler'] else ''}"
             f"</td><td>{esc(PurePath(r['source'] or '').name)}</td>"
             f"<td class=n>{_ms(r['span_ns'])}</td><td class=n>{_pct(r['busy_pct'])}</td>"
+            f"<td class=n>{_pct(r['host_wait_pct'])}</td>"
             f"<td class=n>{_ms(r['communication_ns'])}</td>"
             f"<td class=n>{_ms(r['exposed_comm_ns'])} ({_pct(r['exposed_comm_pct'])})</td>"
             f"<td class=n>{_ms(r['comm_wait_ns'])} ({_pct(r['comm_wait_pct'])})</td>"

@@ -64,7 +64,7 @@ def render_job(result: Any, top: int = 5) -> str:
         rows.append([
             str(r["rank"]) + (" *" if r["straggler"] else ""),
             safe(PurePath(r["source"] or "").name, 32),
-            fmt_ns(span), fmt_pct(r["busy_pct"]),
+            fmt_ns(span), fmt_pct(r["busy_pct"]), fmt_pct(r["host_wait_pct"]),
             fmt_ns(r["communication_ns"]),
             fmt_ns(r["exposed_comm_ns"]),
             fmt_pct(r["exposed_comm_pct"]),
@@ -76,10 +76,10 @@ def render_job(result: Any, top: int = 5) -> str:
                                     if r["late_share"] is not None else ""),
             "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
         ])
-    lines += ["", table(rows, ["rank", "trace", "span", "busy", "comm", "exposed comm",
-                               "exposed %", "waited", "step mean", "colls", "late mean",
-                               "late max", "started last", "HTA late iters"],
-                        right=set(range(2, 14)))]
+    lines += ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
+                               "exposed comm", "exposed %", "waited", "step mean", "colls",
+                               "late mean", "late max", "started last", "HTA late iters"],
+                        right=set(range(2, 15)))]
     lines.append(exposed_note(ranks))
     if result.stragglers:
         lines.append("")
