@@ -36,8 +36,8 @@ names = sys.argv[1:] or list(m.WORKLOADS)
 later = []
 for n in names:
     w = m.WORKLOADS[n]
-    if w.min_gpus > torch.cuda.device_count():
-        print(f"skip {n}: needs {w.min_gpus} GPUs", file=sys.stderr); continue
+    if max(w.min_gpus, w.gpus_per_process) > torch.cuda.device_count():
+        print(f"skip {n}: needs {max(w.min_gpus, w.gpus_per_process)} GPUs", file=sys.stderr); continue
     for v in w.variants:
         (print(f"{n}:{v}") if v in ("bad", "good") else later.append(f"{n}:{v}"))
 print("\n".join(later))

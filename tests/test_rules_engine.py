@@ -26,7 +26,7 @@ SLUGS = [
     "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
     "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",
     "odd-matmul-shape", "unfused-attention", "dataloader-stall", "unfused-optimizer",
-    "low-gpu-utilization", "collective-wait", "small-batch-matmul",
+    "low-gpu-utilization", "collective-wait", "small-batch-matmul", "gpus-take-turns",
 ]
 
 USER_RULE = """\
@@ -66,10 +66,10 @@ def memset_trace() -> Synth:
 # --- the built-in rule set ----------------------------------------------------------------------
 
 
-def test_builtin_rules_are_the_sixteen_with_stable_ids():
+def test_builtin_rules_are_the_seventeen_with_stable_ids():
     rules = load_rules([])
     assert [r.slug for r in rules] == SLUGS
-    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 17)]
+    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 18)]
     assert builtin_rules_dir() == REPO / "rules"
     assert sorted(p.stem for p in (REPO / "rules").glob("*.yaml")) == sorted(SLUGS)
 

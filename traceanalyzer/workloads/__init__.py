@@ -25,7 +25,10 @@ class WorkloadInfo:
     #: rule slugs the bad variant must trigger and the good variant must not
     rules: tuple[str, ...]
     variants: tuple[str, ...] = ("bad", "good")
+    #: processes (one GPU each, started by torchrun) the workload needs
     min_gpus: int = 1
+    #: GPUs one process drives (a model split across them)
+    gpus_per_process: int = 1
     #: rules whose evidence needs what only torch.profiler records (input shapes, the operator
     #: or DataLoader/optimizer span around a kernel): not required to fire on Nsight traces
     torch_only_rules: tuple[str, ...] = ()
@@ -106,6 +109,13 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             "samples balanced across ranks",
             ("collective-wait",),
             min_gpus=2,
+        ),
+        WorkloadInfo(
+            "naive_model_parallel",
+            "a bf16 MLP split across two GPUs run one half after the other vs the same split fed "
+            "micro-batches, so that both GPUs work at once",
+            ("gpus-take-turns",),
+            gpus_per_process=2,
         ),
         WorkloadInfo(
             "sync_memcpy",

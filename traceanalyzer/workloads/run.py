@@ -37,7 +37,7 @@ if __name__ == "__main__" and not __package__:
     _spec.loader.exec_module(_pkg)
     __package__ = "workloads"
 
-from . import WORKLOADS, get, load_module  # noqa: E402
+from . import WORKLOADS, WorkloadInfo, get, load_module  # noqa: E402
 from .base import time_steps  # noqa: E402
 
 PROFILE_STEPS = 5  # wait=1, warmup=1, active=3: the trace holds 3 steps
@@ -131,6 +131,12 @@ def _dist_rank() -> tuple[int, int]:
     return dist.get_rank(), world
 
 
+def _enough_gpus(info: WorkloadInfo) -> bool:
+    import torch
+
+    return torch.cuda.device_count() >= info.gpus_per_process
+
+
 def run_one(
     name: str,
     variant: str,
@@ -150,6 +156,8 @@ def run_one(
             f"{name} needs {info.min_gpus}+ GPUs: start it with "
             f"torchrun --nproc-per-node N {Path(__file__).name} {name} ..."
         )
+    if not _enough_gpus(info):
+        raise RuntimeError(f"{name} needs {info.gpus_per_process} GPUs in one process")
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{name}_{variant}" + (f"_rank{rank}" if world > 1 else "")
     t_build = time.perf_counter()
@@ -203,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         info = get(name)
         if args.names == ["all"] and info.min_gpus > 1:
             print(f"skip {name}: needs {info.min_gpus}+ GPUs", file=sys.stderr)
+            continue
+        if args.names == ["all"] and info.gpus_per_process > 1 and not _enough_gpus(info):
+            print(f"skip {name}: needs {info.gpus_per_process} GPUs", file=sys.stderr)
             continue
         variants = info.variants if args.variant == "all" else (args.variant,)
         for variant in variants:

@@ -283,3 +283,61 @@ def launch_overhead(views, p: Params) -> Detection | None:
         },
         evidence=evidence,
     )
+
+
+def _time_by_busy_count(merged: pl.DataFrame) -> pl.DataFrame:
+    """How long exactly n devices were busy, for each n ≥ 1 (``n``, ``duration_ns``), from each
+    device's merged busy intervals: a sweep over their starts (+1) and ends (-1)."""
+    edges = pl.concat([merged.select(t="start_ns", step=pl.lit(1)),
+                       merged.select(t="end_ns", step=pl.lit(-1))])
+    # At equal times ends come first, so that touching intervals do not count as overlapping.
+    return (edges.sort("t", "step")
+            .with_columns(n=pl.col("step").cum_sum(), duration_ns=pl.col("t").shift(-1) - pl.col("t"))
+            .filter(pl.col("n") > 0)
+            .group_by("n").agg(pl.col("duration_ns").sum()).sort("n"))
+
+
+@detector(
+    "gpus_take_turns",
+    params=("min_device_share_pct", "min_impact_pct"),
+    fields=("device_count", "busy_ms", "one_busy_pct", "busiest_ms", "busiest_device",
+            "saving_ms", "saving_pct"),
+)
+def gpus_take_turns(views, p: Params) -> Detection | None:
+    """A rank (one process) that drives several GPUs, whose GPUs work one after another instead
+    of side by side. The saving is the time any of them was busy minus the busiest one's busy
+    time: what running their work concurrently would save, at best."""
+    gpu = own_rank(views, views.gpu)
+    merged = intervals.merge(gpu, by=["device"])
+    busy = merged.group_by("device").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    union = intervals.union_length(gpu)
+    # A device with a sliver of the work (a copy to it, a peer's synchronization) is not one the
+    # process splits its work across.
+    busy = busy.filter(pl.col("busy_ns") >= union * p["min_device_share_pct"] / 100).sort(
+        ["busy_ns", "device"], descending=[True, False])
+    window = window_length(views)
+    if busy.height < 2 or not window:
+        return None
+    merged = merged.filter(pl.col("device").is_in(busy["device"].implode()))
+    busiest = int(busy["busy_ns"][0])
+    saving = union - busiest
+    if pct(saving, window) < p["min_impact_pct"]:
+        return None
+    by_count = _time_by_busy_count(merged)
+    one_busy = int(by_count.filter(pl.col("n") == 1)["duration_ns"].sum())
+    return Detection(
+        impact_ns=saving,
+        fields={
+            "device_count": busy.height,
+            "busy_ms": ms(union),
+            "one_busy_pct": pct(one_busy, union),
+            "busiest_ms": ms(busiest),
+            "busiest_device": int(busy["device"][0]),
+            "saving_ms": ms(saving),
+            "saving_pct": pct(saving, window),
+        },
+        evidence=busy.select(
+            "device", (pl.col("busy_ns") / NS_PER_US).alias("busy_us"),
+            (100.0 * pl.col("busy_ns") / window).alias("busy_pct_of_window"),
+        ),
+    )
