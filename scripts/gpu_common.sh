@@ -19,8 +19,9 @@ postprocess() {  # stem: qdstrm -> nsys-rep -> sqlite -> reference CSVs (CPU onl
   [ -f "$W/nsys/$s.nsys-rep" ] || { echo "NO REPORT $s"; ls -la "$W/nsys" | grep "$s"; tail -5 "$W/nsys/$s.profile.log"; return 1; }
   timeout -k 5 180 "$NSYS" export --type sqlite -o "$W/nsys/$s.sqlite" --force-overwrite true "$W/nsys/$s.nsys-rep" > /dev/null 2>&1 || { echo "EXPORT FAILED $s"; return 1; }
   mkdir -p "$W/nsys/$s"
-  timeout -k 5 120 "$NSYS" stats -q -r cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum -f csv -o "$W/nsys/$s/stats" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "stats failed $s"
-  timeout -k 5 120 "$NSYS" analyze -q -r gpu_gaps,gpu_time_util,cuda_api_sync,cuda_memcpy_sync,cuda_memcpy_async -f csv -o "$W/nsys/$s/analyze" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "analyze failed $s"
+  # --force-overwrite: a second run on a warm machine must not keep the first run's answers
+  timeout -k 5 120 "$NSYS" stats -q --force-overwrite true -r cuda_gpu_kern_sum,cuda_api_sum,cuda_gpu_mem_time_sum,nvtx_sum -f csv -o "$W/nsys/$s/stats" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "stats failed $s"
+  timeout -k 5 120 "$NSYS" analyze -q --force-overwrite true -r gpu_gaps,gpu_time_util,cuda_api_sync,cuda_memcpy_sync,cuda_memcpy_async -f csv -o "$W/nsys/$s/analyze" "$W/nsys/$s.sqlite" > /dev/null 2>&1 || echo "analyze failed $s"
   rm -f "$W/nsys/$s.qdstrm" "$W/nsys/$s.nsys-rep"
   echo "post $s: $((SECONDS - t0)) s, sqlite $(du -h "$W/nsys/$s.sqlite" | cut -f1)"
 }
