@@ -1,6 +1,6 @@
-"""Detectors about GPU idle time: idle gaps, data-loader stalls, utilization over time, and
-launch-bound steps. Gaps and their causes come from ``Views.gpu_idle_gaps`` (gaps in the union of
-a rank's GPU activity, classified as HTA does)."""
+"""Detectors about GPU idle time: idle gaps, data-loader stalls, utilization over time,
+launch-bound steps, and the GPUs of one process taking turns. Gaps and their causes come from
+``Views.gpu_idle_gaps`` (gaps in the union of a rank's GPU activity, classified as HTA does)."""
 
 from __future__ import annotations
 
@@ -288,11 +288,11 @@ def launch_overhead(views, p: Params) -> Detection | None:
 def _time_by_busy_count(merged: pl.DataFrame) -> pl.DataFrame:
     """How long exactly n devices were busy, for each n ≥ 1 (``n``, ``duration_ns``), from each
     device's merged busy intervals: a sweep over their starts (+1) and ends (-1)."""
-    edges = pl.concat([merged.select(t="start_ns", step=pl.lit(1)),
-                       merged.select(t="end_ns", step=pl.lit(-1))])
+    edges = pl.concat([merged.select(t="start_ns", delta=pl.lit(1)),
+                       merged.select(t="end_ns", delta=pl.lit(-1))])
     # At equal times ends come first, so that touching intervals do not count as overlapping.
-    return (edges.sort("t", "step")
-            .with_columns(n=pl.col("step").cum_sum(), duration_ns=pl.col("t").shift(-1) - pl.col("t"))
+    return (edges.sort("t", "delta")
+            .with_columns(n=pl.col("delta").cum_sum(), duration_ns=pl.col("t").shift(-1) - pl.col("t"))
             .filter(pl.col("n") > 0)
             .group_by("n").agg(pl.col("duration_ns").sum()).sort("n"))
 
@@ -310,15 +310,16 @@ def gpus_take_turns(views, p: Params) -> Detection | None:
     gpu = own_rank(views, views.gpu)
     merged = intervals.merge(gpu, by=["device"])
     busy = merged.group_by("device").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
-    union = intervals.union_length(gpu)
     # A device with a sliver of the work (a copy to it, a peer's synchronization) is not one the
     # process splits its work across.
-    busy = busy.filter(pl.col("busy_ns") >= union * p["min_device_share_pct"] / 100).sort(
-        ["busy_ns", "device"], descending=[True, False])
+    share = intervals.union_length(gpu) * p["min_device_share_pct"] / 100
+    busy = busy.filter(pl.col("busy_ns") >= share).sort(["busy_ns", "device"],
+                                                         descending=[True, False])
     window = window_length(views)
     if busy.height < 2 or not window:
         return None
     merged = merged.filter(pl.col("device").is_in(busy["device"].implode()))
+    union = intervals.union_length(merged)
     busiest = int(busy["busy_ns"][0])
     saving = union - busiest
     if pct(saving, window) < p["min_impact_pct"]:
