@@ -67,3 +67,17 @@ def test_cpu_activity_only_has_no_gpu_rows_and_no_findings() -> None:
     assert result.findings == []
     outcomes = {o.slug: o.status for o in result.rule_outcomes}
     assert outcomes["gpu-idle-gaps"] == "not_applicable"
+
+
+def test_the_headline_says_when_busy_is_over_several_gpus() -> None:
+    from traceanalyzer.cli.analyze import render_summary
+    from traceanalyzer.report.html import render_html
+    from traceanalyzer.report.markdown import render_markdown
+
+    two = analyze_trace(read_any(TRACES / "two_gpus.json.gz"))
+    one = analyze_trace(read_any(TRACES / "compiled_cudagraphs.json.gz"))
+    assert (two.gpus_used, one.gpus_used) == (2, 1)
+    assert "GPU busy (any of 2 GPUs)" in render_summary(two)
+    assert "| GPU busy (any of 2 GPUs) |" in render_markdown(two)
+    assert "any of 2 GPUs" in render_html(two)
+    assert "any of" not in render_summary(one) + render_markdown(one)

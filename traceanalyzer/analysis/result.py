@@ -101,6 +101,17 @@ class AnalysisResult:
     #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
     ranks: pl.DataFrame | None = None
 
+    @property
+    def gpus_used(self) -> int:
+        """GPUs the headline rank ran work on. A process can drive several; the headline's busy
+        and idle then count the union of them (any GPU busy), as HTA does for a rank."""
+        streams = self.streams
+        if streams.is_empty() or "device" not in streams.columns:
+            return 0
+        if "rank" in streams.columns:
+            streams = streams.filter(pl.col("rank") == self.metrics.rank)
+        return streams["device"].n_unique()
+
     def notes(self) -> list[str]:
         """How to read the findings, said under them in every report."""
         if not self.findings:

@@ -193,7 +193,8 @@ def _headline(result: AnalysisResult) -> str:
         _card("Step time (mean)", fmt_ns(m.step_time_mean_ns) if m.step_count else "no steps",
               f"p50 {fmt_ns(m.step_time_p50_ns)} · p95 {fmt_ns(m.step_time_p95_ns)}"
               if m.step_count else ""),
-        _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)} window"),
+        _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)} window"
+              + (f" · any of {result.gpus_used} GPUs" if result.gpus_used > 1 else "")),
         _card("GPU idle", p(m.idle_ns),
               f"host wait {p(m.idle_host_wait_ns)} · kernel wait {p(m.idle_kernel_wait_ns)} · "
               f"other {p(m.idle_other_ns)}"),
