@@ -336,12 +336,9 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     table = (
         metrics.join(lateness, on="rank", how="left")
         .join(exposed, on="rank", how="left")
-        .with_columns(exposed_comm_pct=pl.when(pl.col("span_ns") > 0)
-                      .then(100.0 * pl.col("exposed_comm_ns") / pl.col("span_ns")),
-                      comm_wait_pct=pl.when(pl.col("span_ns") > 0)
-                      .then(100.0 * pl.col("comm_wait_ns") / pl.col("span_ns")),
-                      host_wait_pct=pl.when(pl.col("span_ns") > 0)
-                      .then(100.0 * pl.col("idle_host_wait_ns") / pl.col("span_ns")))
+        .with_columns(exposed_comm_pct=_of_span("exposed_comm_ns"),
+                      comm_wait_pct=_of_span("comm_wait_ns"),
+                      host_wait_pct=_of_span("idle_host_wait_ns"))
         .join(hta_late_iterations(views.launches, ranks), on="rank", how="left")
         .with_columns(straggler=pl.col("rank").is_in(stragglers),
                       source=pl.col("rank").replace_strict(
@@ -360,6 +357,11 @@ def _windows_overlap(by_rank: dict[int, Any]) -> bool:
     if len(windows) < 2:
         return True
     return max(w[0] for w in windows) < min(w[1] for w in windows)
+
+
+def _of_span(column: str) -> pl.Expr:
+    """``column`` as % of the rank's span; null for an empty span."""
+    return pl.when(pl.col("span_ns") > 0).then(100.0 * pl.col(column) / pl.col("span_ns"))
 
 
 def exposed_note(ranks: pl.DataFrame) -> str:

@@ -112,6 +112,11 @@ class AnalysisResult:
             streams = streams.filter(pl.col("rank") == self.metrics.rank)
         return streams["device"].n_unique()
 
+    @property
+    def gpus_note(self) -> str:
+        """What the headline's busy covers when it is a union of GPUs ("any of 2 GPUs"), else ""."""
+        return f"any of {self.gpus_used} GPUs" if self.gpus_used > 1 else ""
+
     def notes(self) -> list[str]:
         """How to read the findings, said under them in every report."""
         if not self.findings:

@@ -89,8 +89,8 @@ def job_section(job: Any, top: int = 10) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
-            "<th class=n>host wait</th><th class=n>comm</th><th class=n>exposed comm</th><th class=n>waited</th>"
-            "<th class=n>collectives</th>"
+            "<th class=n>host wait</th><th class=n>comm</th><th class=n>exposed comm</th>"
+            "<th class=n>waited</th><th class=n>collectives</th>"
             "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
             "<th class=n>HTA late iters</th></tr>")
     rows = []

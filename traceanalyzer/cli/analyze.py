@@ -105,10 +105,6 @@ def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
             click.echo(f"wrote {safe(out)}")
 
 
-def _busy_label(gpus: int) -> str:
-    return f"GPU busy (any of {gpus} GPUs)" if gpus > 1 else "GPU busy"
-
-
 def render_summary(result: Any, top: int = 10) -> str:
     """The terminal summary of one analysis."""
     m, meta = result.metrics, result.meta
@@ -122,7 +118,8 @@ def render_summary(result: Any, top: int = 10) -> str:
     idle = m.idle_ns or 0
     rows = [
         ["GPU span", fmt_ns(m.span_ns), ""],
-        [_busy_label(result.gpus_used), fmt_ns(m.busy_ns), fmt_pct(m.busy_pct)],
+        ["GPU busy" + (f" ({result.gpus_note})" if result.gpus_note else ""), fmt_ns(m.busy_ns),
+         fmt_pct(m.busy_pct)],
         ["GPU idle", fmt_ns(idle), fmt_pct(100 * idle / m.span_ns if m.span_ns else None)],
         ["  host wait", fmt_ns(m.idle_host_wait_ns), _share(m.idle_host_wait_ns, m.span_ns)],
         ["  kernel wait", fmt_ns(m.idle_kernel_wait_ns), _share(m.idle_kernel_wait_ns, m.span_ns)],

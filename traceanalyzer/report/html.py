@@ -194,7 +194,7 @@ def _headline(result: AnalysisResult) -> str:
               f"p50 {fmt_ns(m.step_time_p50_ns)} · p95 {fmt_ns(m.step_time_p95_ns)}"
               if m.step_count else ""),
         _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)} window"
-              + (f" · any of {result.gpus_used} GPUs" if result.gpus_used > 1 else "")),
+              + (f" · {result.gpus_note}" if result.gpus_note else "")),
         _card("GPU idle", p(m.idle_ns),
               f"host wait {p(m.idle_host_wait_ns)} · kernel wait {p(m.idle_kernel_wait_ns)} · "
               f"other {p(m.idle_other_ns)}"),

@@ -51,8 +51,7 @@ def render_markdown(result: AnalysisResult) -> str:
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
                                          m.step_time_p95_ns)) if m.step_count else "–"),
-        ("GPU busy" + (f" (any of {result.gpus_used} GPUs)" if result.gpus_used > 1 else ""),
-         fmt_pct(m.busy_pct)),
+        ("GPU busy" + (f" ({result.gpus_note})" if result.gpus_note else ""), fmt_pct(m.busy_pct)),
         ("Idle: host wait / kernel wait / other",
          " / ".join(fmt_pct(pct_of(x, m.span_ns)) for x in
                     (m.idle_host_wait_ns, m.idle_kernel_wait_ns, m.idle_other_ns))),

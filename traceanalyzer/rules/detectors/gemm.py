@@ -44,6 +44,8 @@ def element_bytes(input_types: pl.Expr) -> pl.Expr:
     """Bytes per element of an operator's first input, from Kineto's ``Input type`` JSON text."""
     return input_types.str.extract(r'^\[\s*"([^"]*)"', 1).replace_strict(
         _DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+
+
 _SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
