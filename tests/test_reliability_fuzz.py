@@ -7,6 +7,7 @@ a few seconds to ~20 s.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -78,3 +79,16 @@ class NsysBuilderFixture:
         b.launch("gemm", 1000, 500, 2000, 3000)
         b.launch("relu", 1600, 500, 6000, 1000)
         return b.write(tmp / "export.sqlite")
+
+
+def test_chrome_lone_surrogates_become_replacement_characters(tmp_path: Path) -> None:
+    """JSON's "\\udbd4" with no low surrogate after it: the C decoder and Polars' reader both
+    refuse it, and the per-line pass wrote it back escaped, which Polars refused again (a
+    traceback, found by the fuzz test in a different test order)."""
+    path = tmp_path / "surrogates.json"
+    path.write_text('{"traceEvents": [\n'
+                    '{"ph": "X", "cat": "kernel", "name": "k\\udbd4\\uBe99\\ud8db\\udfc1", '
+                    '"pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {"correlation": 1}}\n]}')
+    assert check_file(path) == "analyzed"
+    paired = json.loads('"\\ud8db\\udfc1"')  # a valid pair: one character, kept
+    assert load(path, use_cache=False).gpu["name"].to_list() == [f"k\ufffd\ube99{paired}"]

@@ -378,7 +378,8 @@ def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
             if not isinstance(event, dict):
                 dropped += 1
                 continue
-            clean.append(json.dumps(event, allow_nan=False, default=str).encode())
+            clean.append(_utf8(json.dumps(event, allow_nan=False, default=str,
+                                          ensure_ascii=False)))
         except (ValueError, RecursionError):  # RecursionError: args nested thousands deep
             dropped += 1
     if dropped:
@@ -386,6 +387,12 @@ def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
     if not clean:
         return pl.DataFrame(schema=EVENT_SCHEMA)
     return pl.read_ndjson(io.BytesIO(b"\n".join(clean)), schema=EVENT_SCHEMA, ignore_errors=True)
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 of text whose lone surrogates (JSON's "\\udbd4" alone) become U+FFFD, as bad bytes
+    do: escaped, Polars' reader refuses them, and the whole chunk with them."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
 
 
 def _bounded_int(text: str) -> int | None:
