@@ -309,6 +309,31 @@ def test_batches_reject_a_view_past_its_data():
         eventreduce.frame("t", ("s",), [(1, ((views, bitmap, None),))])
 
 
+def test_text_in_several_data_buffers_by_the_views_buffer_index():
+    # The assembly's columns gather rows of several chunks: a view names its chunk's buffer.
+    first, second = "the first chunk's long text", "the second chunk's long text"
+    views, bitmap, data = text_column([first, second, None, "short"])
+    forged = bytearray(views)
+    forged[16 + 8:16 + 12] = (1).to_bytes(4, "little")  # row 1 in buffer 1, at offset 0
+    forged[16 + 12:16 + 16] = (0).to_bytes(4, "little")
+    buffers = (data, second.encode())
+    frame = eventreduce.frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
+    assert frame["s"].to_list() == [first, second, None, "short"]
+    forged[16 + 8:16 + 12] = (2).to_bytes(4, "little")  # a buffer that is not there
+    with pytest.raises(ValueError):
+        eventreduce.frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
+
+
+def test_booleans_are_a_bitmap_of_values():
+    values, valid = bytes([0b0101]), bytes([0b0111])
+    frame = eventreduce.frame("b", ("flag",), [(4, ((values, valid),))])
+    assert frame.schema["flag"] == pl.Boolean
+    assert frame["flag"].to_list() == [True, False, True, None]
+    assert eventreduce.frame("b", ("flag",), [(3, (None,))])["flag"].to_list() == [None] * 3
+    with pytest.raises(ValueError):  # a bitmap too short for 9 rows
+        eventreduce.frame("b", ("flag",), [(9, ((values, bytes(2)),))])
+
+
 def test_an_unread_stream_releases_its_batches():
     batches = eventreduce._eventreduce.Batches(b"l", ("a",), [(1, (int_column([1]),))])
     with pytest.raises(ValueError):  # a stream is one column's

@@ -12,9 +12,9 @@
  * allocates through pyarrow's memory pool, whose set-up now and then stalled the first read for
  * 6-12 ms.
  *
- * A column is (values, bitmap) for numbers, (views, bitmap, data) for text (Arrow string views
- * into one data buffer, or data None when every text is inline), or None: all null, buffers
- * made here. Each exported array holds references to the objects that own its buffers, and
+ * A column is (values, bitmap) for numbers and booleans (a bitmap of values), (views, bitmap,
+ * data) for text (Arrow string views into one data buffer, into a tuple of them by the views'
+ * buffer index, or data None when every text is inline), or None: all null, buffers made here. Each exported array holds references to the objects that own its buffers, and
  * drops them (with the GIL) when the consumer releases it. */
 #ifndef TRACEANALYZER_ARROWSTREAM_H
 #define TRACEANALYZER_ARROWSTREAM_H
@@ -69,25 +69,60 @@ struct ArrowArrayStream {
  * read out of bounds. */
 typedef struct {
     PyObject_HEAD
-    PyObject *formats; /* bytes: a letter per column, 't' text, 'l' int64, 'i' int32 */
+    PyObject *formats; /* bytes: a letter per column, 't' text, 'l' int64, 'i' int32, 'b' bool */
     PyObject *names;   /* tuple of str */
     PyObject *batches; /* tuple of (rows, columns), copied from the list given */
     Py_ssize_t column; /* the column a stream is made of (column(i)); -1 for the table */
 } Batches;
 
+/* Bytes per row; 0 for booleans, a bit per row (see values_size). */
 static int width_of(char letter) {
-    return letter == 't' ? 16 : letter == 'l' ? 8 : 4;
+    return letter == 't' ? 16 : letter == 'l' ? 8 : letter == 'i' ? 4 : 0;
+}
+
+static Py_ssize_t values_size(char letter, Py_ssize_t rows) {
+    return letter == 'b' ? (rows + 7) / 8 : rows * width_of(letter);
 }
 
 /* A column's buffers, exported by the objects that own them (held while exported: an object
  * whose buffer is exported cannot be resized). */
 typedef struct {
-    Py_buffer bufs[3]; /* values or views, bitmap, data (text; absent when None) */
+    Py_buffer bufs[2]; /* values or views, bitmap */
+    Py_buffer *data;   /* text: its data buffers (none when data is None) */
+    int64_t *data_sizes;
+    Py_ssize_t n_data;
 } Held;
 
 static void let_go(Held *h) {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 2; k++)
         if (h->bufs[k].obj) PyBuffer_Release(&h->bufs[k]);
+    for (Py_ssize_t k = 0; k < h->n_data; k++)
+        if (h->data[k].obj) PyBuffer_Release(&h->data[k]);
+    free(h->data);
+    free(h->data_sizes);
+    h->data = NULL;
+    h->data_sizes = NULL;
+    h->n_data = 0;
+}
+
+/* A text column's data: one buffer object, a tuple of them, or None. */
+static int hold_data(PyObject *obj, Held *h) {
+    if (obj == Py_None) return 0;
+    int many = PyTuple_Check(obj);
+    Py_ssize_t n = many ? PyTuple_GET_SIZE(obj) : 1;
+    h->data = calloc((size_t)n + 1, sizeof *h->data);
+    h->data_sizes = calloc((size_t)n + 1, sizeof *h->data_sizes);
+    if (!h->data || !h->data_sizes) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (PyObject_GetBuffer(many ? PyTuple_GET_ITEM(obj, k) : obj, &h->data[k], PyBUF_SIMPLE))
+            return -1;
+        h->n_data = k + 1;
+        h->data_sizes[k] = h->data[k].len;
+    }
+    return 0;
 }
 
 /* Take the buffers of a column spec and check that they hold ``rows`` rows of ``letter``:
@@ -101,18 +136,20 @@ static int hold_column(PyObject *col, char letter, Py_ssize_t rows, Held *h) {
                                           "or None");
         return -1;
     }
-    for (Py_ssize_t k = 0; k < want; k++) {
-        PyObject *obj = PyTuple_GET_ITEM(col, k);
-        if (k == 2 && obj == Py_None) break; /* text that is all inline */
-        if (PyObject_GetBuffer(obj, &h->bufs[k], PyBUF_SIMPLE)) {
+    for (Py_ssize_t k = 0; k < 2; k++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(col, k), &h->bufs[k], PyBUF_SIMPLE)) {
             let_go(h);
             return -1;
         }
     }
-    int ok = rows <= PY_SSIZE_T_MAX / 16 && h->bufs[0].len == rows * width_of(letter) &&
+    if (letter == 't' && hold_data(PyTuple_GET_ITEM(col, 2), h)) { /* None: all inline */
+        let_go(h);
+        return -1;
+    }
+    int ok = rows <= PY_SSIZE_T_MAX / 16 && h->bufs[0].len == values_size(letter, rows) &&
              h->bufs[1].len >= (rows + 7) / 8 &&
-             (letter != 't' ||
-              views_within(h->bufs[0].buf, rows, h->bufs[2].obj ? h->bufs[2].len : -1));
+             (letter != 't' || views_within_buffers(h->bufs[0].buf, rows, h->data_sizes,
+                                                    h->n_data));
     if (ok) return 0;
     let_go(h);
     PyErr_SetString(PyExc_ValueError, "a column's buffers do not hold the given rows");
@@ -132,9 +169,9 @@ static PyObject *batches_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     }
     for (Py_ssize_t c = 0; c < ncols; c++) {
-        if (!strchr("tli", letters[c]) || !letters[c] ||
+        if (!strchr("tlib", letters[c]) || !letters[c] ||
             !PyUnicode_Check(PyTuple_GET_ITEM(names, c))) {
-            PyErr_SetString(PyExc_ValueError, "formats are 't', 'l' or 'i'; names are str");
+            PyErr_SetString(PyExc_ValueError, "formats are 't', 'l', 'i' or 'b'; names are str");
             return NULL;
         }
     }
@@ -201,7 +238,10 @@ static int make_schema(Batches *b, struct ArrowSchema *out) {
         return ENOMEM;
     }
     memcpy(copy, name, (size_t)n + 1);
-    *out = (struct ArrowSchema){.format = letter == 't' ? "vu" : letter == 'l' ? "l" : "i",
+    *out = (struct ArrowSchema){.format = letter == 't'   ? "vu"
+                                          : letter == 'l' ? "l"
+                                          : letter == 'i' ? "i"
+                                                          : "b",
                                 .name = copy, .flags = ARROW_FLAG_NULLABLE,
                                 .release = release_schema, .private_data = copy};
     return 0;
@@ -212,8 +252,8 @@ static int make_schema(Batches *b, struct ArrowSchema *out) {
 typedef struct {
     Held held;   /* the buffers of the column's objects */
     void *nulls; /* an all-null column's buffers, made here */
-    const void *buffers[4];
-    int64_t data_size; /* the variadic buffer sizes of a text column: one, or none */
+    const void **buffers;
+    int64_t no_data; /* the variadic buffer sizes of an all-null text column: none */
 } ExportedColumn;
 
 static void release_column(struct ArrowArray *a) {
@@ -224,6 +264,7 @@ static void release_column(struct ArrowArray *a) {
         PyGILState_Release(gil);
     }
     free(col->nulls);
+    free(col->buffers);
     free(col);
     a->release = NULL;
 }
@@ -238,12 +279,15 @@ static int64_t nulls_in(const uint8_t *bitmap, int64_t rows) {
 static int make_column(PyObject *spec, char letter, int64_t rows, struct ArrowArray *out) {
     ExportedColumn *col = calloc(1, sizeof *col);
     if (!col) return ENOMEM;
-    *out = (struct ArrowArray){.length = rows, .n_buffers = 2, .buffers = col->buffers,
-                               .release = release_column, .private_data = col};
+    *out = (struct ArrowArray){.length = rows, .n_buffers = 2, .release = release_column,
+                               .private_data = col};
     if (spec == Py_None) { /* all null: a zero bitmap and zero values */
         size_t bitmap = ((size_t)rows + 63) / 64 * 8; /* whole words: the values stay aligned */
-        col->nulls = calloc(1, bitmap + (size_t)rows * (size_t)width_of(letter) + 1);
-        if (!col->nulls) {
+        col->nulls = calloc(1, bitmap + (size_t)values_size(letter, rows) + 1);
+        col->buffers = calloc(4, sizeof *col->buffers);
+        if (!col->nulls || !col->buffers) {
+            free(col->nulls);
+            free(col->buffers);
             free(col);
             out->release = NULL;
             return ENOMEM;
@@ -253,7 +297,9 @@ static int make_column(PyObject *spec, char letter, int64_t rows, struct ArrowAr
         out->null_count = rows;
     } else {
         /* Checked again as exported, with the buffers held from now on. */
-        if (hold_column(spec, letter, rows, &col->held)) {
+        if (hold_column(spec, letter, rows, &col->held) ||
+            !(col->buffers = calloc((size_t)col->held.n_data + 4, sizeof *col->buffers))) {
+            let_go(&col->held);
             PyErr_Clear();
             free(col);
             out->release = NULL;
@@ -261,15 +307,15 @@ static int make_column(PyObject *spec, char letter, int64_t rows, struct ArrowAr
         }
         col->buffers[1] = col->held.bufs[0].buf;
         col->buffers[0] = col->held.bufs[1].buf;
-        col->buffers[2] = col->held.bufs[2].buf;
-        col->data_size = col->held.bufs[2].len;
         out->null_count = nulls_in(col->buffers[0], rows);
     }
-    if (letter == 't') { /* validity, views, the data buffer if any, then their sizes */
-        int data = col->held.bufs[2].obj != NULL;
-        col->buffers[2 + data] = &col->data_size;
-        out->n_buffers = 3 + data;
+    if (letter == 't') { /* validity, views, the data buffers, then their sizes */
+        Py_ssize_t n = col->held.n_data;
+        for (Py_ssize_t k = 0; k < n; k++) col->buffers[2 + k] = col->held.data[k].buf;
+        col->buffers[2 + n] = n ? (const void *)col->held.data_sizes : &col->no_data;
+        out->n_buffers = 3 + n;
     }
+    out->buffers = col->buffers;
     return 0;
 }
 

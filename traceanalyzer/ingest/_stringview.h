@@ -1,7 +1,8 @@
 /* Arrow's string view, as the Kineto decoder (_eventdecode.c) writes it and its reduction
  * (_eventreduce.c) reads and writes it: 16 bytes, the length (int32), then the text itself when
  * it is VIEW_INLINE bytes or shorter, else its first 4 bytes, the index of its data buffer (int32;
- * always 0 here) and its offset in that buffer (int32). */
+ * 0 but in the assembly's columns, which gather rows of several chunks) and its offset in that
+ * buffer (int32). */
 #ifndef TRACEANALYZER_STRINGVIEW_H
 #define TRACEANALYZER_STRINGVIEW_H
 
@@ -30,10 +31,11 @@ static inline const char *view_text(const unsigned char *view, const char *data,
     return *n <= VIEW_INLINE ? (const char *)view + 4 : data + offset;
 }
 
-/* Whether each of ``rows`` views is inline or lies inside a data buffer 0 of ``data_len`` bytes
- * (-1: there is none). Views that come from Python are checked with it before anything reads
- * the text they point to. */
-static inline int views_within(const unsigned char *views, int64_t rows, int64_t data_len) {
+/* Whether each of ``rows`` views is inline or lies inside its data buffer: buffer k holds
+ * lens[k] bytes, for k < n. Views that come from Python are checked with it before anything
+ * reads the text they point to. */
+static inline int views_within_buffers(const unsigned char *views, int64_t rows,
+                                       const int64_t *lens, int64_t n) {
     for (int64_t i = 0; i < rows; i++) {
         const unsigned char *view = views + 16 * i;
         int32_t len, buffer, offset;
@@ -41,10 +43,16 @@ static inline int views_within(const unsigned char *views, int64_t rows, int64_t
         memcpy(&buffer, view + 8, 4);
         memcpy(&offset, view + 12, 4);
         if (len < 0 || (len > VIEW_INLINE &&
-                        (buffer != 0 || offset < 0 || (int64_t)offset + len > data_len)))
+                        (buffer < 0 || buffer >= n || offset < 0 ||
+                         (int64_t)offset + len > lens[buffer])))
             return 0;
     }
     return 1;
+}
+
+/* The same for views into one data buffer 0 of ``data_len`` bytes (-1: there is none). */
+static inline int views_within(const unsigned char *views, int64_t rows, int64_t data_len) {
+    return views_within_buffers(views, rows, &data_len, data_len < 0 ? 0 : 1);
 }
 
 #endif
