@@ -1,6 +1,6 @@
 """Build hook: compile the C extensions: the Kineto event decoder
-(``traceanalyzer/ingest/_eventdecode.c``) and its reduction (``_eventreduce.c``), and the
-Perfetto packet walker (``_perfettowalk.c``).
+(``traceanalyzer/ingest/_eventdecode.c``), its reduction (``_eventreduce.c``) and a small trace's
+assembly (``_eventassemble.c``), and the Perfetto packet walker (``_perfettowalk.c``).
 
 Optional by design. Without a C compiler or the Python headers the package installs without
 them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
@@ -8,7 +8,8 @@ them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same fra
 with the Python decoder (the same tables, at 3-5x the time).
 ``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
 ``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
-``_eventreduce.c`` includes ``_stringview.h`` and ``_arrowstream.h``, next to it.
+``_eventreduce.c`` includes ``_stringview.h`` and ``_arrowstream.h``, next to it;
+``_eventassemble.c`` includes ``_stringview.h`` and ``_regexlite.h``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 SOURCES = (Path("traceanalyzer") / "ingest" / "_eventdecode.c",
            Path("traceanalyzer") / "ingest" / "_eventreduce.c",
+           Path("traceanalyzer") / "ingest" / "_eventassemble.c",
            Path("traceanalyzer") / "ingest" / "_perfettowalk.c")
 
 
@@ -56,6 +58,7 @@ class CustomBuildHook(BuildHookInterface):
         root = Path(self.root)
         fallbacks = {"_eventdecode": "Kineto ingest will use Polars alone",
                      "_eventreduce": "Kineto ingest will reduce decoded events with Polars",
+                     "_eventassemble": "Kineto ingest will assemble small traces with Polars",
                      "_perfettowalk": "Perfetto ingest will use the Python decoder"}
         for source in SOURCES:
             try:

@@ -33,7 +33,7 @@ import polars.selectors as cs
 
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
-from traceanalyzer.ingest import eventdecode, eventreduce
+from traceanalyzer.ingest import eventassemble, eventdecode, eventreduce
 from traceanalyzer.ingest.jsonscan import EventRun, NotATrace, ScanResult, iter_ndjson_chunks
 from traceanalyzer.model import (
     API_KINDS,
@@ -248,7 +248,8 @@ class _LayoutMismatch(Exception):
     """A chunk split by the learned line layout does not decode as one event per line."""
 
 
-def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bool) -> list[_Parts]:
+def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path,
+                   by_layout: bool) -> list[_Parts | _Reduced]:
     # Each chunk decodes (and, compiled, reduces) on one of DECODE_THREADS threads, without the
     # GIL, while this thread cuts the next ones. Chunks are then joined in groups of up to
     # GROUP_BYTES of trace, text as categories when there are several groups: a Polars step has
@@ -256,8 +257,8 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     # FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and DECODE_THREADS
     # groups are joined at a time, which bounds memory.
     decoding: deque[tuple[int, Future[pl.DataFrame | _Reduced]]] = deque()
-    reducing: deque[Future[_Parts]] = deque()
-    parts: list[_Parts] = []
+    reducing: deque[Future[_Parts | _Reduced]] = deque()
+    parts: list[_Parts | _Reduced] = []
     group: list[pl.DataFrame | _Reduced] = []
     group_bytes = groups = 0
 
@@ -288,13 +289,16 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path, by_layout: bo
     return parts or [_reduce(pl.DataFrame(schema=EVENT_SCHEMA))]
 
 
-def _reduce_group(chunks: list[pl.DataFrame | _Reduced], compact: bool) -> _Parts:
+def _reduce_group(chunks: list[pl.DataFrame | _Reduced], compact: bool) -> _Parts | _Reduced:
     # Reduced right away to what the canonical frames take, so decoded chunks never pile up.
     # A chunk the compiled reduction took arrives reduced; the others are decoded events.
     if all(isinstance(c, pl.DataFrame) for c in chunks):
         return _reduce(pl.concat(chunks) if len(chunks) > 1 else chunks[0], compact)
     if all(isinstance(c, _Reduced) for c in chunks):  # one frame per table for the whole group
-        parts = [_compiled_parts(*_Reduced.join(chunks))]
+        joined = _Reduced(*_Reduced.join(chunks))
+        if not compact:  # the trace's only group: see _assemble
+            return joined
+        parts = [_compiled_parts(*joined)]
     else:
         parts = [_compiled_parts(*c) if isinstance(c, _Reduced) else _reduce(c) for c in chunks]
     if len(parts) == 1 and not compact:
@@ -579,13 +583,18 @@ def _as_categories(rows: pl.LazyFrame) -> pl.LazyFrame:
     return rows.with_columns(cs.string().cast(pl.Categorical))
 
 
-def _assemble(parts: list[_Parts], meta: TraceMeta) -> Trace:
+def _assemble(parts: list[_Parts | _Reduced], meta: TraceMeta) -> Trace:
     untimed = sum(p.untimed for p in parts)
     if untimed:
         meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts)")
     negative = sum(p.negative for p in parts)
     if negative:
         meta.warnings.append(f"{negative} events have a negative duration; treated as zero-length")
+    if len(parts) == 1 and isinstance(parts[0], _Reduced):  # one group, reduced in C
+        trace = _assemble_compiled(parts[0].tables, meta)
+        if trace is not None:
+            return trace
+    parts = [_compiled_parts(*p) if isinstance(p, _Reduced) else p for p in parts]
 
     def cat(name: str) -> pl.DataFrame:
         # Each chunk's piece is released as soon as it is part of the whole.
@@ -601,10 +610,27 @@ def _assemble(parts: list[_Parts], meta: TraceMeta) -> Trace:
         meta=meta,
         gpu=gpu,
         cpu=cpu,
-        annotations=cat("annotations").with_columns(rank=rank).sort("start_ns"),
-        syncs=cat("syncs").with_columns(rank=rank).sort("start_ns"),
+        annotations=cat("annotations").with_columns(rank=rank).sort("start_ns", maintain_order=True),
+        syncs=cat("syncs").with_columns(rank=rank).sort("start_ns", maintain_order=True),
         counters=_counter_frame(cat("memory").with_columns(rank=rank)),
     )
+
+
+def _assemble_compiled(tables: list[eventreduce.ReducedTable], meta: TraceMeta) -> Trace | None:
+    """The frames from the compiled assembly (:mod:`eventassemble`; the same frames as the
+    Polars assembly: tested), or None where it declines."""
+    assembled = eventassemble.assemble(tables, meta.rank)
+    if assembled is None:
+        return None
+    without_launch, frames = assembled
+    if frames["gpu"].height:
+        meta.extra["gpu_without_launch"] = without_launch
+    layout, batches = tables[_Parts.TABLES.index("memory")]
+    counters = empty_frame("counters")
+    if any(rows for rows, _ in batches):
+        memory = eventreduce.frame(layout, _COMPILED_COLUMNS[-1], batches)
+        counters = _counter_frame(memory.with_columns(rank=pl.lit(meta.rank, pl.Int32)))
+    return Trace(meta=meta, counters=counters, **frames)
 
 
 def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
@@ -695,7 +721,7 @@ def _parent_ops(rows: pl.LazyFrame) -> pl.LazyFrame:
         rows.filter(pl.col("kind") == "op")
         .join(launch_ids, on="external_id", how="semi")
         .group_by("external_id")
-        .agg(parent_op=pl.col("name").sort_by("start_ns").last())
+        .agg(parent_op=pl.col("name").sort_by("start_ns", maintain_order=True).last())
     )
     return (
         rows.select("external_id", call=calls)
