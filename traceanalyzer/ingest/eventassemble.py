@@ -3,11 +3,12 @@
 
 ``kineto``'s Polars assembly is the reference: this gives its CPU, GPU, annotation and sync
 frames from the compiled reduction's tables, or None, and the caller then uses the reference.
-It exists for small traces. Their assembly does little work, but in Polars it is a dozen kinds of
-query, and a fresh process pays for each kind the first time it runs one: 10-15 ms of a 10 MB
-trace's ~28 ms read, which made a small trace's MB/s half a large one's (bench/NOTES.md, round
-15). Larger traces are reduced in several groups and assembled by Polars, where that cost is
-small beside the work.
+It exists for small traces (up to ``kineto.FIRST_GROUP_BYTES``, 64 MB). Their assembly does
+little work, but in Polars it is a dozen kinds of query, and a fresh process pays for each kind
+the first time it runs one: 10-15 ms of a 10 MB trace's ~28 ms read, which made a small trace's
+MB/s half a large one's (bench/NOTES.md, round 15). Larger traces are reduced in several groups,
+their text as categories to keep memory down, and assembled by Polars, where that cost is small
+beside the work.
 """
 
 from __future__ import annotations

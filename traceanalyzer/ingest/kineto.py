@@ -18,6 +18,7 @@ timestamps with ns fractions (~1.7e15 µs) resolve only to 0.25 µs.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
@@ -99,7 +100,10 @@ KEPT_PHASES = ["X", "i", "I"]
 # memory within the noise, 848-908 MiB).
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
-FIRST_GROUP_BYTES = 16 << 20  # ... and for the first one: a trace up to this size is reduced once
+# ... and for the first: a trace up to this size is one group, reduced once and assembled in C
+# (eventassemble). At 16 MB, 20-50 MB traces were assembled by Polars and read at 509-728 MB/s;
+# now 755-886 (bench/NOTES.md, round 15).
+FIRST_GROUP_BYTES = 64 << 20
 # Frames of this many rows and more are sorted a few columns at a time (see _cpu_frame_by_column)
 COLUMNWISE_ROWS = 1 << 18
 COLUMNS_AT_ONCE = 2  # ... this many, side by side
@@ -413,7 +417,10 @@ def _read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
         )
     top: Any
     try:
-        top = json.loads(scan.metadata_json.decode("utf-8-sig", errors="replace"))  # BOM ok
+        # A BOM is allowed. (Cut here, not by the "utf-8-sig" codec: its module's import
+        # was ~0.15 ms of a 10 MB trace's read.)
+        text = scan.metadata_json.removeprefix(codecs.BOM_UTF8).decode(errors="replace")
+        top = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: metadata nested thousands deep
         top = {}
         if not scan.truncated:
