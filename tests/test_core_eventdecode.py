@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
 import json
@@ -40,6 +41,12 @@ def assert_same_or_declined(chunk: bytes) -> pl.DataFrame | None:
         # Events left out while decoding are those a filter on the phase leaves out.
         assert_frame_equal(kept, reference.filter(pl.col("ph").is_in(KEPT_PHASES)),
                            check_exact=True)
+        # Columns grown in an arena: one that holds them all, one they outgrow at once, and
+        # one they outgrow midway.
+        for arena_bytes in (4 * len(chunk) + 4096, 64, len(chunk) // 2 + 1):
+            in_arena = eventdecode.decode(chunk, EVENT_SCHEMA, arena_bytes=arena_bytes)
+            assert in_arena is not None
+            assert_frame_equal(in_arena, reference, check_exact=True)
     return fast
 
 
@@ -129,6 +136,19 @@ def test_values_read_like_polars(line, expected):
 def test_declines_what_it_cannot_read_exactly(text):
     assert eventdecode.decode(text + b"\n", EVENT_SCHEMA) is None
     assert_same_or_declined(text + b"\n")
+
+
+def test_columns_in_an_arena_outlive_each_other_and_the_decoder():
+    long = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+    chunk = "\n".join(json.dumps({"ph": "X", "cat": "kernel", "name": f"{long}{i}", "ts": i,
+                                   "args": {"correlation": i}}) for i in range(5000)).encode()
+    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, arena_bytes=2 * len(chunk))
+    assert raw is not None
+    frame = eventdecode.to_frame(raw, EVENT_SCHEMA)
+    names = frame.get_column("name")
+    del raw, frame
+    gc.collect()
+    assert names.to_list() == [f"{long}{i}" for i in range(5000)]
 
 
 def test_blank_lines_are_no_rows():

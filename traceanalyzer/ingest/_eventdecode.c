@@ -16,11 +16,15 @@
  * duplicate keys, invalid JSON or UTF-8, integers of 20 digits, ...) makes decode() return None,
  * and the caller decodes that piece another way. Real traces almost never hit that.
  *
- * decode(chunk, top_fields, args_key, arg_fields[, keep_index, keep_values])
+ * decode(chunk, top_fields, args_key, arg_fields[, keep_index, keep_values, arena_bytes])
  *     -> None | (rows, args_valid, top_cols, arg_cols)
  *   *_fields: tuple of (key: bytes, kind: int), kind 0 = text, 1 = int64, 2 = float64
  *   keep_index, keep_values: only events whose top-level text field keep_index has one of these
  *   values (a tuple of bytes) become rows, as a Polars is_in filter would keep them
+ *   arena_bytes: if not 0, the columns grow in one mapping of that size in huge pages
+ *   (_hugearena.h) while they fit: a fresh process then takes a fault per 2 MB, not per 4 KB.
+ *   The mapping lives until the last of its columns goes, so it is for the first chunks a
+ *   process decodes; the memory of later ones is what earlier chunks freed, faulted in already.
  *   a text column is (views, data, valid): Arrow string views (16 bytes a row; up to 12 bytes
  *   of text inline, longer text in data), which Polars takes without a copy; a number column
  *   is (values, valid). valid holds one byte per row. Every buffer is an object that owns the
@@ -41,6 +45,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "_hugearena.h"
 #include "_stringview.h"
 
 enum { K_TEXT = 0, K_INT = 1, K_FLOAT = 2 };
@@ -51,7 +56,34 @@ enum { OK = 0, BAIL = -1, NOMEM = -2 };
 typedef struct {
     char *p;
     size_t len, cap;
+    int in_arena; /* p lies in this thread's arena (not malloc's) */
 } Buf;
+
+/* The arena the chunk being decoded on this thread grows its columns in, if any. */
+static _Thread_local struct {
+    char *base;
+    size_t size, used;
+} arena;
+
+/* Room for cap bytes in the arena: b's block grown in place when it is the arena's last one, a
+ * new block otherwise (b's bytes copied there). 0 if it does not fit. */
+static int arena_grow(Buf *b, size_t cap) {
+    size_t have = b->in_arena ? arena_round(b->cap) : 0, need = arena_round(cap);
+    if (have && b->p + have == arena.base + arena.used && arena.used - have + need <= arena.size) {
+        arena.used += need - have;
+        b->cap = cap;
+        return 1;
+    }
+    if (arena.used + need > arena.size) return 0;
+    char *p = arena.base + arena.used;
+    arena.used += need;
+    if (b->len) memcpy(p, b->p, b->len);
+    if (!b->in_arena) free(b->p);
+    b->p = p;
+    b->cap = cap;
+    b->in_arena = 1;
+    return 1;
+}
 
 /* The chunk being decoded on this thread, and where its current event starts: a buffer grows
  * to what the whole chunk will need at the rate seen so far. Doubling from 4 KB copied each
@@ -69,10 +101,13 @@ static int buf_grow(Buf *b, size_t extra) {
         if (projected > cap) cap = projected;
     }
     while (cap < b->len + extra) cap *= 2;
-    char *p = realloc(b->p, cap);
+    if (arena.base && arena_grow(b, cap)) return OK;
+    char *p = b->in_arena ? malloc(cap) : realloc(b->p, cap);
     if (!p) return NOMEM;
+    if (b->in_arena && b->len) memcpy(p, b->p, b->len); /* out of a full arena */
     b->p = p;
     b->cap = cap;
+    b->in_arena = 0;
     return OK;
 }
 
@@ -664,11 +699,16 @@ static int load_keep(Spec *spec, Py_ssize_t keep_index, PyObject *keep) {
     return 0;
 }
 
+static void buf_free(Buf *b) {
+    if (!b->in_arena) free(b->p);
+    b->p = NULL;
+}
+
 static void free_table(Table *t) {
     for (int i = 0; i < t->n; i++) {
-        free(t->f[i].values.p);
-        free(t->f[i].views.p);
-        free(t->f[i].valid.p);
+        buf_free(&t->f[i].values);
+        buf_free(&t->f[i].views);
+        buf_free(&t->f[i].valid);
     }
 }
 
@@ -703,8 +743,14 @@ static PyTypeObject OwnedType = {
     .tp_doc = "Memory of one decoded column, freed with the object.",
 };
 
-/* Moves b's memory into an Owned object (b is left empty), trimmed to its length. */
-static PyObject *as_owned(Buf *b) {
+/* Moves b's memory into an Owned object (b is left empty), trimmed to its length; or, if it
+ * lies in the arena, into a Span of it. */
+static PyObject *as_owned(Buf *b, Arena *in) {
+    if (b->in_arena) {
+        PyObject *span = arena_wrap(in, b->p, b->len);
+        if (span) *b = (Buf){0};
+        return span;
+    }
     Owned *o = PyObject_New(Owned, &OwnedType);
     if (!o) return NULL;
     if (b->p && b->len < b->cap) {
@@ -718,14 +764,15 @@ static PyObject *as_owned(Buf *b) {
     return (PyObject *)o;
 }
 
-static PyObject *columns(Table *t) {
+static PyObject *columns(Table *t, Arena *in) {
     PyObject *list = PyList_New(t->n);
     if (!list) return NULL;
     for (int i = 0; i < t->n; i++) {
         Field *f = &t->f[i];
         PyObject *col = f->kind == K_TEXT
-            ? Py_BuildValue("(NNN)", as_owned(&f->views), as_owned(&f->values), as_owned(&f->valid))
-            : Py_BuildValue("(NN)", as_owned(&f->values), as_owned(&f->valid));
+            ? Py_BuildValue("(NNN)", as_owned(&f->views, in), as_owned(&f->values, in),
+                            as_owned(&f->valid, in))
+            : Py_BuildValue("(NN)", as_owned(&f->values, in), as_owned(&f->valid, in));
         if (!col) {
             Py_DECREF(list);
             return NULL;
@@ -738,12 +785,18 @@ static PyObject *columns(Table *t) {
 static PyObject *decode(PyObject *self, PyObject *py_args) {
     Py_buffer chunk;
     PyObject *top_spec, *arg_spec, *keep = NULL;
-    Py_ssize_t args_len, keep_index = -1;
+    Py_ssize_t args_len, keep_index = -1, arena_bytes = 0;
+    Arena *in = NULL;
     Spec *spec = calloc(1, sizeof(Spec));
     if (!spec) return PyErr_NoMemory();
-    if (!PyArg_ParseTuple(py_args, "y*Oy#O|nO", &chunk, &top_spec, &spec->args_key, &args_len,
-                          &arg_spec, &keep_index, &keep)) {
+    if (!PyArg_ParseTuple(py_args, "y*Oy#O|nOn", &chunk, &top_spec, &spec->args_key, &args_len,
+                          &arg_spec, &keep_index, &keep, &arena_bytes)) {
         free(spec);
+        return NULL;
+    }
+    if (arena_bytes > 0 && !(in = arena_new((size_t)arena_bytes))) {
+        free(spec);
+        PyBuffer_Release(&chunk);
         return NULL;
     }
     spec->args_len = (size_t)args_len;
@@ -755,20 +808,27 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
         int rc;
         Ptr s = (Ptr)chunk.buf;
         Py_BEGIN_ALLOW_THREADS
+        if (in) {
+            arena.base = in->base;
+            arena.size = in->size;
+            arena.used = 0;
+        }
         rc = decode_events(s, s + chunk.len, spec, &args_valid, &rows);
+        arena.base = NULL;
         Py_END_ALLOW_THREADS
         if (rc == NOMEM)
             PyErr_NoMemory();
         else if (rc == BAIL)
             result = Py_NewRef(Py_None);
         else
-            result = Py_BuildValue("(nNNN)", rows, as_owned(&args_valid), columns(&spec->top),
-                                   columns(&spec->args));
+            result = Py_BuildValue("(nNNN)", rows, as_owned(&args_valid, in),
+                                   columns(&spec->top, in), columns(&spec->args, in));
     }
     free_table(&spec->top);
     free_table(&spec->args);
     free(spec);
-    free(args_valid.p);
+    buf_free(&args_valid);
+    Py_XDECREF(in); /* its Spans keep it */
     PyBuffer_Release(&chunk);
     return result;
 }
@@ -859,6 +919,6 @@ static struct PyModuleDef MODULE = {
 
 PyMODINIT_FUNC PyInit__eventdecode(void) {
     init_tables();
-    if (PyType_Ready(&OwnedType) < 0) return NULL;
+    if (PyType_Ready(&OwnedType) < 0 || arena_types_ready()) return NULL;
     return PyModule_Create(&MODULE);
 }

@@ -70,14 +70,14 @@ static PyTypeObject SpanType = {
 };
 
 /* Call once from the module's init. */
-static int arena_types_ready(void) {
+static inline int arena_types_ready(void) {
     return PyType_Ready(&ArenaType) || PyType_Ready(&SpanType) ? -1 : 0;
 }
 
-static size_t arena_round(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
+static inline size_t arena_round(size_t n) { return (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 
 /* An arena of at least `size` bytes (the sum of arena_round(n) over the spans to come). */
-static Arena *arena_new(size_t size) {
+static inline Arena *arena_new(size_t size) {
     Arena *a = PyObject_New(Arena, &ArenaType);
     if (!a) return NULL;
     a->size = size ? size : ARENA_ALIGN;
@@ -96,8 +96,18 @@ static Arena *arena_new(size_t size) {
     return a;
 }
 
+/* A Span of the n bytes at p, which lie in the arena already. */
+static inline PyObject *arena_wrap(Arena *a, char *p, size_t n) {
+    Span *s = PyObject_New(Span, &SpanType);
+    if (!s) return NULL;
+    s->arena = (Arena *)Py_NewRef(a);
+    s->p = p;
+    s->len = (Py_ssize_t)n;
+    return (PyObject *)s;
+}
+
 /* A zeroed span of n bytes (as a Span object), its memory in *p. */
-static PyObject *arena_span(Arena *a, size_t n, char **p) {
+static inline PyObject *arena_span(Arena *a, size_t n, char **p) {
     if (arena_round(n) > a->size - a->used) {
         PyErr_SetString(PyExc_MemoryError, "an arena's spans outgrew it");
         return NULL;

@@ -46,30 +46,36 @@ def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> tuple:
 
 def decode(
     chunk: bytes | memoryview, schema: dict[str, pl.DataType],
-    keep: tuple[str, Sequence[str]] | None = None,
+    keep: tuple[str, Sequence[str]] | None = None, arena_bytes: int = 0,
 ) -> pl.DataFrame | None:
     """Events of a chunk as a frame of ``schema``, or None (use Polars' reader).
 
     ``keep=(column, values)`` leaves out, before they take any memory, the events whose text
     ``column`` holds none of ``values`` (as ``.filter(pl.col(column).is_in(values))`` would).
+    ``arena_bytes``: see :func:`decode_raw`.
     """
-    raw = decode_raw(chunk, schema, keep)
+    raw = decode_raw(chunk, schema, keep, arena_bytes)
     return None if raw is None else to_frame(raw, schema)
 
 
 def decode_raw(
     chunk: bytes | memoryview, schema: dict[str, pl.DataType],
-    keep: tuple[str, Sequence[str]] | None = None,
+    keep: tuple[str, Sequence[str]] | None = None, arena_bytes: int = 0,
 ) -> Raw | None:
     """:func:`decode`'s columns as the decoder leaves them, for :func:`to_frame` or the
-    compiled reduction (``eventreduce``), which reads them without a frame in between."""
+    compiled reduction (``eventreduce``), which reads them without a frame in between.
+
+    ``arena_bytes``: grow the columns in one mapping of that size in huge pages (see
+    ``_eventdecode.c``), for the first chunks of a read.
+    """
     if _eventdecode is None:
         return None
     top, struct_key, inner = _spec(tuple(schema.items()))
-    extra: tuple = ()
+    extra: tuple = (-1, None)
     if keep is not None:
         column, values = keep
         extra = ([key for key, _ in top].index(column.encode()), tuple(v.encode() for v in values))
+    extra += (arena_bytes,)
     out = _eventdecode.decode(chunk, top, struct_key, inner, *extra)
     if out is None:
         return None

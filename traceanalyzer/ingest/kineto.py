@@ -100,6 +100,8 @@ KEPT_PHASES = ["X", "i", "I"]
 # memory within the noise, 848-908 MiB).
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
+IN_FLIGHT_BYTES = DECODE_THREADS * (4 << 20)  # chunks decoding at once, in trace bytes
+ARENA_PER_BYTE = 1.25  # decoded bytes a chunk's arena holds, per byte of trace (~0.75 used)
 # ... and for the first: a trace up to this size is one group, reduced once and assembled in C
 # (eventassemble). At 16 MB, 20-50 MB traces were assembled by Polars and read at 509-728 MB/s;
 # now 755-886 (bench/NOTES.md, round 15).
@@ -258,19 +260,23 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path,
     # GIL, while this thread cuts the next ones. Chunks are then joined in groups of up to
     # GROUP_BYTES of trace, text as categories when there are several groups: a Polars step has
     # a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB, and a trace below
-    # FIRST_GROUP_BYTES pays it once. At most DECODE_THREADS chunks decode and DECODE_THREADS
-    # groups are joined at a time, which bounds memory.
+    # FIRST_GROUP_BYTES pays it once. At most IN_FLIGHT_BYTES of chunks decode and
+    # DECODE_THREADS groups are joined at a time, which bounds memory. (A bound in bytes, not in
+    # chunks: with a count of three, the last piece of a 10 MB trace, after three 4 MB chunks,
+    # went on only when the first of them was done, and then decoded alone at the end.)
     decoding: deque[tuple[int, Future[pl.DataFrame | _Reduced]]] = deque()
     reducing: deque[Future[_Parts | _Reduced]] = deque()
     parts: list[_Parts | _Reduced] = []
     group: list[pl.DataFrame | _Reduced] = []
-    group_bytes = groups = 0
+    group_bytes = groups = decoding_bytes = 0
 
-    def take_decoded(in_flight: int) -> None:
-        """Group the decoded chunks, in order, until at most ``in_flight`` are still decoding."""
-        nonlocal group, group_bytes, groups
-        while decoding and (len(decoding) > in_flight or decoding[0][1].done()):
+    def take_decoded(in_flight_bytes: int) -> None:
+        """Group the decoded chunks, in order, until at most ``in_flight_bytes`` of chunks are
+        still decoding."""
+        nonlocal group, group_bytes, groups, decoding_bytes
+        while decoding and (decoding_bytes > in_flight_bytes or decoding[0][1].done()):
             size, frame = decoding.popleft()
+            decoding_bytes -= size
             group.append(frame.result())
             group_bytes += size
             if group_bytes >= (GROUP_BYTES if groups else FIRST_GROUP_BYTES):
@@ -280,11 +286,14 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path,
             parts.append(reducing.popleft().result())
 
     with _Tasks() as pool:
-        for chunk in _chunks_until_damage(stream, scan, by_layout):
-            decoding.append((len(chunk), pool.submit(_decode_chunk, chunk, scan)))
+        for n, chunk in enumerate(_chunks_until_damage(stream, scan, by_layout)):
+            # The first chunk on each thread in huge pages: see _eventdecode.c's arena_bytes.
+            arena = ARENA_PER_BYTE * len(chunk) if n < DECODE_THREADS else 0
+            decoding.append((len(chunk), pool.submit(_decode_chunk, chunk, scan, int(arena))))
+            decoding_bytes += len(chunk)
             del chunk  # the decoder holds the bytes until it is done with them
-            take_decoded(in_flight=DECODE_THREADS)
-        take_decoded(in_flight=0)
+            take_decoded(IN_FLIGHT_BYTES)
+        take_decoded(0)
         if group:  # the only group needs no categories: nothing piles up beside it
             reducing.append(pool.submit(_reduce_group, group, groups > 0))
         parts.extend(f.result() for f in reducing)
@@ -345,11 +354,12 @@ class _Reduced(NamedTuple):
         return sum(c.untimed for c in chunks), sum(c.negative for c in chunks), tables
 
 
-def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult) -> pl.DataFrame | _Reduced:
+def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult,
+                  arena_bytes: int = 0) -> pl.DataFrame | _Reduced:
     """A chunk's events, reduced already when the compiled reduction takes them."""
     run = isinstance(chunk, EventRun)
     raw = eventdecode.decode_raw(chunk.data if run else chunk, EVENT_SCHEMA,
-                                 keep=("ph", KEPT_PHASES))
+                                 keep=("ph", KEPT_PHASES), arena_bytes=arena_bytes)
     if raw is not None:
         reduced = eventreduce.reduce(raw)
         return eventdecode.to_frame(raw, EVENT_SCHEMA) if reduced is None else _Reduced(*reduced)
