@@ -1,4 +1,4 @@
-"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, rounds 5-9.
+"""Where a Kineto ingest's time goes, step by step: the profile behind bench/NOTES.md, rounds 5-15.
 
     python bench/profile_kineto.py TRACE.json            # a fresh process, then a warm one
     python bench/profile_kineto.py TRACE.json --reads 3  # three reads in the warm process
@@ -27,7 +27,8 @@ import numpy, polars, pyarrow  # noqa: imported before the clock starts, as benc
 import traceanalyzer.ingest.kineto as kineto
 from traceanalyzer.ingest import read_any
 
-STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_cpu_and_gpu_frames"]
+STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_assemble_compiled",
+         "_cpu_and_gpu_frames"]
 marks = []
 
 
