@@ -35,7 +35,13 @@ import polars.selectors as cs
 from traceanalyzer.categories import activity_category
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import eventassemble, eventdecode, eventreduce
-from traceanalyzer.ingest.jsonscan import EventRun, NotATrace, ScanResult, iter_ndjson_chunks
+from traceanalyzer.ingest.jsonscan import (
+    DEFAULT_CHUNK_BYTES,
+    EventRun,
+    NotATrace,
+    ScanResult,
+    iter_ndjson_chunks,
+)
 from traceanalyzer.model import (
     API_KINDS,
     COLLECT_ENGINE,
@@ -100,12 +106,12 @@ KEPT_PHASES = ["X", "i", "I"]
 # memory within the noise, 848-908 MiB).
 DECODE_THREADS = 3
 GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
-IN_FLIGHT_BYTES = DECODE_THREADS * (4 << 20)  # chunks decoding at once, in trace bytes
-ARENA_PER_BYTE = 1.25  # decoded bytes a chunk's arena holds, per byte of trace (~0.75 used)
 # ... and for the first: a trace up to this size is one group, reduced once and assembled in C
 # (eventassemble). At 16 MB, 20-50 MB traces were assembled by Polars and read at 509-728 MB/s;
 # now 755-886 (bench/NOTES.md, round 15).
 FIRST_GROUP_BYTES = 64 << 20
+IN_FLIGHT_BYTES = DECODE_THREADS * DEFAULT_CHUNK_BYTES  # chunks decoding at once, in trace bytes
+ARENA_PER_BYTE = 1.25  # decoded bytes a chunk's arena holds, per byte of trace (~0.75 used)
 # Frames of this many rows and more are sorted a few columns at a time (see _cpu_frame_by_column)
 COLUMNWISE_ROWS = 1 << 18
 COLUMNS_AT_ONCE = 2  # ... this many, side by side
