@@ -8,8 +8,8 @@ them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same fra
 with the Python decoder (the same tables, at 3-5x the time).
 ``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
 ``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
-``_eventreduce.c`` includes ``_stringview.h`` and ``_arrowstream.h``, next to it;
-``_eventassemble.c`` includes ``_stringview.h`` and ``_regexlite.h``.
+Their headers lie next to them: ``_stringview.h``, ``_ascii.h``, ``_heldcolumn.h``,
+``_arrowstream.h``, ``_hugearena.h`` and ``_regexlite.h``.
 """
 
 from __future__ import annotations

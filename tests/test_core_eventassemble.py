@@ -153,6 +153,24 @@ def test_a_category_pattern_it_cannot_parse_is_left_to_polars(tmp_path, monkeypa
     assert eventassemble.assemble(kineto_tables[0], 0) is None
 
 
+def test_compiled_patterns_follow_the_tuple_they_are_given(tmp_path, monkeypatch):
+    # The patterns are compiled once per tuple and kept for the next reads of the process.
+    path = tmp_path / "t.json"
+    write_trace(path, [op(), call(), gpu("xyz_kernel")])
+    tables = []
+    monkeypatch.setattr(kineto, "_assemble_compiled",
+                        lambda tables_, meta: tables.append(tables_) or None)
+    read_kineto(path)
+
+    def category(patterns) -> str:
+        monkeypatch.setattr(eventassemble, "KERNEL_PATTERNS", patterns)
+        return eventassemble.assemble(tables[0], 0)[1]["gpu"]["category"][0]
+
+    assert category(KERNEL_PATTERNS) == "other"
+    assert category((("gemm", "xyz"), *KERNEL_PATTERNS)) == "gemm"
+    assert category(KERNEL_PATTERNS) == category(KERNEL_PATTERNS) == "other"
+
+
 def test_layouts_are_the_canonical_schemas():
     empty = [(layout, []) for layout in ("tllltlllttt", "ilttlllliiiiiiill", "llttlll",
                                          "lliltlll")]

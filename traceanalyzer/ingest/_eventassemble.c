@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_ascii.h"
+#include "_heldcolumn.h"
 #include "_hugearena.h"
 #include "_regexlite.h"
 #include "_stringview.h"
@@ -61,8 +63,7 @@ typedef struct {
     int ncols;
     Py_ssize_t nbatches, rows;
     Piece *pieces;               /* nbatches x ncols */
-    Py_buffer *held;             /* the buffers the pieces point into */
-    Py_ssize_t n_held;
+    Held *held;                  /* ... and the buffers they point into */
     int32_t *batch_of, *row_of;  /* each row's chunk, and its row there */
     const char *layout;
 } Table;
@@ -112,7 +113,7 @@ static inline Text text(const Table *t, int col, Py_ssize_t g) {
 #define TEXT_IS(s, lit) ((s).n == (int32_t)sizeof(lit) - 1 && memcmp((s).p, lit, sizeof(lit) - 1) == 0)
 
 static void drop_table(Table *t) {
-    for (Py_ssize_t k = 0; k < t->n_held; k++) PyBuffer_Release(&t->held[k]);
+    for (Py_ssize_t k = 0; t->held && k < t->nbatches * t->ncols; k++) let_go(&t->held[k]);
     PyMem_RawFree(t->held);
     PyMem_RawFree(t->pieces);
     PyMem_RawFree(t->batch_of);
@@ -136,7 +137,7 @@ static int load_table(PyObject *spec, int which, Table *t) {
     t->nbatches = PyList_GET_SIZE(batches);
     if (t->nbatches > INT32_MAX) goto bad;
     t->pieces = PyMem_RawCalloc((size_t)(t->nbatches * t->ncols) + 1, sizeof *t->pieces);
-    t->held = PyMem_RawCalloc((size_t)(t->nbatches * t->ncols) * 3 + 1, sizeof *t->held);
+    t->held = PyMem_RawCalloc((size_t)(t->nbatches * t->ncols) + 1, sizeof *t->held);
     if (!t->pieces || !t->held) {
         PyErr_NoMemory();
         return -1;
@@ -150,30 +151,14 @@ static int load_table(PyObject *spec, int which, Table *t) {
         for (int c = 0; c < t->ncols; c++) {
             PyObject *col = PyTuple_GET_ITEM(cols, c);
             Piece *p = &t->pieces[b * t->ncols + c];
-            int is_text = layout[c] == 't';
-            Py_buffer *values = &t->held[t->n_held], *bitmap = values + 1, *data = values + 2;
-            if (!PyTuple_Check(col) || PyTuple_GET_SIZE(col) != (is_text ? 3 : 2) ||
-                PyObject_GetBuffer(PyTuple_GET_ITEM(col, 0), values, PyBUF_SIMPLE))
-                goto bad;
-            t->n_held++;
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(col, 1), bitmap, PyBUF_SIMPLE)) goto bad;
-            t->n_held++;
-            int64_t data_len = -1;
-            if (is_text) {
-                p->data_obj = PyTuple_GET_ITEM(col, 2);
-                if (p->data_obj != Py_None) {
-                    if (PyObject_GetBuffer(p->data_obj, data, PyBUF_SIMPLE)) goto bad;
-                    t->n_held++;
-                    data_len = data->len;
-                    p->data = data->buf;
-                }
-            }
-            p->values = values->buf;
-            p->bitmap = bitmap->buf;
-            Py_ssize_t width = is_text ? 16 : layout[c] == 'l' ? 8 : 4;
-            if (values->len != rows * width || bitmap->len < (rows + 7) / 8 ||
-                (is_text && !views_within(values->buf, rows, data_len)))
-                goto bad;
+            Held *h = &t->held[b * t->ncols + c];
+            if (hold_column(col, layout[c], rows, h)) return -1;
+            /* One data buffer at most, the reduction's: a gathered view names its chunk's. */
+            if (h->n_data > 1) goto bad;
+            p->values = h->bufs[0].buf;
+            p->bitmap = h->bufs[1].buf;
+            p->data = h->n_data ? h->data[0].buf : NULL;
+            p->data_obj = layout[c] == 't' ? PyTuple_GET_ITEM(col, 2) : NULL;
         }
         t->rows += rows;
     }
@@ -234,16 +219,11 @@ static inline void put_literal(Out *o, Py_ssize_t r, const char *p, int32_t n) {
     put_view(o, r, v, 0);
 }
 
-static size_t values_size(char letter, Py_ssize_t rows) {
-    return (size_t)(letter == 't' ? 16 * rows : letter == 'l' ? 8 * rows
-                    : letter == 'i' ? 4 * rows : (rows + 7) / 8);
-}
-
 /* The arena bytes of a table's output columns: values and bitmap each. */
 static size_t table_bytes(const char *layout, Py_ssize_t rows) {
     size_t n = 0;
     for (const char *c = layout; *c; c++)
-        n += arena_round(values_size(*c, rows)) + arena_round((size_t)(rows + 7) / 8);
+        n += arena_round((size_t)values_size(*c, rows)) + arena_round((size_t)(rows + 7) / 8);
     return n;
 }
 
@@ -270,7 +250,7 @@ static PyObject *new_table(const char *layout, Py_ssize_t rows, Arena *arena, Ou
     if (!cols) goto done; /* (or a column's data could not be made) */
     for (Py_ssize_t c = 0; c < ncols; c++) {
         char letter = layout[c], *v = NULL, *b = NULL;
-        PyObject *values = arena_span(arena, values_size(letter, rows), &v);
+        PyObject *values = arena_span(arena, (size_t)values_size(letter, rows), &v);
         PyObject *bitmap = values ? arena_span(arena, (size_t)(rows + 7) / 8, &b) : NULL;
         PyObject *col = NULL;
         if (values && bitmap) {
@@ -441,15 +421,13 @@ done:
     return rc;
 }
 
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
-
 /* Whether text holds needle (lowercase ASCII), in any case: the regex (?i)graphlaunch. No
  * character outside ASCII folds to one of its letters. */
 static int contains_folded(Text s, const char *needle) {
     int32_t n = (int32_t)strlen(needle);
     for (int32_t k = 0; k + n <= s.n; k++) {
         int32_t m = 0;
-        while (m < n && lower(s.p[k + m]) == needle[m]) m++;
+        while (m < n && ascii_lower(s.p[k + m]) == needle[m]) m++;
         if (m == n) return 1;
     }
     return 0;
@@ -466,14 +444,10 @@ typedef struct {
 static const char *const AMD_WORDS[] = {"hosttodevice", "devicetohost", "devicetodevice"};
 static const char *const AMD_KINDS[] = {"HtoD", "DtoH", "DtoD"};
 
-static int word_char(char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
-}
-
 /* A run of (?-u:\w)+ at p[*k], then the literal lit: the run's end in *k, or 0. */
 static int word_then(Text s, int32_t *k, Text *group, const char *lit) {
     int32_t at = *k, n = (int32_t)strlen(lit);
-    while (at < s.n && word_char(s.p[at])) at++;
+    while (at < s.n && ascii_word(s.p[at])) at++;
     if (at == *k || at + n > s.n || memcmp(s.p + at, lit, (size_t)n) != 0) return 0;
     *group = (Text){s.p + *k, at - *k};
     *k = at + n;
@@ -493,9 +467,57 @@ static void copy_groups(Text s, Text g[3]) {
     g[0].n = g[1].n = g[2].n = -1;
 }
 
+/* The category patterns, compiled once for the process's reads: a batch worker reads trace after
+ * trace, and compiling the patterns' DFAs took 0.25-0.4 ms of each read. Reference-counted (with
+ * the GIL held), since a read on another thread may still search with a set that a newer tuple
+ * of patterns has replaced. */
 typedef struct {
-    Regex **patterns;
-    Py_ssize_t n_patterns;
+    Py_ssize_t refs, n;
+    PyObject *patterns; /* the tuple they come from, kept alive: compared by identity */
+    Regex *re[];
+} Compiled;
+
+static Compiled *compiled_cache;
+
+static void compiled_drop(Compiled *c) {
+    if (!c || --c->refs) return;
+    for (Py_ssize_t p = 0; p < c->n; p++) regex_free(c->re[p]);
+    Py_XDECREF(c->patterns);
+    PyMem_RawFree(c);
+}
+
+/* The compiled patterns (a reference to drop), or NULL: with an exception set, or without one
+ * when a pattern is outside the matcher's syntax. */
+static Compiled *compiled_patterns(PyObject *patterns) {
+    if (compiled_cache && compiled_cache->patterns == patterns) {
+        compiled_cache->refs++;
+        return compiled_cache;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(patterns);
+    Compiled *c = PyMem_RawCalloc(1, sizeof *c + ((size_t)n + 1) * sizeof(Regex *));
+    if (!c) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->refs = 1;
+    for (; c->n < n; c->n++) {
+        Py_ssize_t len;
+        const char *regex = PyUnicode_AsUTF8AndSize(
+            PyTuple_GetItem(PyTuple_GET_ITEM(patterns, c->n), 1), &len);
+        if (!regex || !(c->re[c->n] = regex_compile(regex, (size_t)len))) {
+            compiled_drop(c);
+            return NULL;
+        }
+    }
+    c->patterns = Py_NewRef(patterns);
+    compiled_drop(compiled_cache);
+    compiled_cache = c;
+    c->refs++;
+    return c;
+}
+
+typedef struct {
+    const Compiled *compiled;
     char *lowered; /* scratch for a lowercased name */
     size_t lowered_size;
 } Matcher;
@@ -508,10 +530,10 @@ static int name_facts(Matcher *m, Text s, NameFacts *f) {
         m->lowered = grown;
         m->lowered_size = (size_t)s.n + 1;
     }
-    for (int32_t k = 0; k < s.n; k++) m->lowered[k] = lower(s.p[k]);
+    for (int32_t k = 0; k < s.n; k++) m->lowered[k] = ascii_lower(s.p[k]);
     f->category = -1;
-    for (Py_ssize_t p = 0; p < m->n_patterns && f->category < 0; p++)
-        if (regex_search(m->patterns[p], m->lowered, (size_t)s.n)) f->category = (int)p;
+    for (Py_ssize_t p = 0; p < m->compiled->n && f->category < 0; p++)
+        if (regex_search(m->compiled->re[p], m->lowered, (size_t)s.n)) f->category = (int)p;
     copy_groups(s, f->copy);
     /* The leftmost of the three words (they cannot start at the same place). */
     const char *first = NULL;
@@ -573,12 +595,6 @@ static int member(Text s, const Words *w) {
     return 0;
 }
 
-static int is_ascii(Text s) {
-    for (int32_t k = 0; k < s.n; k++)
-        if ((unsigned char)s.p[k] >= 0x80) return 0;
-    return 1;
-}
-
 /* The labels a category column takes (the patterns' categories, then "other", "memcpy",
  * "memset"), as views into one data buffer that holds their texts one after another. */
 typedef struct {
@@ -622,7 +638,7 @@ static int name_columns(const Table *gpu, const int32_t *order, const NameRules 
                      memcmp(names.texts[slot].p, name.p, (size_t)name.n) == 0))
                 slot = (slot + 1) & names.mask;
             if (names.facts[slot] == -1) {
-                if (!is_ascii(name)) {
+                if (!ascii_only(name.p, name.n)) {
                     rc = 1;
                     goto done;
                 }
@@ -655,7 +671,7 @@ static int name_columns(const Table *gpu, const int32_t *order, const NameRules 
             Text g = f->copy[side];
             char low[VIEW_INLINE];
             if (g.n < 0 || g.n > VIEW_INLINE) continue; /* no Enum value is longer */
-            for (int32_t k = 0; k < g.n; k++) low[k] = lower(g.p[k]);
+            for (int32_t k = 0; k < g.n; k++) low[k] = ascii_lower(g.p[k]);
             if (member((Text){low, g.n}, rules->memory_kinds)) put_literal(&o[1 + side], r, low, g.n);
         }
     }
@@ -885,18 +901,9 @@ static PyObject *assemble(PyObject *self, PyObject *args) {
     if (words_of(copy_kinds, &copy_words) || words_of(memory_kinds, &memory_words) ||
         category_labels(patterns, &labels, &label_data))
         goto done;
-    m.n_patterns = PyTuple_GET_SIZE(patterns);
-    m.patterns = PyMem_RawCalloc((size_t)m.n_patterns + 1, sizeof *m.patterns);
-    if (!m.patterns) goto nomemory;
-    for (Py_ssize_t p = 0; p < m.n_patterns; p++) {
-        Py_ssize_t n;
-        const char *regex = PyUnicode_AsUTF8AndSize(
-            PyTuple_GetItem(PyTuple_GET_ITEM(patterns, p), 1), &n);
-        if (!regex) goto done;
-        if (!(m.patterns[p] = regex_compile(regex, (size_t)n))) { /* not a syntax it knows */
-            result = Py_NewRef(Py_None);
-            goto done;
-        }
+    if (!(m.compiled = compiled_patterns(patterns))) {
+        if (!PyErr_Occurred()) result = Py_NewRef(Py_None); /* not a syntax it knows */
+        goto done;
     }
     size_t bytes = 0;
     for (int k = 0; k < N_TABLES; k++) bytes += table_bytes(OUT_LAYOUT[k], t[k].rows);
@@ -935,8 +942,7 @@ done:
         drop_table(&t[k]);
         PyMem_RawFree(order[k]);
     }
-    for (Py_ssize_t p = 0; m.patterns && p < m.n_patterns; p++) regex_free(m.patterns[p]);
-    PyMem_RawFree(m.patterns);
+    compiled_drop((Compiled *)m.compiled);
     PyMem_RawFree(m.lowered);
     map_free(&first_launch);
     Py_XDECREF(label_data);

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "_arrowstream.h"
+#include "_ascii.h"
 #include "_stringview.h"
 
 enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
@@ -106,24 +107,16 @@ static inline double float_at(const Column *c, Py_ssize_t i) {
     return v;
 }
 
-static int is_ascii(Str s) {
-    for (Py_ssize_t k = 0; k < s.n; k++)
-        if ((unsigned char)s.p[k] >= 0x80) return 0;
-    return 1;
-}
-
 static int equals(Str s, const char *lit) {
     size_t n = strlen(lit);
     return s.valid && (size_t)s.n == n && memcmp(s.p, lit, n) == 0;
 }
 
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c; }
-
 static int lower_equals(Str s, const char *lit, size_t n) { /* s is ASCII */
     if ((size_t)s.n != n) return 0;
     for (size_t k = 0; k < n; k++) {
         unsigned char c = (unsigned char)s.p[k];
-        if ((unsigned char)lower((char)c) != (unsigned char)lit[k]) return 0;
+        if ((unsigned char)ascii_lower((char)c) != (unsigned char)lit[k]) return 0;
     }
     return 1;
 }
@@ -157,11 +150,6 @@ static int step_name(Str name, int64_t *step, int *has_step) {
         if (name.p[k] < '0' || name.p[k] > '9') return 0;
     *has_step = parse_int(name.p + n, name.n - n, step);
     return 1;
-}
-
-/* The regex class (?-u:\w). */
-static int word_char(char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
 /* Whitespace of the regex class (?-u:\s). */
@@ -237,7 +225,8 @@ static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative,
         Str cat = text_at(&in->top[CAT], i), name = text_at(&in->top[NAME], i);
         uint8_t code = 0;
         if (cat.valid) {
-            if (!is_ascii(cat)) return -1; /* Unicode lowercasing: the reference's business */
+            /* Unicode lowercasing: the reference's business */
+            if (!ascii_only(cat.p, cat.n)) return -1;
             for (int c = 0; c < N_CATEGORIES && !code; c++)
                 if (lower_equals(cat, CATEGORIES[c], CATEGORY_LENGTHS[c])) code = (uint8_t)(c + 1);
         }
@@ -252,7 +241,7 @@ static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative,
          * with a step number (one that fits int64) or an annotation category. */
         if (x && (has_step || code == C_USER || code == C_GPU_USER)) flags |= R_ANNOTATION;
         if (x && code == C_SYNC) {
-            if (name.valid && !is_ascii(name)) return -1;
+            if (name.valid && !ascii_only(name.p, name.n)) return -1;
             flags |= R_SYNC;
         }
         if (equals(name, "[memory]")) flags |= R_MEMORY;
@@ -361,7 +350,7 @@ typedef struct {
 static void set_text(Out *o, Py_ssize_t row, const char *p, int32_t n, int lowercase, Made *made) {
     char short_text[VIEW_INLINE];
     char *dst = n <= VIEW_INLINE ? short_text : made->p + made->len;
-    for (int32_t k = 0; k < n; k++) dst[k] = lowercase ? lower(p[k]) : p[k];
+    for (int32_t k = 0; k < n; k++) dst[k] = lowercase ? ascii_lower(p[k]) : p[k];
     unsigned char view[16];
     view_make(view, dst, n, (int32_t)made->len);
     if (n > VIEW_INLINE) made->len += n;
@@ -463,7 +452,7 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
                 if (wait) {
                     n = 11;
                 } else {
-                    while (n < name.n && word_char(word[n])) n++;
+                    while (n < name.n && ascii_word(word[n])) n++;
                 }
                 if (n > 0) set_text(&o[4], r, word, n, 1, made); /* no first word: null */
             }

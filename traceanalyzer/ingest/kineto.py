@@ -314,14 +314,12 @@ def _reduce_group(chunks: list[pl.DataFrame | _Reduced], compact: bool) -> _Part
     if all(isinstance(c, pl.DataFrame) for c in chunks):
         return _reduce(pl.concat(chunks) if len(chunks) > 1 else chunks[0], compact)
     if all(isinstance(c, _Reduced) for c in chunks):  # one frame per table for the whole group
-        joined = _Reduced(*_Reduced.join(chunks))
+        joined = _Reduced.join(chunks)
         if not compact:  # the trace's only group: see _assemble
             return joined
         parts = [_compiled_parts(*joined)]
     else:
         parts = [_compiled_parts(*c) if isinstance(c, _Reduced) else _reduce(c) for c in chunks]
-    if len(parts) == 1 and not compact:
-        return parts[0]
     frames = []
     for name in _Parts.TABLES:
         frame = pl.concat([getattr(p, name) for p in parts], rechunk=False)
@@ -353,11 +351,11 @@ class _Reduced(NamedTuple):
     tables: list[eventreduce.ReducedTable]
 
     @staticmethod
-    def join(chunks: list[_Reduced]) -> tuple[int, int, list[eventreduce.ReducedTable]]:
-        """The chunks' tables as one batch per chunk, in order."""
+    def join(chunks: list[_Reduced]) -> _Reduced:
+        """The chunks as one: their tables with a batch per chunk, in order."""
         tables = [(layout, [batch for c in chunks for batch in c.tables[i][1]])
                   for i, (layout, _) in enumerate(chunks[0].tables)]
-        return sum(c.untimed for c in chunks), sum(c.negative for c in chunks), tables
+        return _Reduced(sum(c.untimed for c in chunks), sum(c.negative for c in chunks), tables)
 
 
 def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult,

@@ -264,6 +264,15 @@ def gemm_shapes(views) -> pl.DataFrame:
     )
 
 
+def _shapes_by_time(gemms: pl.DataFrame, keys: list[str], detail: str) -> pl.DataFrame:
+    """The GEMM calls (from :func:`_with_gpu_time`) grouped by ``keys`` (a shape among them):
+    calls, kernel time, and the first kernel, stream and ``detail``; most kernel time first."""
+    return gemms.group_by(keys).agg(
+        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
+        pl.col("stream").first(), pl.col(detail).first(),
+    ).sort(["gpu_ns", "shape"], descending=[True, False])
+
+
 def _with_gpu_time(ops: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """Operators with the time of the kernels they launched (gpu_ns), the first kernel's name and
     stream; operators that launched none are dropped."""
@@ -329,10 +338,7 @@ def odd_matmul_shape(views, p: Params) -> Detection | None:
     impact = int(bad["saving_ns"].sum() or 0)
     if not _matters(views, impact, p):
         return None
-    groups = bad.group_by("name", "shape", "odd_dims").agg(
-        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
-        pl.col("stream").first(), pl.col("input_types").first(),
-    ).sort(["gpu_ns", "shape"], descending=[True, False])
+    groups = _shapes_by_time(bad, ["name", "shape", "odd_dims"], "input_types")
     evidence = groups.select(
         pl.col("name").alias("op"), "shape", "odd_dims", "calls",
         (pl.col("gpu_ns") / NS_PER_US).alias("gpu_us"), "kernel", "stream", "input_types",
@@ -419,10 +425,7 @@ def small_batch_matmul(views, p: Params) -> Detection | None:
     impact = int(small.select((pl.col("gpu_ns") * (1 - pl.col("rows") / target)).sum()).item())
     if not _matters(views, impact, p):
         return None
-    groups = small.group_by("op", "shape", "rows").agg(
-        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
-        pl.col("stream").first(), pl.col("intensity").first(),
-    ).sort(["gpu_ns", "shape"], descending=[True, False])
+    groups = _shapes_by_time(small, ["op", "shape", "rows"], "intensity")
     top = groups.row(0, named=True)
     return Detection(
         impact_ns=impact,
