@@ -73,8 +73,9 @@ print(json.dumps({"wall_s": time.perf_counter() - t}))
 WARM_UP_TRACE = REPO / "sample_traces" / "torch" / "gpt_step_bad.json.gz"
 # Traces up to this size take well under a second: their ingest is the median of REPEATS runs;
 # bigger ones the median of REPEATS_BIG (one run of 2 GB took 2.5 s in one benchmark and 3.7 s
-# in the next, on this shared box).
-REPEAT_BELOW, REPEATS, REPEATS_BIG = 150e6, 5, 3
+# in the next, on this shared box). Eleven, not five: a fresh 10 MB read takes 16-18 ms or, now
+# and then, 24-26 ms here, and the median of five fell on either side from one run to the next.
+REPEAT_BELOW, REPEATS, REPEATS_BIG = 150e6, 11, 3
 
 CACHED_LOAD = r"""
 import json, resource, sys, time
