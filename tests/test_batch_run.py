@@ -11,8 +11,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import KinetoBuilder
 
+from tests.support.kineto_builder import KinetoBuilder
 from traceanalyzer.batch import expand_inputs, read_manifest, report_name, run_batch
 from traceanalyzer.batch.summary import finding_column
 from traceanalyzer.errors import UsageError

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import bench_module
 
+from tests.support.paths import bench_module
 from traceanalyzer.ingest import perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import PUBLIC, KinetoBuilder, bench_module
 
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import PUBLIC, bench_module
 from traceanalyzer.ingest import read_any
 
 mbt = bench_module("make_big_trace")

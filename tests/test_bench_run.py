@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PUBLIC, bench_module
-from test_bench_make_big_trace import seed_trace
+
+from tests.support.paths import PUBLIC, bench_module
+from tests.test_bench_make_big_trace import seed_trace
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@ import sys
 
 import click
 import pytest
-from conftest import PUBLIC, KinetoBuilder
 
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import PUBLIC
 from traceanalyzer.cli.main import cli
 
 SMALL = PUBLIC / "kineto" / "hta_alexnet_sync.json.gz"

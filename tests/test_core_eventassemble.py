@@ -6,11 +6,11 @@ import json
 
 import polars as pl
 import pytest
-from conftest import REPO, public_kineto
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tests.support.paths import REPO, public_kineto
 from traceanalyzer.categories import KERNEL_PATTERNS
 from traceanalyzer.ingest import eventassemble, eventdecode, kineto
 from traceanalyzer.ingest.kineto import read_kineto

@@ -9,11 +9,11 @@ import json
 
 import polars as pl
 import pytest
-from conftest import REPO, public_kineto
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tests.support.paths import REPO, public_kineto
 from traceanalyzer.ingest import eventdecode
 from traceanalyzer.ingest.jsonscan import ScanResult, iter_ndjson_chunks
 from traceanalyzer.ingest.kineto import ARG_FIELDS, EVENT_SCHEMA, KEPT_PHASES, read_kineto

@@ -8,12 +8,12 @@ import weakref
 
 import polars as pl
 import pytest
-from conftest import REPO, public_kineto
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
-from test_core_eventdecode import chunks_of
 
+from tests.support.paths import REPO, public_kineto
+from tests.test_core_eventdecode import chunks_of
 from traceanalyzer.ingest import eventdecode, eventreduce, kineto
 from traceanalyzer.ingest.kineto import (
     CPU_CATEGORIES,

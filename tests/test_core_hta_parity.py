@@ -9,15 +9,14 @@ docs/hta-parity.md and docs/metrics.md for every difference.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from conftest import PUBLIC
-from hta_compat import hta_numbers
 
+from tests.support.hta_compat import hta_numbers
+from tests.support.paths import PUBLIC, REPO
 from traceanalyzer.ingest.kineto import read_kineto
 
-REFERENCE = json.loads((Path(__file__).parent / "reference" / "hta_reference.json").read_text())
+REFERENCE = json.loads((REPO / "tests" / "reference" / "hta_reference.json").read_text())
 
 #: Traces where HTA counts CPU operators that carry ``args.stream`` (Triton launches) as GPU
 #: work; we count only GPU activity. Documented in docs/metrics.md.

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import KinetoBuilder, public_kineto
 
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import public_kineto
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import load, sniff
 from traceanalyzer.ingest.jsonscan import ScanResult

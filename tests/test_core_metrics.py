@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import polars as pl
-from conftest import KinetoBuilder
 
+from tests.support.kineto_builder import KinetoBuilder
 from traceanalyzer.analysis import analyze_trace, intervals
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.ingest.kineto import read_kineto

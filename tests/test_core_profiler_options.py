@@ -11,10 +11,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import read_any
 
-TRACES = Path(__file__).resolve().parent / "traces"
+TRACES = REPO / "tests" / "traces"
 FILES = sorted(p.name for p in TRACES.glob("*.json.gz"))
 
 

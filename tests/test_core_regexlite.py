@@ -116,8 +116,7 @@ INVALID = [  # Polars refuses these
 
 def kernel_names() -> list[str]:
     """The distinct GPU activity names of the sample traces, lowercased as the assembly does."""
-    from conftest import REPO
-
+    from tests.support.paths import REPO
     from traceanalyzer.ingest import read_any
 
     names: set[str] = set()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import SAMPLES, KinetoBuilder
 
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import SAMPLES
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import load
 from traceanalyzer.ingest.kineto import read_kineto

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from traceanalyzer.report import diff as rd
 from traceanalyzer.report.jsonout import validate
 
-REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 
 

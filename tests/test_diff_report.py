@@ -1,13 +1,12 @@
 import json
-from pathlib import Path
 
 import pytest
-from report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 
+from tests.support.paths import REPO
+from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 from traceanalyzer.findings import Finding
 from traceanalyzer.report import diff as rd
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 
 

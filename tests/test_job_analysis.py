@@ -9,8 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import PUBLIC, SAMPLES, KinetoBuilder
 
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import PUBLIC, SAMPLES
 from traceanalyzer.analysis.job import analyze_job, combine, job_to_dict, load_job
 from traceanalyzer.ingest import load
 

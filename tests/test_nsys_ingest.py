@@ -9,9 +9,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import assert_engines_agree
-from nsys_fixtures import NsysBuilder, global_pid
 
+from tests.support.nsys_fixtures import NsysBuilder, global_pid
+from tests.support.sqlite_engines import assert_engines_agree
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest import sqlite_columns as sqc

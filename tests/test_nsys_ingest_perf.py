@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import SAMPLES, assert_engines_agree
-from nsys_fixtures import NsysBuilder
 
+from tests.support.nsys_fixtures import NsysBuilder
+from tests.support.paths import SAMPLES
+from tests.support.sqlite_engines import assert_engines_agree
 from traceanalyzer.ingest import nsys
 from traceanalyzer.ingest import sqlite_columns as sqc
 from traceanalyzer.ingest.nsys import read_nsys

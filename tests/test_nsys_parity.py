@@ -18,10 +18,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.ingest.nsys import API_VERSION_SUFFIX, read_nsys
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC_NSYS = REPO.parent / "shared" / "traces" / "public" / "nsys"
 SAMPLE_NSYS = REPO / "sample_traces" / "nsys"
 
@@ -141,7 +141,7 @@ def test_csv_reader_handles_nsys_layouts(tmp_path):
 
 def test_parity_on_a_built_export_with_duplicate_name_ids(tmp_path):
     """Two StringIds ids with the same text are one kernel for nsys, and for us."""
-    from nsys_fixtures import NsysBuilder
+    from tests.support.nsys_fixtures import NsysBuilder
 
     b = NsysBuilder()
     b.launch("void gemm<(int)128>(float *)", 0, 10, 100, 50)

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.paths import REPO
 from traceanalyzer.ingest.nsys import read_nsys, split_by_process
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC_NSYS = REPO.parent / "shared" / "traces" / "public" / "nsys"
 SAMPLE_NSYS = REPO / "sample_traces" / "nsys"
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from nsys_fixtures import NsysBuilder
 
+from tests.support.nsys_fixtures import NsysBuilder
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest.nsys_rep import read_nsys_rep

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLES
 
 import traceanalyzer.analysis as analysis
+from tests.support.paths import SAMPLES
 from traceanalyzer.analysis import result_cache
 from traceanalyzer.analysis.result_cache import (
     RESULTS_DIR,
@@ -145,7 +145,7 @@ def test_editing_a_rule_file_invalidates(tmp_path, trace, count_analyses):
 
 
 def test_changed_trace_invalidates(tmp_path, trace, count_analyses):
-    from conftest import KinetoBuilder
+    from tests.support.kineto_builder import KinetoBuilder
 
     cache = tmp_path / "cache"
     analyze(trace, tmp_path / "a", cache=cache)

@@ -11,8 +11,8 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
-from test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 
+from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest.perfetto import read_perfetto

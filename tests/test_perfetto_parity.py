@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import public_kineto
-from test_perfetto_support import kineto_to_perfetto
 
+from tests.support.paths import public_kineto
+from tests.test_perfetto_support import kineto_to_perfetto
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import sniff
 from traceanalyzer.ingest.kineto import read_kineto

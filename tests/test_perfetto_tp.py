@@ -12,8 +12,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from test_perfetto_support import RocprofLikeBuilder
 
+from tests.test_perfetto_support import RocprofLikeBuilder
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import perfetto_tp
 from traceanalyzer.ingest.perfetto import TRACE_PROCESSOR_ENV, read_perfetto

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from polars.testing import assert_frame_equal
-from test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 
+from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
 from traceanalyzer.ingest import perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 from traceanalyzer.ingest.perfetto_annotations import ANNOTATION_KEYS

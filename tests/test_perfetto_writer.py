@@ -6,10 +6,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import public_kineto
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from polars.testing import assert_frame_equal
 
+from tests.support.paths import public_kineto
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding
 from traceanalyzer.ingest.perfetto import read_perfetto

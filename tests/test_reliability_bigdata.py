@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
+from tests.support.paths import REPO
 from traceanalyzer import ingest
 from traceanalyzer.errors import InputError
 

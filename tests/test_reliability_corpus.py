@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PUBLIC, REPO
-from nsys_fixtures import NsysBuilder
+
+from tests.support.nsys_fixtures import NsysBuilder
+from tests.support.paths import PUBLIC, REPO
 
 ALEXNET = PUBLIC / "kineto" / "hta_alexnet_sync.json.gz"
 CORPUS = REPO / "tests" / "corpus"

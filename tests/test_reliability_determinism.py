@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PUBLIC, REPO
+
+from tests.support.paths import PUBLIC, REPO
 
 TRACES = [PUBLIC / "kineto" / "hta_alexnet_sync.json.gz",
           PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz",

@@ -12,11 +12,11 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from fuzz.props import check_file, chrome_trace_bytes, nsys_db
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from nsys_fixtures import NsysBuilder
 
+from tests.fuzz.props import check_file, chrome_trace_bytes, nsys_db
+from tests.support.nsys_fixtures import NsysBuilder
 from traceanalyzer.ingest import load
 
 # No shrinking: a failing case is reported as generated (shrinking SQLite files takes minutes).

@@ -16,7 +16,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+
+from tests.support.paths import REPO
 
 SCRIPT = "<script>alert(1)</script>"
 PAYLOADS = [

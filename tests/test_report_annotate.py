@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from report_fixtures import make_result, make_trace
 
+from tests.support.paths import REPO
+from tests.support.report_fixtures import make_result, make_trace
 from traceanalyzer.errors import InputError, UsageError
 from traceanalyzer.report import annotate
 from traceanalyzer.report.annotate import (
@@ -17,7 +18,6 @@ from traceanalyzer.report.annotate import (
     write_annotated,
 )
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 
 EV = ('{"name": "k\\"]}[{", "ph": "X", "pid": 0, "tid": 7, "ts": 1700000000001000.5, '

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 
+from tests.support.paths import REPO
+from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 from traceanalyzer.report.cdp import Browser, find_browser
 from traceanalyzer.report.html import write_html
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[1]
+
 ARTIFACTS = REPO / "tests" / "artifacts"
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "kernels", "operators",
@@ -169,7 +170,7 @@ def test_public_trace_reports_render(browser, tmp_path, path):
 
 
 def test_huge_report_renders(browser, tmp_path):
-    from test_report_html import _huge
+    from tests.test_report_html import _huge
 
     trace, result = _huge()
     report = tmp_path / "huge.html"

@@ -4,8 +4,8 @@ import json
 import re
 
 import polars as pl
-from report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 
+from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.findings import Finding
 from traceanalyzer.model import Trace, conform

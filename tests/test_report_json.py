@@ -1,8 +1,9 @@
 import json
 
 import pytest
-from report_fixtures import HOSTILE, hostile_trace_and_result, make_result
 
+from tests.support.paths import REPO
+from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result
 from traceanalyzer.report import jsonout
 
 
@@ -58,16 +59,15 @@ def test_hostile_strings_survive_round_trip(tmp_path):
 
 
 def test_schema_doc_mentions_every_top_level_and_metric_field():
-    from pathlib import Path
 
-    doc = (Path(__file__).parents[1] / "docs" / "json-schema.md").read_text()
+    doc = (REPO / "docs" / "json-schema.md").read_text()
     for key in jsonout.JSON_SCHEMA["properties"]:
         assert f"`{key}`" in doc, key
     for key in jsonout.JSON_SCHEMA["properties"]["metrics"]["properties"]:
         assert f"`{key}`" in doc, key
 
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 
 

@@ -1,7 +1,6 @@
 import re
 
-from report_fixtures import hostile_trace_and_result, make_result
-
+from tests.support.report_fixtures import hostile_trace_and_result, make_result
 from traceanalyzer.report.markdown import md_escape, render_markdown, write_markdown
 
 

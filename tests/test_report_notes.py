@@ -5,10 +5,10 @@ the CPU 52% of the window under torch.profiler and 2% under Nsight Systems)."""
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.findings import IMPACTS_OVERLAP
 from traceanalyzer.ingest import read_any
@@ -16,7 +16,7 @@ from traceanalyzer.report.html import render_html
 from traceanalyzer.report.jsonout import JSON_SCHEMA, to_json_dict, validate
 from traceanalyzer.report.markdown import render_markdown
 
-HOLDOUT = Path(__file__).resolve().parents[1] / "sample_traces" / "holdout"
+HOLDOUT = REPO / "sample_traces" / "holdout"
 pytestmark = pytest.mark.slow
 
 

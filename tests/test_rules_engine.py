@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_rules_detectors import Synth, busy_loop, run
 
+from tests.support.paths import REPO
+from tests.test_rules_detectors import Synth, busy_loop, run
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.cli.rules import rules as rules_group
 from traceanalyzer.errors import RuleError
@@ -21,7 +22,6 @@ from traceanalyzer.rules.docs import rules_markdown
 from traceanalyzer.rules.query import bind
 from traceanalyzer.rules.schema import UNITS, render, template_fields
 
-REPO = Path(__file__).resolve().parents[1]
 SLUGS = [
     "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
     "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",

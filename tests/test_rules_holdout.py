@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.ingest import read_any
 from traceanalyzer.rules import RuleConfig, evaluate
 
-HOLDOUT = Path(__file__).resolve().parents[1] / "sample_traces" / "holdout"
+HOLDOUT = REPO / "sample_traces" / "holdout"
 EXPECTED = yaml.safe_load((HOLDOUT / "expectations.yaml").read_text())["programs"]
 TRACES = [(program, HOLDOUT / name) for program, expected in EXPECTED.items()
           for name in expected.get("files", [f"torch/{program}.json.gz", f"nsys/{program}.sqlite"])]

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import load
 from traceanalyzer.rules import load_rules
 
-REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 MANIFEST = SAMPLES / "manifest.yaml"
 

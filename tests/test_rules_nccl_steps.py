@@ -13,8 +13,8 @@ import re
 
 import polars as pl
 import pytest
-from test_rules_detectors import Synth, busy_loop, run
 
+from tests.test_rules_detectors import Synth, busy_loop, run
 from traceanalyzer.analysis.comm import step_collectives
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"

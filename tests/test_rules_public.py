@@ -9,12 +9,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.paths import REPO
 from traceanalyzer.analysis.comm import step_collectives
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.ingest import read_any
 from traceanalyzer.rules import RuleConfig, evaluate, load_rules
 
-REPO = Path(__file__).resolve().parents[1]
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
 TRACES = sorted(p for p in PUBLIC.glob("*/*") if p.suffix in (".gz", ".sqlite", ".json"))
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.paths import REPO
 from traceanalyzer.workloads import WORKLOADS
 from traceanalyzer.workloads.manifest import RULE_SLUGS, build_manifest, expectations
 
-REPO = Path(__file__).resolve().parents[1]
 ROOT = REPO / "sample_traces"
 KEYS = ("path", "workload", "variant", "device", "profiler", "step_ms", "speedup", "must_fire",
         "must_not_fire")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support.paths import REPO
 from traceanalyzer.cli.main import cli
 from traceanalyzer.workloads import WORKLOADS, get, load_module
 from traceanalyzer.workloads.manifest import RULE_SLUGS
 
-REPO = Path(__file__).resolve().parents[1]
 RUN_PY = REPO / "traceanalyzer" / "workloads" / "run.py"
 
 

@@ -21,12 +21,12 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.*
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fuzz.props import check_file, chrome_trace_bytes, nsys_db  # noqa: E402
+from tests.fuzz.props import check_file, chrome_trace_bytes, nsys_db  # noqa: E402
 
 
 class Session:

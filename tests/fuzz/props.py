@@ -29,10 +29,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: nsys_fixtures
+sys.path.insert(0, str(HERE.parents[1]))  # the repository: tests.support
 
-from nsys_fixtures import NsysBuilder  # noqa: E402
-
+from tests.support.nsys_fixtures import NsysBuilder  # noqa: E402
 from traceanalyzer.analysis import analyze_trace  # noqa: E402
 from traceanalyzer.analysis.views import Views  # noqa: E402
 from traceanalyzer.errors import TraceAnalyzerError  # noqa: E402
