@@ -17,7 +17,7 @@ from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.analysis.launches import launches
 from traceanalyzer.analysis.metrics import compute_metrics
 from traceanalyzer.analysis.result import Metrics
-from traceanalyzer.analysis.steps import find_steps, with_wall_times
+from traceanalyzer.analysis.steps import SOURCE_INFERRED, find_steps, infer_steps, with_wall_times
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "steps", "launches",
@@ -52,9 +52,29 @@ class Views:
         return self.trace.counters
 
     @cached_property
+    def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:
+        steps, source, label = find_steps(self.trace)
+        if steps.is_empty():
+            inferred, inferred_label = infer_steps(self._raw_launches)
+            if not inferred.is_empty():
+                return inferred, SOURCE_INFERRED, inferred_label
+        return steps, source, label
+
+    @property
     def cpu_steps(self) -> pl.DataFrame:
-        """Steps as annotated: rank, step, name, start_ns, end_ns of the CPU-side range."""
-        return find_steps(self.trace)
+        """Steps as annotated (or inferred): rank, step, name, start_ns, end_ns of the CPU-side
+        range."""
+        return self._found_steps[0]
+
+    @property
+    def step_source(self) -> str | None:
+        """How the steps were found: analysis.steps.SOURCE_*, or None when there are none."""
+        return self._found_steps[1]
+
+    @property
+    def step_label(self) -> str | None:
+        """The steps' shared name with the number taken out ("step #"), or how they were inferred."""
+        return self._found_steps[2]
 
     @cached_property
     def steps(self) -> pl.DataFrame:
@@ -69,12 +89,19 @@ class Views:
         return self.steps.with_columns(start_ns="wall_start_ns", end_ns="wall_end_ns")
 
     @cached_property
+    def _raw_launches(self) -> pl.DataFrame:
+        return launches(self.trace)
+
+    @cached_property
     def launches(self) -> pl.DataFrame:
         """GPU activity + launching call (see analysis.launches), with the step whose CPU range
         it was launched in."""
-        frame = launches(self.trace).with_columns(
-            _at=pl.coalesce("launch_start_ns", "start_ns")
-        )
+        # Work is placed in the step it was launched in. Work whose launch is not in the trace
+        # (launched before the capture began) belongs to no step, unless the rank records no
+        # launches at all (a GPU-only trace), where its start places it.
+        known = pl.col("launch_start_ns").is_not_null().any().over("rank")
+        frame = self._raw_launches.with_columns(
+            _at=pl.coalesce("launch_start_ns", pl.when(~known).then("start_ns")))
         return assign_steps(frame, self.cpu_steps, at="_at").drop("_at")
 
     @cached_property

@@ -1,18 +1,24 @@
-"""Narrowing a trace to the part a user asks about: some steps, a time window, some ranks.
+"""The analysis window: the part of a trace that is judged, and narrowing a trace to it.
 
+By default the window is the steady state: from the start of the first step to the end of the
+last, per rank, with warm-up steps at the start left out (:func:`choose_window`). A user can ask
+for the whole capture, the profiler's capture range, a time window, some steps or some ranks.
 Narrowing happens on the canonical frames, before any analysis, so every metric, rule and report
-sees only the chosen window. Times in a time window are relative to the trace's first event.
+sees only the chosen window; the :class:`Window` says what was captured, what was analyzed and
+what was left out. Times in a time window are relative to the trace's first event.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.errors import UsageError
-from traceanalyzer.model import Trace
+from traceanalyzer.model import API_KINDS, Trace
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -126,3 +132,325 @@ def _within(frame: pl.DataFrame, name: str, lo: int, hi: int) -> pl.DataFrame:
     """Events that start inside ``[lo, hi)``; they are kept whole, not clipped."""
     column = "ts_ns" if name == "counters" else "start_ns"
     return frame.filter(pl.col(column) >= lo, pl.col(column) < hi)
+
+
+# --- the steady-state window ------------------------------------------------------------------
+
+#: What ``--window`` accepts besides START:END.
+WINDOW_CHOICES = ("steps", "all", "profiler-range")
+#: A leading step slower than this multiple of the median step is warm-up (docs/metrics.md).
+WARMUP_FACTOR = 1.5
+#: A later step slower than this multiple of the median is named as an outlier.
+OUTLIER_FACTOR = 1.5
+PROFILER_START, PROFILER_STOP = r"^cu(da)?ProfilerStart", r"^cu(da)?ProfilerStop"
+
+
+@dataclass
+class Window:
+    """What was judged: the capture, the analyzed window and what was left out, and why.
+
+    ``kind`` is what was applied: ``steps`` (the steady state, the default), ``all`` (the whole
+    capture), ``profiler-range`` (between cudaProfilerStart and Stop), ``time`` (START:END),
+    ``selection`` (``--steps``/``--time-window``/``--ranks``). Times are trace nanoseconds;
+    ``start_ns``/``end_ns`` bound the analyzed window over all ranks.
+    """
+
+    kind: str
+    requested: str
+    captured_start_ns: int | None = None
+    captured_end_ns: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    #: How steps were found (analysis.steps.SOURCE_*) and their shared name ("step #").
+    step_source: str | None = None
+    step_label: str | None = None
+    steps_found: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    steps_analyzed: int = 0
+    #: Leading steps left out as warm-up: [{"step", "duration_ns"}], with the median they
+    #: were compared with.
+    warmup: list[dict[str, int]] = field(default_factory=list)
+    median_step_ns: int | None = None
+    #: Why the window is not the one asked for ("no steps found"), or "".
+    reason: str = ""
+    #: Before the window on the headline rank: duration and what the GPU did (start_up()).
+    startup: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def captured_ns(self) -> int:
+        if self.captured_start_ns is None or self.captured_end_ns is None:
+            return 0
+        return self.captured_end_ns - self.captured_start_ns
+
+    @property
+    def analyzed_ns(self) -> int:
+        if self.start_ns is None or self.end_ns is None:
+            return 0
+        return self.end_ns - self.start_ns
+
+    @property
+    def before_ns(self) -> int:
+        """Captured time before the window."""
+        if self.start_ns is None or self.captured_start_ns is None:
+            return 0
+        return max(0, self.start_ns - self.captured_start_ns)
+
+    @property
+    def after_ns(self) -> int:
+        if self.end_ns is None or self.captured_end_ns is None:
+            return 0
+        return max(0, self.captured_end_ns - self.end_ns)
+
+    def describe(self) -> str:
+        """One sentence for every report: captured, analyzed, left out and why."""
+        from traceanalyzer.report._common import fmt_ns
+
+        captured = f"{fmt_ns(self.captured_ns)} captured"
+        if self.kind == "all":
+            why = f" ({self.reason})" if self.reason else ""
+            return f"{captured}; analyzed all of it{why}."
+        analyzed = f"analyzed {self._what()}, {fmt_ns(self.analyzed_ns)}"
+        left = []
+        if self.before_ns > 0:
+            before = "start-up before the first step" if self.kind == "steps" else "before it"
+            left.append(f"{fmt_ns(self.before_ns)} {before}")
+        if self.warmup:
+            steps = _step_list([w["step"] for w in self.warmup])
+            left.append(f"{steps} as warm-up (over {WARMUP_FACTOR:g}x the median step)")
+        if self.after_ns > 0:
+            left.append(f"{fmt_ns(self.after_ns)} after the last step" if self.kind == "steps"
+                        else f"{fmt_ns(self.after_ns)} after it")
+        tail = f"; left out {', '.join(left)}" if left else ""
+        return f"{captured}; {analyzed}{tail}."
+
+    def _what(self) -> str:
+        if self.kind in ("steps", "selection") and self.steps_analyzed:
+            first, last = self.first_step, self.last_step
+            span = f"step {first}" if first == last else f"steps {first}-{last}"
+            if self.step_source == "inferred":
+                span += " (inferred from a repeating kernel sequence)"
+            return span
+        if self.kind == "profiler-range":
+            return "the profiler's capture range"
+        return "the selected window"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["description"] = self.describe()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Window:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _step_list(steps: list[int]) -> str:
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ", ".join(map(str, steps))
+
+
+def parse_window(text: str | None) -> str:
+    """``steps`` (default), ``all``, ``profiler-range`` or ``START:END`` (checked here)."""
+    if text is None or text == "":
+        return "steps"
+    if text in WINDOW_CHOICES:
+        return text
+    if ":" in text:
+        parse_time_window(text)
+        return text
+    raise UsageError(f"--window {text!r}: expected steps, all, profiler-range or START:END "
+                     "(e.g. 100ms:2s)")
+
+
+def choose_window(trace: Trace, requested: str = "steps",
+                  selection: Selection | None = None) -> Trace:
+    """``trace`` narrowed to the window asked for, with the :class:`Window` in
+    ``meta.extra["window"]``. An explicit ``selection`` (steps, time, ranks) takes precedence
+    over ``requested`` and is applied as :func:`narrow` does."""
+    from traceanalyzer.analysis.views import Views
+
+    captured = _extent(trace)
+    meta = dataclasses.replace(trace.meta, extra=dict(trace.meta.extra),
+                               warnings=list(trace.meta.warnings))
+    trace = Trace(meta=meta, **trace.frames())
+    window = Window(kind=requested, requested=requested, captured_start_ns=captured[0],
+                    captured_end_ns=captured[1])
+    if selection is not None and not selection.empty:
+        trace = narrow(trace, selection)
+        window.kind = "selection"
+        _fill_steps(window, Views(trace), None)
+        _fill_bounds(window, trace)
+    elif requested == "all":
+        _fill_bounds(window, trace)
+    elif requested == "profiler-range":
+        bounds = _profiler_range(trace)
+        if bounds is None:
+            window.reason = "the trace is the profiler's capture range: no cudaProfilerStart/Stop in it"
+            _fill_bounds(window, trace)
+        else:
+            trace = narrow_to(trace, bounds)
+            _fill_bounds(window, trace)
+    elif requested != "steps":  # START:END
+        window.kind = "time"
+        trace = narrow(trace, Selection(time_window_ns=parse_time_window(requested)))
+        _fill_bounds(window, trace)
+    else:
+        views = Views(trace)
+        steps = views.steps
+        if steps.is_empty():
+            window.kind = "all"
+            window.reason = "no steps found"
+            _fill_bounds(window, trace)
+        else:
+            kept, warmup, median = _steady_steps(steps)
+            bounds = kept.group_by("rank").agg(lo=pl.col("start_ns").min(),
+                                               hi=pl.col("wall_end_ns").max())
+            window.warmup = warmup
+            window.median_step_ns = median
+            window.startup = start_up(views, bounds, meta.rank)
+            trace = narrow_to(trace, bounds)
+            _fill_steps(window, views, kept)
+            # Shown from when the GPU finished the step before (the warm-up's end), not from the
+            # CPU start, which in a GPU-bound loop runs ahead by the queue.
+            window.start_ns = int(kept["wall_start_ns"].min())
+            window.end_ns = int(bounds["hi"].max())
+    trace.meta.extra["window"] = window.to_dict()
+    return trace
+
+
+def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
+    """Steps without the leading warm-up ones (slower than WARMUP_FACTOR x the rank's median),
+    the warm-up steps of the lowest rank, and that rank's median step time."""
+    timed = steps.sort("rank", "start_ns").with_columns(
+        duration_ns=pl.col("wall_end_ns") - pl.col("wall_start_ns"))
+    timed = timed.with_columns(median_ns=pl.col("duration_ns").median().over("rank"))
+    slow = pl.col("duration_ns") > WARMUP_FACTOR * pl.col("median_ns")
+    timed = timed.with_columns(
+        # A step is warm-up while every step before it on its rank was too; one step stays.
+        warmup=(slow.not_().cum_sum().over("rank") == 0)
+        & (pl.int_range(pl.len()).over("rank") < pl.len().over("rank") - 1))
+    kept = timed.filter(~pl.col("warmup"))
+    first_rank = timed["rank"].min()
+    mine = timed.filter(pl.col("rank") == first_rank)
+    warmup = [{"step": int(r["step"]), "duration_ns": int(r["duration_ns"])}
+              for r in mine.filter(pl.col("warmup")).iter_rows(named=True)]
+    median = mine["median_ns"][0] if mine.height else None
+    return kept, warmup, int(median) if median is not None else None
+
+
+def _fill_steps(window: Window, views: Any, kept: pl.DataFrame | None) -> None:
+    steps = views.steps
+    window.step_source, window.step_label = views.step_source, views.step_label
+    window.steps_found = steps.filter(pl.col("rank") == steps["rank"].min()).height if steps.height else 0
+    kept = steps if kept is None else kept
+    if kept.is_empty():
+        return
+    mine = kept.filter(pl.col("rank") == kept["rank"].min())
+    window.steps_analyzed = mine.height
+    window.first_step, window.last_step = int(mine["step"].min()), int(mine["step"].max())
+
+
+def _fill_bounds(window: Window, trace: Trace) -> None:
+    window.start_ns, window.end_ns = _extent(trace)
+
+
+def _extent(trace: Trace) -> tuple[int | None, int | None]:
+    """First start and last end over the trace's timed events."""
+    frames = [f for f in (trace.gpu, trace.cpu, trace.annotations) if not f.is_empty()]
+    if not frames:
+        return None, None
+    lo = min(int(f["start_ns"].min()) for f in frames)  # type: ignore[arg-type]
+    hi = max(int(f["end_ns"].max()) for f in frames)  # type: ignore[arg-type]
+    return lo, hi
+
+
+def _profiler_range(trace: Trace) -> pl.DataFrame | None:
+    """Per rank, from the end of the first cudaProfilerStart to the start of the last
+    cudaProfilerStop, where the trace holds them."""
+    calls = trace.cpu.filter(pl.col("kind").is_in(API_KINDS))
+    starts = calls.filter(pl.col("name").str.contains(PROFILER_START)).group_by("rank").agg(
+        lo=pl.col("end_ns").min())
+    stops = calls.filter(pl.col("name").str.contains(PROFILER_STOP)).group_by("rank").agg(
+        hi=pl.col("start_ns").max())
+    if starts.is_empty():
+        return None
+    bounds = starts.join(stops, on="rank", how="left").with_columns(
+        hi=pl.coalesce("hi", pl.lit(_extent(trace)[1])))
+    return bounds.filter(pl.col("hi") > pl.col("lo"))
+
+
+def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
+    """``trace`` cut to ``[lo, hi)`` per rank (``bounds``: rank, lo, hi); ranks without bounds
+    keep all their events. Events are kept whole. GPU work counts where it was launched: work
+    launched inside the window is kept even when it ran after it, and work launched before the
+    window (a warm-up step's queue) is left out even when it ran inside it."""
+    bounds = bounds.select(pl.col("rank").cast(pl.Int32), pl.col("lo").cast(pl.Int64),
+                           pl.col("hi").cast(pl.Int64))
+
+    def within(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+        joined = frame.join(bounds, on="rank", how="left")
+        inside = pl.col("lo").is_null() | pl.col(column).is_between("lo", "hi", closed="left")
+        return joined.filter(inside).drop("lo", "hi")
+
+    launch_at = (
+        trace.cpu.filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
+        .group_by("rank", "correlation").agg(_at=pl.col("start_ns").min())
+    )
+    gpu = (
+        trace.gpu.join(launch_at, on=["rank", "correlation"], how="left")
+        .with_columns(_at=pl.coalesce("_at", "start_ns"))
+        .pipe(within, "_at")
+        .drop("_at")
+    )
+    frames = {
+        "gpu": gpu,
+        "cpu": within(trace.cpu, "start_ns"),
+        "annotations": within(trace.annotations, "start_ns"),
+        "syncs": within(trace.syncs, "start_ns"),
+        "counters": within(trace.counters, "ts_ns"),
+    }
+    return Trace(meta=trace.meta, **frames)
+
+
+def start_up(views: Any, bounds: pl.DataFrame, rank: int) -> dict[str, Any]:
+    """What the headline rank did before its window: how long, the GPU's busy time, its kernels
+    and copies (count, bytes, time), and the CPU time with no GPU work (imports, model
+    building, compilation and autotuning)."""
+    from traceanalyzer.analysis import intervals
+
+    mine = bounds.filter(pl.col("rank") == rank)
+    if mine.is_empty():
+        mine = bounds.sort("rank").head(1)
+        rank = int(mine["rank"][0])
+    lo = int(mine["lo"][0])
+    launches = views.launches.filter(pl.col("rank") == rank)
+    cpu = views.cpu.filter(pl.col("rank") == rank)
+    starts = [int(f["start_ns"].min()) for f in (launches, cpu) if not f.is_empty()]
+    origin = min(starts) if starts else lo
+    before = launches.filter(pl.col("start_ns") < lo)
+    busy = intervals.union_length(intervals.clip(before, origin, lo)) if before.height else 0
+    copies = before.filter(pl.col("kind") == "memcpy")
+    return {
+        "rank": rank,
+        "duration_ns": max(0, lo - origin),
+        "gpu_busy_ns": int(busy),
+        "kernels": before.filter(pl.col("kind") == "kernel").height,
+        "kernel_ns": int((before.filter(pl.col("kind") == "kernel")
+                          .select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()) or 0),
+        "copies": copies.height,
+        "copy_bytes": int(copies["bytes"].sum() or 0),
+        "copy_ns": int((copies.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()) or 0),
+        "pageable_copies": copies.filter((pl.col("src_kind") == "pageable")
+                                         | (pl.col("dst_kind") == "pageable")).height,
+    }
+
+
+def window_of(trace_meta_extra: dict[str, Any]) -> Window | None:
+    """The Window recorded by :func:`choose_window`, if any."""
+    data = trace_meta_extra.get("window")
+    return Window.from_dict(data) if isinstance(data, dict) else None
