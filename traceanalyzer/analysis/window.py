@@ -152,7 +152,8 @@ class Window:
     ``kind`` is what was applied: ``steps`` (the steady state, the default), ``all`` (the whole
     capture), ``profiler-range`` (between cudaProfilerStart and Stop), ``time`` (START:END),
     ``selection`` (``--steps``/``--time-window``/``--ranks``). Times are trace nanoseconds;
-    ``start_ns``/``end_ns`` bound the analyzed window over all ranks.
+    ``start_ns``/``end_ns`` bound the analyzed window over all ranks: for steps, from the CPU
+    start of the first analyzed step to the wall-clock end of the last.
     """
 
     kind: str
@@ -172,6 +173,8 @@ class Window:
     #: were compared with.
     warmup: list[dict[str, int]] = field(default_factory=list)
     median_step_ns: int | None = None
+    #: The analyzed steps' time on the headline rank (their wall-clock durations added up).
+    steps_ns: int | None = None
     #: Why the window is not the one asked for ("no steps found"), or "".
     reason: str = ""
     #: Before the window on the headline rank: duration and what the GPU did (start_up()).
@@ -210,7 +213,8 @@ class Window:
         if self.kind == "all":
             why = f" ({self.reason})" if self.reason else ""
             return f"{captured}; analyzed all of it{why}."
-        analyzed = f"analyzed {self._what()}, {fmt_ns(self.analyzed_ns)}"
+        took = self.steps_ns if self.steps_ns is not None else self.analyzed_ns
+        analyzed = f"analyzed {self._what()}, {fmt_ns(took)}"
         left = []
         if self.before_ns > 0:
             before = "start-up before the first step" if self.kind == "steps" else "before it"
@@ -315,10 +319,9 @@ def choose_window(trace: Trace, requested: str = "steps",
             window.startup = start_up(views, bounds, meta.rank)
             trace = narrow_to(trace, bounds)
             _fill_steps(window, views, kept)
-            # Shown from when the GPU finished the step before (the warm-up's end), not from the
-            # CPU start, which in a GPU-bound loop runs ahead by the queue.
-            window.start_ns = int(kept["wall_start_ns"].min())
-            window.end_ns = int(bounds["hi"].max())
+            window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())
+            mine = kept.filter(pl.col("rank") == kept["rank"].min())
+            window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
     trace.meta.extra["window"] = window.to_dict()
     return trace
 
