@@ -478,7 +478,7 @@ def test_gpus_take_turns_quiet_for_one_gpu_and_for_a_stray_copy():
 
 
 def test_time_by_busy_count_leaves_touching_intervals_apart():
-    from traceanalyzer.rules.detectors.idle import _time_by_busy_count
+    from traceanalyzer.rules.detectors.gpus_take_turns import _time_by_busy_count
 
     merged = pl.DataFrame({"device": [0, 1, 0], "start_ns": [0, 10, 30], "end_ns": [10, 40, 35]})
     by_count = dict(_time_by_busy_count(merged).iter_rows())
