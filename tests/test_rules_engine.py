@@ -389,3 +389,65 @@ def test_a_high_rule_with_a_small_impact_reports_low():
     findings, _ = run(s, **{"nccl-not-overlapped": {"min_exposed_pct": 0}})
     f = findings["nccl-not-overlapped"]
     assert 0 < f.impact_pct < 3 and f.severity == "low"
+
+
+# --- a detector that crashes ---------------------------------------------------------------------
+
+
+def _crash(views, p):
+    raise ZeroDivisionError("float division by zero\nsecond line of the message")
+
+
+@pytest.fixture
+def crashing_small_grid(monkeypatch):
+    """small-grid's detector replaced by one that raises, as a bug in it would."""
+    from dataclasses import replace
+
+    from traceanalyzer.rules.detectors import DETECTORS
+
+    all_detectors()
+    monkeypatch.setitem(DETECTORS, "small_grid", replace(DETECTORS["small_grid"], func=_crash))
+
+
+def test_a_crashing_detector_is_an_error_not_a_verdict(crashing_small_grid):
+    s = Synth()
+    busy_loop(s, n=5)
+    findings, outcomes = evaluate(Views(s.trace()), RuleConfig())
+    by = {o.slug: o for o in outcomes}
+    assert by["small-grid"].status == "error"
+    assert by["small-grid"].reason == "ZeroDivisionError: float division by zero"
+    # the other rules still judge the trace
+    assert by["gpu-idle-gaps"].status == "quiet" and len(outcomes) == len(SLUGS)
+
+
+def test_a_crashing_detector_raises_under_debug(crashing_small_grid, monkeypatch):
+    monkeypatch.setenv("TRACEANALYZER_DEBUG", "1")
+    s = Synth()
+    busy_loop(s, n=5)
+    with pytest.raises(ZeroDivisionError):
+        evaluate(Views(s.trace()), RuleConfig())
+
+
+def test_every_output_shows_a_rule_error_as_the_tools(crashing_small_grid, tmp_path):
+    import json
+
+    from traceanalyzer.cli.main import cli
+    from traceanalyzer.report.jsonout import JSON_SCHEMA, validate
+
+    trace = REPO / "sample_traces" / "torch" / "odd_matmul_shape_bad.json.gz"
+    out = {ext: tmp_path / f"report.{ext}" for ext in ("json", "md", "html")}
+    args = ["analyze", str(trace), "--cache-dir", str(tmp_path / "cache"), "--json",
+            str(out["json"]), "--markdown", str(out["md"]), "--html", str(out["html"])]
+    res = CliRunner().invoke(cli, args + ["--fail-on", "critical"], catch_exceptions=False)
+    assert res.exit_code == 0  # an error is no finding: the exit code is the findings'
+    assert "warning:" in res.stderr and "rule small-grid failed (ZeroDivisionError" in res.stderr
+    assert ("Rule errors (bugs in traceanalyzer, not verdicts on this trace): small-grid "
+            "(ZeroDivisionError: float division by zero)") in res.stdout
+    doc = json.loads(out["json"].read_text())
+    (outcome,) = [o for o in doc["rule_outcomes"] if o["slug"] == "small-grid"]
+    assert outcome["status"] == "error" and validate(doc, JSON_SCHEMA) == []
+    assert "1 rule(s) failed with an error in traceanalyzer" in out["md"].read_text()
+    html = out["html"].read_text()
+    assert 'class="status-error">error in traceanalyzer<' in html
+    # an error may be transient (memory): the result is not cached
+    assert not list((tmp_path / "cache").rglob("result.json"))
