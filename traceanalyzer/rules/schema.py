@@ -178,9 +178,9 @@ def safe_load(text: str) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _parse_rule_text(text: str, path: str) -> Rule:
-    # Memoized on the file's text: YAML parsing of the 14 built-in rules cost ~50 ms with the
-    # Python parser, paid for every report (the HTML lists the rules) and every trace of a batch.
-    # Rules are frozen, so sharing one is safe; a changed file has other text and is parsed again.
+    # Memoized on the file's text, since every report (the HTML lists the rules) and every trace
+    # of a batch loads the rules again. Rules are frozen, so sharing one is safe; a changed file
+    # has other text and is parsed again.
     try:
         data = safe_load(text)
     except yaml.YAMLError as exc:

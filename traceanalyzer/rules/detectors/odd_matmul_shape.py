@@ -33,9 +33,8 @@ def _gain_of_kernel(kernel: pl.Expr, p: Params) -> pl.Expr:
     """Share of an unaligned GEMM's time that padding saves, from the kernel cuBLAS ran: when it
     fell back to a 16-bit kernel built for unaligned operands, ``fallback_gain_pct`` (align1; on
     an H200 an sm75-era CUTLASS kernel) or ``align2_gain_pct`` (align2 and align4, an sm80 one);
-    otherwise ``expected_gain_pct``. Measured on an H200 (scripts/measure/gemm_padding.py,
-    results beside it): padding saved 73-84% of align1 GEMMs' time, 59-63% of align2 ones', and
-    -5 to +6% (noise) of GEMMs that kept the sm90 kernels with an unaligned M."""
+    otherwise ``expected_gain_pct``. The defaults are what padding saved on an H200 (the rule
+    file's rationale gives the figures)."""
     half = kernel.str.contains(HALF_KERNEL)
     align1 = half & kernel.str.contains(ALIGN1_KERNEL)
     align2 = half & kernel.str.contains(ALIGN2_KERNEL)
