@@ -163,6 +163,28 @@ def test_rule_file_examples_hold(slug, example, fires):
     assert (slug in _fired_on(path)) == fires, (slug, example)
 
 
+#: Verdicts on public traces kept outside the repository, which rule files cannot cite as their
+#: examples (they cite only traces in it): (slug, trace, fires).
+PUBLIC_VERDICTS = [
+    ("gpu-idle-gaps", "hta_alexnet_sync.json.gz", True),
+    ("hidden-sync", "hta_alexnet_sync.json.gz", False),
+    ("launch-overhead-bound", "tracelens_vllm_decode_cudagraph.json.gz", False),
+    ("low-gpu-utilization", "hta_alexnet_sync.json.gz", True),
+    ("nccl-not-overlapped", "hta_a100_rank3of8_control.json.gz", True),
+    ("nccl-not-overlapped", "nsysai_2gpu_sendrecv_before.sqlite", False),
+    ("nccl-not-overlapped", "nsysai_2gpu_sendrecv_after.sqlite", False),
+    ("odd-matmul-shape", "tracelens_h100_owlv2.json.gz", True),
+    ("unfused-attention", "tracelens_h100_owlv2.json.gz", True),
+    ("unfused-elementwise-chain", "tracelens_torch_compile_triton.json.gz", False),
+]
+
+
+@pytest.mark.parametrize("slug,name,fires", PUBLIC_VERDICTS,
+                         ids=[f"{s}:{n}:{'fires' if f else 'silent'}" for s, n, f in PUBLIC_VERDICTS])
+def test_public_trace_verdicts(slug, name, fires):
+    assert (slug in verdicts(name)[0]) == fires, (slug, name)
+
+
 def test_gemm_rules_quiet_when_the_saving_is_a_sliver_of_the_window():
     # The MI250 test trace is a 9 ms toy run whose GPU idles 94% of the time: its two FP32 GEMMs
     # (30 µs) are 27% of kernel time, but moving them to BF16 would save 0.2% of the window.
