@@ -148,11 +148,11 @@ def rules_markdown(rules: Iterable[Rule]) -> str:
 
 def _aliases() -> str:
     """The sentence on detectors' earlier names, from the registry."""
-    from traceanalyzer.rules.detectors import ALIASES, all_detectors
+    from traceanalyzer.rules.detectors import aliases
 
-    all_detectors()  # registers the built-in detectors, and with them their earlier names
-    if not ALIASES:
+    earlier = aliases()
+    if not earlier:
         return ""
-    names = ", ".join(f"`{old}` (`{new}`)" for old, new in sorted(ALIASES.items()))
+    names = ", ".join(f"`{old}` (`{new}`)" for old, new in sorted(earlier.items()))
     return ("Rule files may still name a detector by the name it had before it took its rule's: "
             f"{names}.\n")

@@ -105,6 +105,12 @@ def all_detectors() -> dict[str, DetectorSpec]:
     return dict(DETECTORS)
 
 
+def aliases() -> dict[str, str]:
+    """Earlier names of the registered detectors -> their names."""
+    _load_builtin()
+    return dict(ALIASES)
+
+
 def builtin_modules() -> list[str]:
     """The names of the detector modules, one per built-in rule (the shared ``_`` ones left
     out)."""
