@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from tests.support.paths import SAMPLES
-from tests.test_rules_detectors import Synth, busy_loop
+from tests.support.synth import Synth, busy_loop
 from traceanalyzer.analysis.comm import exposed_by_rank, step_collectives
 from traceanalyzer.analysis.job import analyze_job, combine, exposed_note
 from traceanalyzer.analysis.views import Views

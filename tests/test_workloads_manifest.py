@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from tests.support.paths import REPO
+from traceanalyzer.rules import builtin_slugs
 from traceanalyzer.workloads import WORKLOADS
-from traceanalyzer.workloads.manifest import RULE_SLUGS, build_manifest, expectations
+from traceanalyzer.workloads.manifest import build_manifest, expectations
 
 ROOT = REPO / "sample_traces"
 KEYS = ("path", "workload", "variant", "device", "profiler", "step_ms", "speedup", "must_fire",
@@ -37,8 +38,8 @@ def test_every_entry_has_the_keys_and_valid_values(manifest: dict) -> None:
         assert t["profiler"] in ("torch", "nsys")
         assert t["device"] == "NVIDIA H200"
         assert t["step_ms"] > 0
-        assert set(t["must_fire"]) <= set(RULE_SLUGS), t["path"]
-        assert set(t["must_not_fire"]) <= set(RULE_SLUGS), t["path"]
+        assert set(t["must_fire"]) <= set(builtin_slugs()), t["path"]
+        assert set(t["must_not_fire"]) <= set(builtin_slugs()), t["path"]
         assert not set(t["must_fire"]) & set(t["must_not_fire"]), t["path"]
         assert (ROOT / t["path"]).is_file(), t["path"]
     assert len({t["path"] for t in traces}) == len(traces)

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from tests.support.paths import REPO
 from traceanalyzer.cli.main import cli
+from traceanalyzer.rules import builtin_slugs
 from traceanalyzer.workloads import WORKLOADS, get, load_module
-from traceanalyzer.workloads.manifest import RULE_SLUGS
 
 RUN_PY = REPO / "traceanalyzer" / "workloads" / "run.py"
 
@@ -22,7 +22,7 @@ def test_registry_entries_are_consistent() -> None:
     for name, info in WORKLOADS.items():
         assert info.name == name
         assert info.variants[:2] == ("bad", "good"), name
-        assert info.rules and set(info.rules) <= set(RULE_SLUGS), name
+        assert info.rules and set(info.rules) <= set(builtin_slugs()), name
         assert set(info.torch_only_rules) <= set(info.rules), name
         assert info.min_gpus >= 1
 

@@ -75,14 +75,21 @@ class Finding:
         return asdict(self)
 
 
+#: What a rule can have done on a trace. ``error`` is the tool's failure, not a verdict.
+OUTCOME_STATUSES = ("fired", "quiet", "not_applicable", "error")
+
+
 @dataclass
 class RuleOutcome:
-    """What one rule did on one trace: fired, stayed quiet, or could not run."""
+    """What one rule did on one trace: fired, stayed quiet, could not judge it (the trace lacks
+    what the rule needs), or failed with an error (a bug in traceanalyzer: no verdict)."""
 
     slug: str
     rule_id: str
-    status: str  # "fired", "quiet" or "not_applicable"
-    reason: str = ""  # for not_applicable: what the input lacks; for quiet: the rule's quiet text
+    status: str  # one of OUTCOME_STATUSES
+    #: fired: the message; quiet: the rule's quiet text; not_applicable: what the input lacks;
+    #: error: the exception in one line.
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

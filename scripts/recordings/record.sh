@@ -70,8 +70,11 @@ steady() {  # stem step-name train-args...
   nsys_run "${stem}_whole" whole -- "$@" --step-name "$name" --profiler none
   nsys_run "${stem}_range" range -- "$@" --step-name "$name" --profiler range
 }
-steady gpt_bf16 "step {i}" --model gpt --dtype bf16
-steady convnet_bf16 "iteration {i}" --model convnet --dtype bf16
+# GPU-bound sizes, so that the profilers' CPU overhead does not set the step time.
+ONLY=${ONLY:-all}
+steady gpt_bf16 "step {i}" --model gpt --dtype bf16 --size d_model=2048,layers=8,heads=16,seq=1024,batch=16
+steady convnet_bf16 "iteration {i}" --model convnet --dtype bf16 --size image=224,images=256
+[ "$ONLY" = steady ] && { for p in "${pids[@]}"; do wait "$p"; done; tar czf "$OUT/recordings.tgz" -C "$W" torch nsys records; ls -la "$OUT"; exit 0; }
 # 2. FP32 and FP16 twins of the GPT step (FLOPs ground truth; advice per precision).
 plain gpt_fp32_unprofiled --model gpt --dtype fp32 --flops
 torch_run gpt_fp32_torch --model gpt --dtype fp32 --profiler torch

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 VOCAB, D, HEADS, LAYERS, T, BATCH = 8192, 768, 12, 6, 512, 8
+IMAGE, IMAGES = 128, 64  # the convnet's input side and batch
 
 
 class Block(nn.Module):
@@ -98,8 +99,9 @@ def build(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         pinned = [torch.randint(0, VOCAB, (BATCH, T + 1), generator=gen).pin_memory()
                   for _ in range(2)]
     else:
-        pinned = [(torch.randn(64, 3, 128, 128, generator=gen).pin_memory(),
-                   torch.randint(0, 1000, (64,), generator=gen).pin_memory()) for _ in range(2)]
+        pinned = [(torch.randn(IMAGES, 3, IMAGE, IMAGE, generator=gen).pin_memory(),
+                   torch.randint(0, 1000, (IMAGES,), generator=gen).pin_memory())
+                  for _ in range(2)]
     counter = {"i": 0}
 
     def loss_of() -> torch.Tensor:
@@ -186,14 +188,21 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="torch.profiler profile_memory=True")
     ap.add_argument("--flops", action="store_true")
     ap.add_argument("--time", action="store_true", help="measure the step time unprofiled")
+    ap.add_argument("--size", default="", help="comma-separated NAME=VALUE: d_model, layers, "
+                    "heads, seq, batch (GPT), image, images (convnet)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--name", required=True)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    names = {"d_model": "D", "layers": "LAYERS", "heads": "HEADS", "seq": "T", "batch": "BATCH",
+             "image": "IMAGE", "images": "IMAGES"}
+    for item in filter(None, args.size.split(",")):
+        key, value = item.split("=")
+        globals()[names[key]] = int(value)
     t0 = time.perf_counter()
     record: dict = {"name": args.name, "model": args.model, "dtype": args.dtype,
                     "profiler": args.profiler, "steps": args.steps, "step_name": args.step_name,
-                    "empty_cache": args.empty_cache, "device": torch.cuda.get_device_name(),
+                    "empty_cache": args.empty_cache, "size": args.size, "device": torch.cuda.get_device_name(),
                     "torch": torch.__version__}
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     trace_path = args.out / f"{args.name}.json.gz"

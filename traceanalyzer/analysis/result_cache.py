@@ -45,8 +45,6 @@ RESULT_CACHE_VERSION = "1"
 RESULTS_DIR = "results"
 FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks")
 DOC = "result.json"
-#: Outcome text of a rule that raised: possibly transient (memory), so never cached.
-_RULE_FAILED = "rule failed on this input"
 
 
 @functools.lru_cache(maxsize=1)
@@ -217,7 +215,7 @@ def store_result(entry: Path, result: AnalysisResult, timeline: dict[str, Any] |
                  path: str | os.PathLike[str]) -> bool:
     """Store ``result``; False (nothing written) when it would not come back exactly or the
     disk refuses."""
-    if any(o.reason.startswith(_RULE_FAILED) for o in result.rule_outcomes):
+    if any(o.status == "error" for o in result.rule_outcomes):  # may be transient (memory)
         return False
     frames = {name: getattr(result, name) for name in FRAMES}
     doc = {

@@ -419,7 +419,8 @@ def _frame_table(frame: pl.DataFrame, limit: int = 64) -> str:
     return _table([(esc(c), "") for c in frame.columns], rows)
 
 
-_STATUS_TEXT = {"fired": "fired", "quiet": "quiet", "not_applicable": "not applicable"}
+_STATUS_TEXT = {"fired": "fired", "quiet": "quiet", "not_applicable": "not applicable",
+                "error": "error in traceanalyzer"}
 
 
 def _rule_docs() -> dict[str, Any]:
@@ -460,7 +461,8 @@ def _rules(result: AnalysisResult) -> str:
             f"<td>{what}</td>",
         ])
     return ('<section id="rules"><h2>Rules</h2><p class="muted">Every rule that ran, and what '
-            "it did. <i>Not applicable</i> means the trace lacks what the rule needs. Each rule's "
+            "it did. <i>Not applicable</i> means the trace lacks what the rule needs; <i>error</i> "
+            "means the rule crashed, a bug in traceanalyzer and no verdict on the trace. Each rule's "
             f"thresholds and examples are in <code>{RULES_DOC}</code> under its slug, or run "
             "<code>traceanalyzer rules show SLUG</code>.</p>"
             + _table([("Id", ""), ("Rule", ""), ("Status", ""), ("Details", "")], rows)

@@ -16,7 +16,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
-from traceanalyzer.findings import Finding
+from traceanalyzer.findings import OUTCOME_STATUSES, Finding
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
 
@@ -224,7 +224,7 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         }, ["slug", "id", "severity", "message", "impact", "evidence"]),
         "rule_outcomes": _rows({
             "slug": {"type": "string"}, "id": {"type": "string"},
-            "status": {"type": "string", "enum": ["fired", "quiet", "not_applicable"]},
+            "status": {"type": "string", "enum": list(OUTCOME_STATUSES)},
             "reason": {"type": "string"},
         }, ["slug", "id", "status", "reason"]),
         "steps": _rows({"step": _INT, "name": _STR, "start_ns": {"type": "integer"},

@@ -82,6 +82,11 @@ def render_markdown(result: AnalysisResult) -> str:
             lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")
     else:
         lines.append("**No findings.**")
+    errors = [o for o in result.rule_outcomes if o.status == "error"]
+    if errors:
+        lines += ["", f"⚠️ {len(errors)} rule(s) failed with an error in traceanalyzer and gave "
+                  "no verdict: " + "; ".join(f"`{_code(o.slug)}` ({md_escape(o.reason)})"
+                                             for o in errors)]
     if result.kernels is not None and not result.kernels.is_empty():
         top = result.kernels.sort("total_ns", descending=True).head(3)
         lines += ["", "Top kernels: " + "; ".join(

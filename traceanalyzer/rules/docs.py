@@ -21,7 +21,10 @@ large enough (critical: 25% of the window or more, high: 10%, medium: 3%; below 
 `--fail-on high` fails a build for a problem that costs a tenth of the run, not for one that
 costs 0.5%.
 A rule that cannot judge a trace (for example shapes were not recorded) reports
-*not applicable* with the reason, instead of staying silent.
+*not applicable* with the reason, instead of staying silent. A rule that crashes reports
+*error* with the exception in one line: a bug in traceanalyzer, not a verdict on the trace.
+The reports show it, `analyze` also warns on stderr, and the exit code stays what the findings
+make it (`TRACEANALYZER_DEBUG=1` lets the exception through instead).
 
 This page is generated from the rule files: `traceanalyzer rules docs > docs/rules.md`.
 `traceanalyzer rules list` lists the rules and `traceanalyzer rules show SLUG` prints one.
@@ -45,7 +48,8 @@ Command-line values win over the config file, which wins over the rule files' de
 
 ## Writing a rule
 
-A rule is a YAML file; detection is either a built-in detector (`detector: idle_gaps`) or a
+A rule is a YAML file; detection is either a built-in detector, named after the rule it
+serves (`detector: gpu_idle_gaps`, with that rule's parameters), or a
 Polars SQL query over these tables: `gpu`, `cpu`, `annotations`, `syncs`, `counters` (the
 canonical frames, see docs/canonical-model.md), `steps`, `launches` (GPU activity joined to the
 launching call and operator), `idle_gaps` (per stream), `gpu_idle_gaps` (no stream busy),
@@ -79,6 +83,8 @@ query: |
 
 Parameter names end with their unit: `_ns`, `_us`, `_ms`, `_s`, `_pct`, `_count`, `_bytes`,
 `_ratio`. Message templates accept only plain `{name}` and `{name:.1f}`-style fields.
+@ALIASES@Adding a built-in rule (a detector, its proof traces and its tests):
+[adding-a-rule.md](adding-a-rule.md).
 
 ## The built-in rules
 
@@ -137,4 +143,16 @@ def rules_markdown(rules: Iterable[Rule]) -> str:
     index = ["| id | slug | severity | title |", "| --- | --- | --- | --- |"]
     index += [f"| {r.id} | [`{r.slug}`](#{r.slug}) | {r.severity} | {r.title} |" for r in rules]
     body = "\n".join(f'<a id="{r.slug}"></a>\n\n' + rule_markdown(r) for r in rules)
-    return _HEADER + "\n".join(index) + "\n\n" + body
+    return _HEADER.replace("@ALIASES@", _aliases()) + "\n".join(index) + "\n\n" + body
+
+
+def _aliases() -> str:
+    """The sentence on detectors' earlier names, from the registry."""
+    from traceanalyzer.rules.detectors import aliases
+
+    earlier = aliases()
+    if not earlier:
+        return ""
+    names = ", ".join(f"`{old}` (`{new}`)" for old, new in sorted(earlier.items()))
+    return ("Rule files may still name a detector by the name it had before it took its rule's: "
+            f"{names}.\n")

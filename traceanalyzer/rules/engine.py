@@ -3,14 +3,15 @@
 The engine owns everything users read: severity, the message filled from measured fields,
 impact in time and % of the window, per-step impact, evidence rows and the fix. Detectors and
 queries only measure. A rule that cannot judge the input says so (``not_applicable`` with the
-reason) instead of staying silent.
+reason) instead of staying silent; a rule that crashes is an ``error`` of the tool, never a
+verdict on the trace (``TRACEANALYZER_DEBUG=1`` lets the exception through instead).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -27,6 +28,9 @@ from traceanalyzer.rules.detectors._common import (
 from traceanalyzer.rules.loader import RuleConfig
 from traceanalyzer.rules.query import TABLES, run_query
 from traceanalyzer.rules.schema import ENGINE_FIELDS, Rule, render, template_fields
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.views import Views
 
 _MAX_TEXT = 400
 
@@ -113,8 +117,11 @@ def _query_field_names(schema: pl.Schema) -> set[str]:
 # --- evaluation -------------------------------------------------------------------------------
 
 
-def evaluate(views: Any, config: RuleConfig | None = None) -> tuple[list[Finding], list[RuleOutcome]]:
-    """Run every active rule on ``views``; findings sorted by impact, plus one outcome per rule."""
+def evaluate(
+    views: Views, config: RuleConfig | None = None
+) -> tuple[list[Finding], list[RuleOutcome]]:
+    """Run every active rule on ``views``; findings sorted by impact, plus one outcome per rule
+    (see :class:`~traceanalyzer.findings.RuleOutcome` for what each status means)."""
     config = config or RuleConfig()
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []
@@ -130,7 +137,7 @@ def evaluate(views: Any, config: RuleConfig | None = None) -> tuple[list[Finding
 
 
 def _run_rule(
-    rule: Rule, params: dict[str, int | float], views: Any, window: int, steps: int,
+    rule: Rule, params: dict[str, int | float], views: Views, window: int, steps: int,
     max_evidence: int,
 ) -> tuple[Finding | None, RuleOutcome]:
     missing = missing_requirement(rule, views)
@@ -145,8 +152,7 @@ def _run_rule(
     except Exception as exc:  # noqa: BLE001 - one broken rule must not sink the whole report
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
-        return None, RuleOutcome(rule.slug, rule.id, "not_applicable",
-                                 f"rule failed on this input: {type(exc).__name__}: {exc}")
+        return None, RuleOutcome(rule.slug, rule.id, "error", error_reason(exc))
     base = {**params, "step_count": steps, "window_ms": window / NS_PER_MS}
     if detection is None:
         quiet = render(rule.quiet, base, f"{rule.path}: rule {rule.slug!r}: field 'quiet'")
@@ -179,7 +185,14 @@ def _run_rule(
     return finding, RuleOutcome(rule.slug, rule.id, "fired", message)
 
 
-def _detect(rule: Rule, params: dict[str, int | float], views: Any, window: int) -> Detection | None:
+def error_reason(exc: BaseException) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
+def _detect(rule: Rule, params: dict[str, int | float], views: Views, window: int) -> Detection | None:
     if rule.detector is not None:
         spec = get_detector(rule.detector)
         assert spec is not None  # checked at load
@@ -192,18 +205,19 @@ def _detect(rule: Rule, params: dict[str, int | float], views: Any, window: int)
     return query_detection(rows)
 
 
-class _LazyTables(dict):
+class _LazyTables(dict[str, pl.DataFrame]):
     """Tables by name, fetched from the views only when a query names them."""
 
-    def __init__(self, views: Any) -> None:
+    def __init__(self, views: Views) -> None:
         super().__init__()
         self._views = views
 
     def __contains__(self, name: object) -> bool:
         return name in TABLES and hasattr(self._views, str(name))
 
-    def __getitem__(self, name: str) -> Any:
-        return getattr(self._views, name)
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        frame: pl.DataFrame = getattr(self._views, name)
+        return frame
 
 
 def query_detection(rows: pl.DataFrame) -> Detection | None:
@@ -227,7 +241,7 @@ def query_detection(rows: pl.DataFrame) -> Detection | None:
     return Detection(impact_ns=impact, fields=fields, evidence=rows)
 
 
-def missing_requirement(rule: Rule, views: Any) -> str | None:
+def missing_requirement(rule: Rule, views: Views) -> str | None:
     """The reason a rule cannot run on ``views`` (first unmet requirement), or None."""
     for req in rule.requires:
         frame_name, _, column = req.need.partition(".")
@@ -240,7 +254,7 @@ def missing_requirement(rule: Rule, views: Any) -> str | None:
     return None
 
 
-def _rank(views: Any) -> int | None:
+def _rank(views: Views) -> int | None:
     trace = getattr(views, "trace", None)
     meta = getattr(trace, "meta", None)
     return getattr(meta, "rank", None)

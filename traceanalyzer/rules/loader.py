@@ -36,6 +36,17 @@ def builtin_rules_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "rules"
 
 
+def builtin_rule_files() -> list[Path]:
+    """The built-in rule files, one per rule, each named after its rule's slug: the one list of
+    the built-in rules that everything else (tests, docs, manifests) derives from."""
+    return rule_files(builtin_rules_dir())
+
+
+def builtin_slugs() -> list[str]:
+    """The slugs of the built-in rules, in file order (read from the files, not checked)."""
+    return [load_rule_file(path).slug for path in builtin_rule_files()]
+
+
 def rule_files(path: Path) -> list[Path]:
     """Rule files at ``path``: the file itself, or the ``*.yaml``/``*.yml`` files of a folder."""
     if path.is_dir():
@@ -52,7 +63,7 @@ def load_rules(paths: Iterable[Path], *, include_builtin: bool = True) -> list[R
     by_slug: dict[str, Rule] = {}
     sources: list[list[Path]] = []
     if include_builtin:
-        sources.append(rule_files(builtin_rules_dir()))
+        sources.append(builtin_rule_files())
     for path in paths:
         sources.append(rule_files(Path(path)))
     for files in sources:

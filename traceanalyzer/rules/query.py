@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import polars as pl
 
@@ -87,7 +86,7 @@ def _for_sql(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
 
 
 def run_query(
-    sql: str, params: Mapping[str, int | float], tables: Mapping[str, Any], where: str,
+    sql: str, params: Mapping[str, int | float], tables: Mapping[str, pl.DataFrame], where: str,
     *, eager: bool = True,
 ) -> pl.DataFrame | pl.LazyFrame:
     """Run a rule's query over ``tables`` (name -> frame). Raises :class:`RuleError` on bad SQL."""

@@ -28,6 +28,7 @@ import functools
 import math
 import re
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,10 @@ DEFAULT_REASONS: dict[str, str] = {
 }
 
 
+#: Names a rule file's field in an error message: ``where("parameters")``.
+_Where = Callable[[str | None], str]
+
+
 def _where(path: str, slug: str | None, key: str | None = None) -> str:
     out = f"{path}: rule {slug!r}" if slug else f"{path}"
     return f"{out}: field {key!r}" if key else out
@@ -178,9 +183,9 @@ def safe_load(text: str) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _parse_rule_text(text: str, path: str) -> Rule:
-    # Memoized on the file's text: YAML parsing of the 14 built-in rules cost ~50 ms with the
-    # Python parser, paid for every report (the HTML lists the rules) and every trace of a batch.
-    # Rules are frozen, so sharing one is safe; a changed file has other text and is parsed again.
+    # Memoized on the file's text, since every report (the HTML lists the rules) and every trace
+    # of a batch loads the rules again. Rules are frozen, so sharing one is safe; a changed file
+    # has other text and is parsed again.
     try:
         data = safe_load(text)
     except yaml.YAMLError as exc:
@@ -265,7 +270,7 @@ def parse_rule(data: Any, path: str) -> Rule:
     )
 
 
-def _parse_parameters(raw: Any, where: Any) -> dict[str, Parameter]:
+def _parse_parameters(raw: Any, where: _Where) -> dict[str, Parameter]:
     if not isinstance(raw, dict):
         raise RuleError(f"{where('parameters')}: must be a mapping of name to "
                         "{default, unit, description}")
@@ -306,7 +311,7 @@ def _parse_parameters(raw: Any, where: Any) -> dict[str, Parameter]:
     return out
 
 
-def _parse_requires(raw: Any, where: Any) -> tuple[Requirement, ...]:
+def _parse_requires(raw: Any, where: _Where) -> tuple[Requirement, ...]:
     if not isinstance(raw, list):
         raise RuleError(f"{where('requires')}: must be a list of 'frame' or 'frame.column' "
                         "(or {need, reason} mappings)")
@@ -327,7 +332,7 @@ def _parse_requires(raw: Any, where: Any) -> tuple[Requirement, ...]:
     return tuple(out)
 
 
-def _parse_examples(raw: Any, where: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _parse_examples(raw: Any, where: _Where) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if not isinstance(raw, dict) or set(raw) - {"fires", "silent"}:
         raise RuleError(f"{where('examples')}: must be a mapping with 'fires' and/or 'silent' lists")
     lists = []

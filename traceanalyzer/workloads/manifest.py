@@ -16,13 +16,6 @@ from typing import Any
 
 from . import WORKLOADS
 
-#: every rule slug the analyzer defines; the manifest may name no other
-RULE_SLUGS: tuple[str, ...] = (
-    "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
-    "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",
-    "odd-matmul-shape", "unfused-attention", "dataloader-stall", "unfused-optimizer",
-    "low-gpu-utilization", "collective-wait", "small-batch-matmul", "gpus-take-turns",
-)
 PROFILER_PATHS = {"torch": "torch/{stem}.json.gz", "nsys": "nsys/{stem}.sqlite"}
 #: extra traces of the same run kept for their format: (path, workload, variant, profiler, note)
 EXTRA = (

@@ -1,5 +1,5 @@
-"""Small Polars helpers shared by the detectors: step assignment, enclosing operators and source
-lines.
+"""Small Polars helpers shared by the detectors: step assignment, enclosing operators, source
+lines, the rank's kernels, operators' recorded inputs and collectives' names.
 
 Idle gaps, their causes, steps and launches come from :class:`traceanalyzer.analysis.views.Views`
 and the interval algebra from :mod:`traceanalyzer.analysis.intervals`; nothing here redoes them.
@@ -7,7 +7,13 @@ and the interval algebra from :mod:`traceanalyzer.analysis.intervals`; nothing h
 
 from __future__ import annotations
 
+import weakref
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.views import Views
 
 #: Frames of the Python stack that are library code, not the user's: skipped when naming the
 #: source line of an event.
@@ -95,23 +101,25 @@ def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") ->
     return out
 
 
-def window_length(views: object) -> int:
+def window_length(views: Views) -> int:
+    """The analyzed window's length in ns (0 when the trace has none)."""
     window = getattr(views, "window", None)
     if not window or window[0] is None or window[1] is None:
         return 0
     return max(0, int(window[1]) - int(window[0]))
 
 
-def step_count(views: object) -> int:
+def step_count(views: Views) -> int:
+    """The number of steps the trace marks."""
     steps = getattr(views, "steps", None)
     return 0 if steps is None else int(steps.height)
 
 
-def own_rank(views: object, frame: pl.DataFrame) -> pl.DataFrame:
+def own_rank(views: Views, frame: pl.DataFrame) -> pl.DataFrame:
     """Rows of the rank the analyzed window belongs to (a trace may hold several ranks)."""
     if frame.height == 0 or "rank" not in frame.columns:
         return frame
-    rank = views.metrics.rank  # type: ignore[attr-defined]
+    rank = views.metrics.rank
     return frame.filter(pl.col("rank") == rank)
 
 
@@ -146,3 +154,82 @@ def ms(ns: float | int | None) -> float:
 
 def pct(part: float | int, whole: float | int) -> float:
     return 100.0 * float(part) / float(whole) if whole else 0.0
+
+
+def kernels_of(views: Views) -> pl.DataFrame:
+    """The rank's kernels with their launches (``views.launches``) and a ``dur`` column."""
+    return own_rank(views, views.launches).filter(pl.col("kind") == "kernel").with_columns(
+        dur=pl.col("end_ns") - pl.col("start_ns")
+    )
+
+
+def first_input_dims(dims: pl.Expr) -> pl.Expr:
+    """Shape of an operator's first input from Kineto's ``Input Dims`` JSON text, as a list of ints.
+
+    Inputs can be nested (tensor lists), so the text is not decoded as a whole: the first
+    innermost ``[...]`` is the first tensor's shape.
+    """
+    return dims.str.extract(r"(\[[0-9,\s-]*\])", 1).str.json_decode(pl.List(pl.Int64))
+
+
+_DTYPE_BYTES = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2, "double": 8,
+                "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "int": 4, "long int": 8, "bool": 1}
+
+
+def element_bytes(input_types: pl.Expr) -> pl.Expr:
+    """Bytes per element of an operator's first input, from Kineto's ``Input type`` JSON text."""
+    return input_types.str.extract(r'^\[\s*"([^"]*)"', 1).replace_strict(
+        _DTYPE_BYTES, default=None, return_dtype=pl.Int64)
+
+
+#: op_inputs per views: several rules read them, and parsing the shapes is the costly part.
+_SHAPES: weakref.WeakKeyDictionary[Views, pl.DataFrame] = weakref.WeakKeyDictionary()
+
+
+def op_inputs(views: Views) -> pl.DataFrame:
+    """Operators with recorded inputs, one per (rank, external_id), the innermost (last started):
+    input_op, input_dims, input_types, and for the first input numel, ndim, last_dim and
+    tensor_bytes. Computed once per views; shapes are parsed once per distinct text."""
+    try:
+        return _SHAPES[views]
+    except (KeyError, TypeError):
+        pass
+    ops = (
+        views.cpu.filter(pl.col("kind") == "op", pl.col("external_id").is_not_null())
+        .sort("start_ns")
+        .unique(["rank", "external_id"], keep="last", maintain_order=True)
+        .select("rank", "external_id", pl.col("name").alias("input_op"), "input_dims", "input_types")
+    )
+    shapes = ops.select("input_dims", "input_types").unique().filter(
+        pl.col("input_dims").is_not_null()
+    ).with_columns(
+        _first=first_input_dims(pl.col("input_dims")),
+        # sizes of every tensor input (the innermost [...] lists)
+        _numels=pl.col("input_dims").str.extract_all(r"\[[0-9, -]*\]").list.eval(
+            pl.element().str.json_decode(pl.List(pl.Int64)).list.eval(pl.element().product())
+            .list.first()
+        ),
+    ).with_columns(
+        numel=pl.col("_first").list.eval(pl.element().product()).list.first(),
+        full_inputs=pl.col("_numels").list.eval(
+            (pl.element() == pl.element().first()).cast(pl.Int64)).list.sum(),
+        ndim=pl.col("_first").list.len().cast(pl.Int64),
+        last_dim=pl.col("_first").list.last(),
+    ).with_columns(
+        tensor_bytes=pl.col("numel") * element_bytes(pl.col("input_types"))
+    ).drop("_first", "_numels")
+    out = ops.join(shapes, on=["input_dims", "input_types"], how="left", nulls_equal=True)
+    try:
+        _SHAPES[views] = out
+    except TypeError:
+        pass
+    return out
+
+
+_COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|all_to_all|broadcast|sendrecv|send|recv|reduce)"
+
+
+def collective_name(name: pl.Expr) -> pl.Expr:
+    """allreduce, allgather, sendrecv, ... from a communication kernel's name; "other" if none."""
+    return (name.str.extract(_COLLECTIVE, 1).str.to_lowercase().str.replace_all("_", "")
+            .fill_null("other"))

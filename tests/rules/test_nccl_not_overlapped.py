@@ -1,7 +1,8 @@
-"""nccl-not-overlapped counts the steps' communication when the trace marks steps: a collective
-before the first step (a barrier, DDP's parameter broadcast, ranks lining up after a profiler
-started) is set-up, not communication that overlap could hide. Seen on the real 2-GPU
-nccl_overlap_good traces, where the barrier that lines the ranks up waited 30 ms on one rank.
+"""nccl-not-overlapped on small synthetic traces. It counts the steps' communication when the
+trace marks steps: a collective before the first step (a barrier, DDP's parameter broadcast,
+ranks lining up after a profiler started) is set-up, not communication that overlap could hide.
+Seen on the real 2-GPU nccl_overlap_good traces, where the barrier that lines the ranks up waited
+30 ms on one rank.
 
 It also leaves out the time a collective waits for the other ranks (analysis/comm.py), seen on
 the held-out DDP run (sample_traces/holdout, ddp_gpt_train), and collectives launched before the
@@ -9,15 +10,29 @@ profiler started. That wait is collective-wait's finding."""
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 import pytest
 
-from tests.test_rules_detectors import Synth, busy_loop, run
+from tests.support.synth import NCCL, US, Synth, busy_loop, run, steps_with_exposed_allreduce
 from traceanalyzer.analysis.comm import step_collectives
 
-NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+
+def test_nccl_not_overlapped_fires_when_exposed():
+    s = Synth()
+    end = busy_loop(s, n=10)
+    s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", end + 2, 2000, stream=20)
+    findings, _ = run(s)
+    f = findings["nccl-not-overlapped"]
+    assert f.impact_ns == 2000 * US
+    assert "allreduce" in f.message and "0% of 2.0 ms of transfers overlapped" in f.message
+    assert f.evidence[0]["stream"] == 20
+
+
+def test_nccl_not_overlapped_quiet_when_hidden_by_compute():
+    s = Synth()
+    busy_loop(s, n=20)
+    s.kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 100, 2000, stream=20)
+    assert "nccl-not-overlapped" not in run(s)[0]
 
 
 def _pre_step_barrier(s: Synth, *, exposed_in_step: float = 0) -> None:
@@ -53,22 +68,11 @@ def test_without_steps_every_collective_counts():
     assert f.impact_ns == 2000 * 1000
 
 
-def _steps_with_exposed_allreduce(s: Synth, durations: list[float]) -> None:
-    """One step per duration: 2 ms of compute, then an all-reduce of that duration beside no
-    compute (exposed), launched with the compute."""
-    t = 0.0
-    for n, dur in enumerate(durations):
-        end = busy_loop(s, n=10, start=t)
-        s.kernel(NCCL, end + 2, dur, launch=t + 1, stream=20)
-        s.step(n, t - 1, end + 2 + dur + 5 - (t - 1))
-        t = end + 2 + dur + 10
-
-
 def test_the_wait_for_other_ranks_is_not_counted():
     # The same all-reduce in three steps: 300 µs of transfer, and in step 0 2.7 ms more waiting
     # for a late rank. Only the transfers are exposed communication.
     s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 300, 300])
+    steps_with_exposed_allreduce(s, [3000, 300, 300])
     f = run(s)[0]["nccl-not-overlapped"]
     assert f.impact_ns == pytest.approx(900 * 1000)
     assert ("Not counted: 2.7 ms the collectives spent waiting for other ranks (2.7 ms of it "
@@ -80,7 +84,7 @@ def test_the_wait_for_other_ranks_is_not_counted():
 def test_a_wait_in_every_step_stays_counted():
     # Nothing shorter to compare with: the estimate errs towards transfer, never towards wait.
     s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 3000, 3000])
+    steps_with_exposed_allreduce(s, [3000, 3000, 3000])
     f = run(s)[0]["nccl-not-overlapped"]
     assert f.impact_ns == pytest.approx(9000 * 1000)
     assert "Not counted: 0.0 ms" in f.message
@@ -105,55 +109,3 @@ def test_other_ranks_bound_the_transfer():
     assert comm["transfer_ns"].to_list() == [200_000, 200_000]
     assert comm["wait_ns"].to_list() == [800_000, 0]
     assert comm["exposed_ns"].to_list() == [200_000, 200_000]
-
-
-def test_the_wait_is_collective_waits_finding():
-    s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 300, 300])
-    findings, _ = run(s)
-    f = findings["collective-wait"]
-    assert f.impact_ns == pytest.approx(2700 * 1000)
-    assert "in 1 collective of 3; the longest wait 2.7 ms (allreduce)" in f.message
-    assert "Their transfers took 300.0 µs" in f.message
-    assert f.evidence[0]["exposed_wait_us"] == pytest.approx(2700)
-
-
-def test_a_wait_beside_compute_is_not_lost():
-    # The same waits, but another stream computes through them: the GPU lost nothing.
-    s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 300, 300])
-    busy_loop(s, n=3, dur=1000, start=2000, stream=9, name="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn")
-    assert "collective-wait" not in run(s)[0]
-
-
-def test_collective_wait_is_quiet_without_anything_to_compare_with():
-    s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 3000, 3000])
-    assert "collective-wait" not in run(s)[0]
-
-
-def test_a_cpu_bound_rank_is_told_the_wait_may_come_from_the_hosts():
-    # The same wait, once on a GPU-bound rank and once on a rank whose GPU also waited for its
-    # host a third of the window (kernels launched only after the GPU ran dry): a rank paced by
-    # its CPU drifts with its host's timing, and the message says so.
-    s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 300, 300])
-    f = run(s)[0]["collective-wait"]
-    assert f.message.endswith("Their transfers took 300.0 µs.")  # nothing about the host
-
-    end = max(row["end_ns"] for row in s.gpu) / 1000
-    for i in range(10):  # 500 µs gaps, each kernel launched 490 µs into its gap
-        start = end + 500 + i * 600
-        s.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", start, 100, launch=start - 10)
-    f = run(s)[0]["collective-wait"]
-    assert f.impact_ns == pytest.approx(2700 * 1000)  # the same wait
-    host_wait = re.search(r"waited for its host (\d+)% of the window: its step is CPU-bound",
-                          f.message)
-    assert host_wait and int(host_wait[1]) > 30
-
-
-def test_the_cpu_bound_threshold_is_a_parameter():
-    s = Synth()
-    _steps_with_exposed_allreduce(s, [3000, 300, 300])
-    f = run(s, **{"collective-wait": {"cpu_bound_host_wait_pct": 0}})[0]["collective-wait"]
-    assert "its step is CPU-bound" in f.message

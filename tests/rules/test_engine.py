@@ -11,23 +11,28 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.paths import REPO
-from tests.test_rules_detectors import Synth, busy_loop, run
+from tests.support.synth import Synth, busy_loop, run
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.cli.rules import rules as rules_group
 from traceanalyzer.errors import RuleError
 from traceanalyzer.findings import severity_of
-from traceanalyzer.rules import RuleConfig, builtin_rules_dir, evaluate, load_config, load_rules
-from traceanalyzer.rules.detectors import all_detectors
+from traceanalyzer.rules import (
+    RuleConfig,
+    builtin_rule_files,
+    builtin_rules_dir,
+    builtin_slugs,
+    evaluate,
+    load_config,
+    load_rules,
+)
+from traceanalyzer.rules.detectors import aliases, all_detectors, builtin_modules
 from traceanalyzer.rules.docs import rules_markdown
 from traceanalyzer.rules.query import bind
 from traceanalyzer.rules.schema import UNITS, render, template_fields
 
-SLUGS = [
-    "gpu-idle-gaps", "hidden-sync", "unfused-elementwise-chain", "nccl-not-overlapped",
-    "launch-overhead-bound", "small-grid", "pageable-memcpy", "sync-memcpy", "fp32-matmul",
-    "odd-matmul-shape", "unfused-attention", "dataloader-stall", "unfused-optimizer",
-    "low-gpu-utilization", "collective-wait", "small-batch-matmul", "gpus-take-turns",
-]
+SLUGS = builtin_slugs()
+#: Test modules of tests/rules/ that are not one rule's.
+GENERAL_TESTS = {"test_engine", "test_builtin_rules", "test_holdout", "test_manifest", "test_public"}
 
 USER_RULE = """\
 slug: long-memset
@@ -66,12 +71,64 @@ def memset_trace() -> Synth:
 # --- the built-in rule set ----------------------------------------------------------------------
 
 
-def test_builtin_rules_are_the_seventeen_with_stable_ids():
+def test_builtin_rules_are_the_rule_files_with_consecutive_ids():
     rules = load_rules([])
-    assert [r.slug for r in rules] == SLUGS
-    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, 18)]
+    assert sorted(r.slug for r in rules) == sorted(SLUGS)
+    assert [r.id for r in rules] == [f"TA{i:03d}" for i in range(1, len(rules) + 1)]
     assert builtin_rules_dir() == REPO / "rules"
-    assert sorted(p.stem for p in (REPO / "rules").glob("*.yaml")) == sorted(SLUGS)
+    assert builtin_rule_files() == sorted((REPO / "rules").glob("*.yaml"))
+    assert [p.stem for p in builtin_rule_files()] == SLUGS  # each file named after its rule
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_each_rule_has_its_detector_and_its_tests_named_after_it(slug):
+    """A new rule cannot skip them: ``rules/<slug>.yaml`` comes with the detector
+    ``traceanalyzer/rules/detectors/<slug_>.py`` and the tests ``tests/rules/test_<slug_>.py``."""
+    name = slug.replace("-", "_")
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    if rule.detector is not None:  # a built-in query rule needs no detector
+        assert rule.detector == name
+        assert (REPO / "traceanalyzer" / "rules" / "detectors" / f"{name}.py").is_file()
+        assert all_detectors()[name].func.__module__ == f"traceanalyzer.rules.detectors.{name}"
+    assert (REPO / "tests" / "rules" / f"test_{name}.py").is_file()
+
+
+def test_every_detector_module_and_rule_test_module_belongs_to_a_rule():
+    names = {slug.replace("-", "_") for slug in SLUGS}
+    assert set(builtin_modules()) <= names
+    tests = {p.stem for p in (REPO / "tests" / "rules").glob("test_*.py")}
+    assert tests - GENERAL_TESTS == {f"test_{name}" for name in names}
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_rule_examples_are_traces_in_the_repository(slug):
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    assert rule.examples_fire and rule.examples_silent, "a rule shows a trace it fires on and one it does not"
+    for example in rule.examples_fire + rule.examples_silent:
+        path = (REPO / example).resolve()
+        assert not Path(example).is_absolute() and path.is_relative_to(REPO), example
+        assert path.is_file(), example
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(aliases().items()) or [("", "")])
+def test_a_user_rule_may_name_a_detector_by_its_earlier_name(tmp_path, old, new):
+    # Detectors took their rules' names; rule files written before keep working.
+    if not old:
+        pytest.skip("no detector has an earlier name")
+    import yaml
+
+    (rule,) = [r for r in load_rules([]) if r.detector == new]
+    data = yaml.safe_load(Path(rule.path).read_text(encoding="utf-8"))
+    data.update(slug=f"my-{rule.slug}", id="USR100", detector=old)
+    write(tmp_path, "mine.yaml", yaml.safe_dump(data, allow_unicode=True))
+    s = Synth()
+    s.step(0, 0, 3000)
+    for i in range(10):  # each kernel launched only after the previous one ended
+        s.kernel("gemm", i * 300 + 10, 100, launch=i * 300 + 2)
+    config = load_config([str(tmp_path)], [], None, use_project_config=False)
+    outcomes = {o.slug: o for o in evaluate(Views(s.trace()), config)[1]}
+    mine, builtin = outcomes[f"my-{rule.slug}"], outcomes[rule.slug]
+    assert (mine.status, mine.reason) == (builtin.status, builtin.reason)
 
 
 @pytest.mark.parametrize("slug", SLUGS)
@@ -204,7 +261,7 @@ BAD_FILES = [
     ("unknown key", yaml_of(serverity="low"), r"field 'serverity': unknown field"),
     ("unknown detector", yaml_of(query=None, detector="no_such_detector"),
      r"field 'detector': unknown detector 'no_such_detector'"),
-    ("both detector and query", yaml_of(detector="idle_gaps"), r"exactly one of"),
+    ("both detector and query", yaml_of(detector="gpu_idle_gaps"), r"exactly one of"),
     ("bad SQL", yaml_of(query="SELEC name FROM gpu"), r"field 'query'"),
     ("unknown column", yaml_of(query="SELECT no_such_column FROM gpu"), r"field 'query': the query does not run"),
     ("unknown table", yaml_of(query="SELECT * FROM secrets"), r"field 'query': the query does not run"),
@@ -389,3 +446,65 @@ def test_a_high_rule_with_a_small_impact_reports_low():
     findings, _ = run(s, **{"nccl-not-overlapped": {"min_exposed_pct": 0}})
     f = findings["nccl-not-overlapped"]
     assert 0 < f.impact_pct < 3 and f.severity == "low"
+
+
+# --- a detector that crashes ---------------------------------------------------------------------
+
+
+def _crash(views, p):
+    raise ZeroDivisionError("float division by zero\nsecond line of the message")
+
+
+@pytest.fixture
+def crashing_small_grid(monkeypatch):
+    """small-grid's detector replaced by one that raises, as a bug in it would."""
+    from dataclasses import replace
+
+    from traceanalyzer.rules.detectors import DETECTORS
+
+    all_detectors()
+    monkeypatch.setitem(DETECTORS, "small_grid", replace(DETECTORS["small_grid"], func=_crash))
+
+
+def test_a_crashing_detector_is_an_error_not_a_verdict(crashing_small_grid):
+    s = Synth()
+    busy_loop(s, n=5)
+    findings, outcomes = evaluate(Views(s.trace()), RuleConfig())
+    by = {o.slug: o for o in outcomes}
+    assert by["small-grid"].status == "error"
+    assert by["small-grid"].reason == "ZeroDivisionError: float division by zero"
+    # the other rules still judge the trace
+    assert by["gpu-idle-gaps"].status == "quiet" and len(outcomes) == len(SLUGS)
+
+
+def test_a_crashing_detector_raises_under_debug(crashing_small_grid, monkeypatch):
+    monkeypatch.setenv("TRACEANALYZER_DEBUG", "1")
+    s = Synth()
+    busy_loop(s, n=5)
+    with pytest.raises(ZeroDivisionError):
+        evaluate(Views(s.trace()), RuleConfig())
+
+
+def test_every_output_shows_a_rule_error_as_the_tools(crashing_small_grid, tmp_path):
+    import json
+
+    from traceanalyzer.cli.main import cli
+    from traceanalyzer.report.jsonout import JSON_SCHEMA, validate
+
+    trace = REPO / "sample_traces" / "torch" / "odd_matmul_shape_bad.json.gz"
+    out = {ext: tmp_path / f"report.{ext}" for ext in ("json", "md", "html")}
+    args = ["analyze", str(trace), "--cache-dir", str(tmp_path / "cache"), "--json",
+            str(out["json"]), "--markdown", str(out["md"]), "--html", str(out["html"])]
+    res = CliRunner().invoke(cli, args + ["--fail-on", "critical"], catch_exceptions=False)
+    assert res.exit_code == 0  # an error is no finding: the exit code is the findings'
+    assert "warning:" in res.stderr and "rule small-grid failed (ZeroDivisionError" in res.stderr
+    assert ("Rule errors (bugs in traceanalyzer, not verdicts on this trace): small-grid "
+            "(ZeroDivisionError: float division by zero)") in res.stdout
+    doc = json.loads(out["json"].read_text())
+    (outcome,) = [o for o in doc["rule_outcomes"] if o["slug"] == "small-grid"]
+    assert outcome["status"] == "error" and validate(doc, JSON_SCHEMA) == []
+    assert "1 rule(s) failed with an error in traceanalyzer" in out["md"].read_text()
+    html = out["html"].read_text()
+    assert 'class="status-error">error in traceanalyzer<' in html
+    # an error may be transient (memory): the result is not cached
+    assert not list((tmp_path / "cache").rglob("result.json"))

@@ -1,0 +1,25 @@
+"""launch-overhead-bound on small synthetic traces."""
+
+from __future__ import annotations
+
+from tests.support.synth import US, Synth, run
+
+
+def test_launch_overhead_bound_fires_on_tiny_kernels_launched_late():
+    s = Synth()
+    s.step(0, 0, 2000)
+    for i in range(60):
+        # 3 µs kernels, each launched 20 µs after the previous one started: the GPU waits
+        s.kernel("vectorized_elementwise_kernel", 10 + i * 25, 3, launch=5 + i * 25)
+    findings, _ = run(s)
+    f = findings["launch-overhead-bound"]
+    assert "1 of 1 step launched 60 kernels" in f.message
+    assert f.impact_ns == 59 * 22 * US
+
+
+def test_launch_overhead_bound_quiet_when_queued_ahead():
+    s = Synth()
+    s.step(0, 0, 2000)
+    for i in range(60):
+        s.kernel("vectorized_elementwise_kernel", 400 + i * 4, 3, launch=5 + i * 5)
+    assert "launch-overhead-bound" not in run(s)[0]

@@ -1,0 +1,112 @@
+"""unfused-attention: attention as GEMM -> softmax -> GEMM, its T x T scores through HBM."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.rules.detectors import Detection, Params, detector
+from traceanalyzer.rules.detectors._common import (
+    NS_PER_US,
+    kernels_of,
+    ms,
+    op_inputs,
+    pct,
+    window_length,
+)
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.views import Views
+
+
+#: Softmax kernels of an unfused attention (fused attention kernels and backward passes are not).
+SOFTMAX_KERNEL = r"(?i)softmax"
+NOT_UNFUSED_SOFTMAX = (
+    r"(?i)flash|fmha|sdpa|attention|attn|backward|bwd|logsoftmax|log_softmax"
+    # softmax_warp_forward<in, out, acc, log2_elements, is_log_softmax, ...>: the loss's log-softmax
+    # (Nsight Systems demangles the arguments as "(int)10, (bool)1")
+    r"|softmax_warp_forward<[^,<>]+,[^,<>]+,[^,<>]+,\s*(\(int\))?\d+,\s*(true|\(bool\)1)"
+)
+#: Operators whose softmax is a loss, not attention.
+LOSS_OP = r"(?i)log_softmax|cross_entropy|nll_loss"
+
+#: GEMM kernels the shared categories may not know yet (cuBLAS's nvjet kernels on Hopper).
+EXTRA_GEMM = r"(?i)^nvjet|gemm|gemv"
+
+
+@detector(
+    params=("max_distance_count", "min_impact_pct"),
+    fields=("pattern_count", "score_ms", "attention_ms", "top_softmax", "seq_len"),
+)
+def unfused_attention(views: Views, p: Params) -> Detection | None:
+    """Attention as GEMM -> softmax -> GEMM on one stream (up to ``max_distance_count`` kernels
+    apart): the T x T scores go through HBM. Impact = the time of the kernels between the two
+    GEMMs (softmax, scale, mask, dropout), which a fused attention kernel does not spend."""
+    kernels = kernels_of(views)
+    if kernels.height == 0:
+        return None
+    keys = ["rank", "device", "stream"]
+    window_k = int(p["max_distance_count"])
+    k = kernels.sort(*keys, "start_ns").with_columns(
+        _idx=pl.int_range(pl.len()).over(keys),
+        _gemm=(pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM),
+        _softmax=pl.col("name").str.contains(SOFTMAX_KERNEL)
+        & ~pl.col("name").str.contains(NOT_UNFUSED_SOFTMAX),
+    )
+    # Index of the nearest GEMM before and after each kernel, on its stream.
+    k = k.with_columns(
+        _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
+        _next_gemm=pl.when("_gemm").then("_idx").shift(-1).backward_fill().over(keys),
+    )
+    ndim = op_inputs(views).select("rank", "external_id", _ndim=pl.col("ndim"))
+    soft = k.filter(
+        "_softmax",
+        pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
+        pl.col("_next_gemm") - pl.col("_idx") <= window_k,
+        ~pl.col("op_name").fill_null("").str.contains(LOSS_OP),
+    ).join(ndim, on=["rank", "external_id"], how="left").filter(
+        # attention scores are [batch, (heads,) T, T]; a 2-D softmax is a classifier's
+        pl.col("_ndim").is_null() | (pl.col("_ndim") >= 3)
+    ).drop("_ndim")
+    if soft.height == 0:
+        return None
+    # The kernels strictly between the two GEMMs work on the materialized scores.
+    spans = soft.select(*keys, pl.col("_prev_gemm").alias("_lo"), pl.col("_next_gemm").alias("_hi"),
+                        pl.col("name").alias("softmax"), pl.col("external_id").alias("_ext"),
+                        pl.col("op_name").alias("op"), "step")
+    members = k.join(spans, on=keys, how="inner").filter(
+        pl.col("_idx") >= pl.col("_lo"), pl.col("_idx") <= pl.col("_hi")
+    )
+    per = members.group_by(*keys, "_lo", "_hi").agg(
+        start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max(),
+        score_ns=pl.col("dur").filter(~pl.col("_gemm")).sum(),
+        total_ns=pl.col("dur").sum(), softmax=pl.col("softmax").first(),
+        op=pl.col("op").first(), step=pl.col("step").first(), _ext=pl.col("_ext").first(),
+    )
+    window = window_length(views)
+    score = int(per["score_ns"].sum() or 0)
+    if not window or pct(score, window) < p["min_impact_pct"]:
+        return None
+    shapes = op_inputs(views).select(
+        "rank", pl.col("external_id").alias("_ext"),
+        pl.col("last_dim").alias("seq_len"),
+    )
+    per = per.join(shapes, on=["rank", "_ext"], how="left").sort("score_ns", descending=True)
+    evidence = per.select(
+        "start_ns", "end_ns", "stream", "step", "softmax", "op", "seq_len",
+        (pl.col("score_ns") / NS_PER_US).alias("score_us"),
+        (pl.col("total_ns") / NS_PER_US).alias("attention_us"),
+    )
+    seq = per["seq_len"].drop_nulls()
+    return Detection(
+        impact_ns=score,
+        fields={
+            "pattern_count": per.height,
+            "score_ms": ms(score),
+            "attention_ms": ms(per["total_ns"].sum()),
+            "top_softmax": per["softmax"][0],
+            "seq_len": int(seq.max()) if seq.len() else None,
+        },
+        evidence=evidence,
+    )
