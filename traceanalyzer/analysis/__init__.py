@@ -25,6 +25,10 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
     """Compute metrics, summaries and (unless ``rules`` is False) rule findings for ``trace``."""
     views = Views(trace)
     metrics = views.metrics
+    window = trace.meta.extra.get("window")
+    kind = window.get("kind", "all") if isinstance(window, dict) else "all"
+    for by_rank in views.metrics_by_rank.values():
+        by_rank.window_kind = kind
     result = AnalysisResult(
         meta=trace.meta,
         metrics=metrics,

@@ -18,6 +18,7 @@ from traceanalyzer.findings import (
     Finding,
     RuleOutcome,
 )
+from traceanalyzer.analysis.window import Window, window_of
 from traceanalyzer.model import TraceMeta
 
 
@@ -31,6 +32,9 @@ class Metrics:
     """
 
     rank: int = 0
+    #: What the window is (analysis.window.Window.kind): "steps" (the steady state), "all",
+    #: "profiler-range", "time" or "selection"; window_start/end_ns bound the GPU span in it.
+    window_kind: str = "all"
     window_start_ns: int | None = None
     window_end_ns: int | None = None
     span_ns: int = 0
@@ -100,6 +104,11 @@ class AnalysisResult:
     rule_outcomes: list[RuleOutcome] = field(default_factory=list)
     #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
     ranks: pl.DataFrame | None = None
+
+    @property
+    def window(self) -> Window | None:
+        """What was judged: captured, analyzed, left out (analysis.window.choose_window)."""
+        return window_of(self.meta.extra)
 
     @property
     def gpus_used(self) -> int:

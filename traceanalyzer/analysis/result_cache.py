@@ -94,11 +94,12 @@ def rules_hash(rules: bool, rule_config: Any) -> str:
     return h.hexdigest()
 
 
-def result_key(content_key: str, *, rules: bool, rule_config: Any, selection: Any = None) -> str:
+def result_key(content_key: str, *, rules: bool, rule_config: Any, selection: Any = None,
+               window: str = "steps") -> str:
     """The entry name for the analysis of the trace with ``content_key`` under these settings."""
     h = hashlib.blake2b(digest_size=20)
     for part in (RESULT_CACHE_VERSION, content_key, code_hash(), rules_hash(rules, rule_config),
-                 _selection_text(selection)):
+                 _selection_text(selection), f"window={window}"):
         h.update(part.encode() + b"\n")
     return h.hexdigest()
 
@@ -123,12 +124,16 @@ class Analyzed:
     cached: bool
 
 
-def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, rule_config: Any = None,
+def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window: str = "steps",
+                 rule_config: Any = None,
                  rules: bool = True, use_cache: bool = True,
                  cache_dir: str | os.PathLike[str] | None = None,
                  trace_processor: str | os.PathLike[str] | None = None,
                  need_trace: bool = False) -> Analyzed:
     """Load, narrow and analyze the trace at ``path``, through both caches when ``use_cache``.
+
+    ``window`` is the analysis window (``steps``, ``all``, ``profiler-range`` or START:END; see
+    analysis.window.choose_window); an explicit ``selection`` takes precedence over it.
 
     ``need_trace`` also loads the trace on a cache hit (``--annotate`` needs its events).
     """
@@ -138,11 +143,9 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, rule_co
     def read() -> Trace:
         trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
                      trace_processor=trace_processor)
-        if selection is not None:
-            from traceanalyzer.analysis.window import narrow
+        from traceanalyzer.analysis.window import choose_window
 
-            trace = narrow(trace, selection)
-        return trace
+        return choose_window(trace, window, selection)
 
     fmt = sniff(path)  # a missing or unreadable file fails here, as without the cache
     entry = None
@@ -151,7 +154,7 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, rule_co
     if use_cache and not external:  # an external reader's output is not what the key names
         try:
             key = result_key(content_key(path), rules=rules, rule_config=rule_config,
-                             selection=selection)
+                             selection=selection, window=window)
             root = Path(cache_dir) if cache_dir else default_cache_dir(path)
             entry = root / RESULTS_DIR / key
         except OSError:

@@ -173,6 +173,8 @@ class Window:
     #: were compared with.
     warmup: list[dict[str, int]] = field(default_factory=list)
     median_step_ns: int | None = None
+    #: CPU start of the first step found (warm-up included): start-up ends there.
+    first_step_start_ns: int | None = None
     #: The analyzed steps' time on the headline rank (their wall-clock durations added up).
     steps_ns: int | None = None
     #: Why the window is not the one asked for ("no steps found"), or "".
@@ -194,10 +196,11 @@ class Window:
 
     @property
     def before_ns(self) -> int:
-        """Captured time before the window."""
-        if self.start_ns is None or self.captured_start_ns is None:
+        """Captured time before the window (before its first step, warm-up steps included)."""
+        start = self.first_step_start_ns if self.first_step_start_ns is not None else self.start_ns
+        if start is None or self.captured_start_ns is None:
             return 0
-        return max(0, self.start_ns - self.captured_start_ns)
+        return max(0, start - self.captured_start_ns)
 
     @property
     def after_ns(self) -> int:
@@ -221,7 +224,8 @@ class Window:
             left.append(f"{fmt_ns(self.before_ns)} {before}")
         if self.warmup:
             steps = _step_list([w["step"] for w in self.warmup])
-            left.append(f"{steps} as warm-up (over {WARMUP_FACTOR:g}x the median step)")
+            took = fmt_ns(sum(w["duration_ns"] for w in self.warmup))
+            left.append(f"{steps} ({took}) as warm-up, over {WARMUP_FACTOR:g}x the median step")
         if self.after_ns > 0:
             left.append(f"{fmt_ns(self.after_ns)} after the last step" if self.kind == "steps"
                         else f"{fmt_ns(self.after_ns)} after it")
@@ -314,9 +318,11 @@ def choose_window(trace: Trace, requested: str = "steps",
             kept, warmup, median = _steady_steps(steps)
             bounds = kept.group_by("rank").agg(lo=pl.col("start_ns").min(),
                                                hi=pl.col("wall_end_ns").max())
+            first = steps.group_by("rank").agg(lo=pl.col("start_ns").min())
             window.warmup = warmup
             window.median_step_ns = median
-            window.startup = start_up(views, bounds, meta.rank)
+            window.startup = start_up(views, first, meta.rank)
+            window.first_step_start_ns = int(first["lo"].min())
             trace = narrow_to(trace, bounds)
             _fill_steps(window, views, kept)
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())
