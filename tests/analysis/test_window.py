@@ -1,0 +1,106 @@
+"""The analysis window: the steady state by default, what it leaves out, and the other kinds."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.support.kineto_builder import KinetoBuilder
+from tests.support.paths import SAMPLES
+from traceanalyzer.analysis import analyze_trace
+from traceanalyzer.analysis.window import choose_window, parse_window, window_of
+from traceanalyzer.errors import UsageError
+from traceanalyzer.ingest import read_any
+
+PROGRAMS = SAMPLES / "programs"
+EXPECTED = yaml.safe_load((PROGRAMS / "expected.yaml").read_text())
+CASES = [(name, trace) for name, prog in EXPECTED["programs"].items() for trace in prog["traces"]]
+
+
+def _analyzed(path, window="steps"):
+    trace = choose_window(read_any(path), window)
+    return analyze_trace(trace, rules=False), window_of(trace.meta.extra)
+
+
+@pytest.mark.parametrize(("program", "trace"), CASES)
+def test_every_recording_of_a_program_agrees_on_the_steady_state(program, trace):
+    expected = EXPECTED["programs"][program]
+    result, window = _analyzed(PROGRAMS / trace)
+    m = result.metrics
+    assert window.kind == "steps" and m.window_kind == "steps"
+    assert abs(m.busy_pct - expected["busy_pct"]) <= EXPECTED["busy_points"]
+    assert m.step_time_p50_ns / 1e6 == pytest.approx(expected["step_ms"],
+                                                    rel=EXPECTED["step_tolerance"])
+
+
+@pytest.mark.parametrize("program", EXPECTED["programs"])
+def test_whole_process_capture_is_judged_on_its_steps(program):
+    expected = EXPECTED["programs"][program]
+    path = PROGRAMS / "nsys" / f"{program}_whole.sqlite"
+    whole, _ = _analyzed(path, "all")
+    assert whole.metrics.busy_pct < expected["busy_pct"] - 50  # start-up dominates the capture
+    result, window = _analyzed(path)
+    assert window.step_label == expected["step_label"]
+    assert [w["step"] for w in window.warmup] == expected["warmup"]
+    assert window.before_ns > 4e9  # seconds of start-up, left out
+    text = window.describe()
+    assert "start-up before the first step" in text and "as warm-up" in text
+    assert f"steps {window.first_step}-{window.last_step}" in text
+    assert result.steps["step"].to_list() == list(range(1, 8))
+
+
+def test_capture_range_and_profiler_schedule_leave_little_out():
+    _, window = _analyzed(PROGRAMS / "torch" / "gpt_bf16_torch.json.gz")
+    assert window.warmup == []  # the schedule's warm-up is not in the trace
+    assert window.before_ns < 1e6
+
+
+def test_window_all_keeps_everything_and_says_so():
+    path = PROGRAMS / "nsys" / "gpt_bf16_whole.sqlite"
+    result, window = _analyzed(path, "all")
+    assert window.kind == "all" and result.metrics.window_kind == "all"
+    assert window.describe().endswith("analyzed all of it.")
+    assert result.metrics.step_count == 8
+
+
+def test_a_trace_without_steps_falls_back_to_the_whole_capture(tmp_path):
+    b = KinetoBuilder()
+    b.launch("gemm", 10, 5, 20, 100)
+    b.launch("relu", 200, 5, 210, 10)
+    result, window = _analyzed(b.write(tmp_path / "t.json"))
+    assert window.kind == "all" and window.reason == "no steps found"
+    assert "no steps found" in window.describe()
+
+
+def test_time_window_and_profiler_range():
+    path = PROGRAMS / "nsys" / "gpt_bf16_whole.sqlite"
+    _, window = _analyzed(path, "9s:9.5s")
+    assert window.kind == "time" and window.analyzed_ns <= 0.5e9 + 1e8
+    # The whole-process capture has no cudaProfilerStart: the capture is the range.
+    _, window = _analyzed(path, "profiler-range")
+    assert window.kind == "profiler-range" and "no cudaProfilerStart" in window.reason
+    _, window = _analyzed(PROGRAMS / "nsys" / "gpt_bf16_range.sqlite", "profiler-range")
+    assert window.kind == "profiler-range"
+
+
+def test_warm_up_steps_and_gpu_work_launched_before_the_window(tmp_path):
+    b = KinetoBuilder()
+    # step 0 is slow (autotuning); its last kernel runs into step 1's time
+    b.step(0, 0, 5000)
+    b.launch("autotune", 10, 5, 20, 4000)
+    b.launch("tail", 4990, 5, 5000, 1500)
+    for i in range(1, 5):
+        t0 = 5000 + (i - 1) * 1000
+        b.step(i, t0, 990)
+        b.launch("gemm", t0 + 10, 5, max(t0 + 20, 6510), 500)
+    result, window = _analyzed(b.write(tmp_path / "t.json"))
+    assert [w["step"] for w in window.warmup] == [0]
+    assert result.steps["step"].to_list() == [1, 2, 3, 4]
+    kernels = result.kernels["name"].to_list()
+    assert "tail" not in kernels and "autotune" not in kernels  # launched in the warm-up
+
+
+@pytest.mark.parametrize("text", ["sometimes", "1:", "steps,all"])
+def test_bad_window_is_a_usage_error(text):
+    with pytest.raises(UsageError):
+        parse_window(text)
