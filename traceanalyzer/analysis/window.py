@@ -140,6 +140,8 @@ def _within(frame: pl.DataFrame, name: str, lo: int, hi: int) -> pl.DataFrame:
 WINDOW_CHOICES = ("steps", "all", "profiler-range")
 #: A leading step slower than this multiple of the median step is warm-up (docs/metrics.md).
 WARMUP_FACTOR = 1.5
+#: Fewer steps than this on a rank give no median to judge warm-up by: all are kept.
+MIN_STEPS_FOR_WARMUP = 3
 #: A later step slower than this multiple of the median is named as an outlier.
 OUTLIER_FACTOR = 1.5
 PROFILER_START, PROFILER_STOP = r"^cu(da)?ProfilerStart", r"^cu(da)?ProfilerStop"
@@ -333,7 +335,8 @@ def choose_window(trace: Trace, requested: str = "steps",
 
 
 def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
-    """Steps without the leading warm-up ones (slower than WARMUP_FACTOR x the rank's median),
+    """Steps without the leading warm-up ones (slower than WARMUP_FACTOR x the rank's median,
+    on ranks with at least MIN_STEPS_FOR_WARMUP steps),
     the warm-up steps of the lowest rank, and that rank's median step time."""
     timed = steps.sort("rank", "start_ns").with_columns(
         duration_ns=pl.col("wall_end_ns") - pl.col("wall_start_ns"))
@@ -342,7 +345,8 @@ def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int
     timed = timed.with_columns(
         # A step is warm-up while every step before it on its rank was too; one step stays.
         warmup=(slow.not_().cum_sum().over("rank") == 0)
-        & (pl.int_range(pl.len()).over("rank") < pl.len().over("rank") - 1))
+        & (pl.int_range(pl.len()).over("rank") < pl.len().over("rank") - 1)
+        & (pl.len().over("rank") >= MIN_STEPS_FOR_WARMUP))
     kept = timed.filter(~pl.col("warmup"))
     first_rank = timed["rank"].min()
     mine = timed.filter(pl.col("rank") == first_rank)
