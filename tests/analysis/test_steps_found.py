@@ -95,3 +95,13 @@ def test_a_cuda_graph_capture_is_not_a_loop(tmp_path):
 
     views = Views(read_any(SAMPLES / "programs" / "torch" / "cudagraph_capture.json.gz"))
     assert views.cpu_steps.is_empty()
+
+
+def test_serving_iterations_named_by_their_batch(tmp_path):
+    b = KinetoBuilder()
+    names = [f"execute_{n}_context_{c}(sq{n}sk{c}sqsq{n})" for n, c in
+             [(32, 0), (1, 32), (1, 33), (1, 34)]]
+    _loop(b, names)
+    views = _steps(tmp_path, b)
+    assert views.step_source == "range" and views.step_label == "execute_#_context_#"
+    assert views.cpu_steps["step"].to_list() == [0, 1, 2, 3]

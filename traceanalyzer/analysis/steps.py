@@ -5,8 +5,8 @@ Steps come, in order of preference, from
 1. PyTorch's ``ProfilerStep#N`` ranges;
 2. NVTX or user ranges that repeat under one name once their number is taken out (``step 12``,
    ``step_12``, ``iter 3``, ``Iteration 5``, ``train_step[7]``, ``batch 40``) or without a number
-   (``train_step``), and the per-iteration ranges of serving loops (vLLM's ``execute_model``,
-   SGLang's batch runs); where several such names repeat, the outermost (the one covering the
+   (``train_step``), and the per-iteration ranges of serving loops (vLLM's ``execute_model`` and
+   ``execute_<tokens>_context_<n>(...)``, SGLang's batch runs); where several such names repeat, the outermost (the one covering the
    most time) is the step;
 3. else, what the GPU does: a sequence of kernels that repeats (a kernel that recurs every N
    kernels, N the largest such period) is taken as a step, and the steps say they were inferred.
@@ -27,8 +27,8 @@ STEP_NAME_PATTERN = (r"(?i)^[^a-z]*((train|training|eval|inference|decode|prefil
                      r"test|micro)[_ ]?)?(profilerstep|step|iteration|iter|batch|microbatch)"
                      r"[^a-z]*$")
 #: Per-iteration ranges of serving loops, which carry no number.
-SERVING_PATTERN = (r"(?i)^(execute_model|model_runner[._ ]forward|forward_batch_generation|"
-                   r"run_batch|llm_engine[._ ]step|engine[._ ]step)$")
+SERVING_PATTERN = (r"(?i)^(execute_model|execute_#_context_#|model_runner[._ ]forward|"
+                   r"forward_batch_generation|run_batch|llm_engine[._ ]step|engine[._ ]step)$")
 
 STEPS_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "name": pl.String,
                 "start_ns": pl.Int64, "end_ns": pl.Int64}
@@ -78,11 +78,16 @@ def _repeating_ranges(ann: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     candidates = (
         ann.filter(pl.col("kind").is_in(["user", "nvtx"]), pl.col("end_ns") > pl.col("start_ns"))
         .with_columns(
-            template=name.str.replace(r"\d+(\D*)$", "#${1}").str.strip_chars(),
-            number=name.str.extract(r"(\d+)\D*$", 1).cast(pl.Int64, strict=False),
+            # Every number out, and a serving iteration's batch description after its name.
+            template=name.str.replace_all(r"\d+", "#").str.strip_chars()
+            .str.replace(r"^(execute_#_context_#).*$", "${1}"),
+            # The step's number, where the name holds exactly one.
+            number=pl.when(name.str.count_matches(r"\d+") == 1)
+            .then(name.str.extract(r"(\d+)", 1).cast(pl.Int64, strict=False)),
         )
         .filter(
-            pl.col("template").str.contains(STEP_NAME_PATTERN) | name.str.contains(SERVING_PATTERN)
+            pl.col("template").str.contains(STEP_NAME_PATTERN)
+            | pl.col("template").str.contains(SERVING_PATTERN)
         )
     )
     if candidates.is_empty():
