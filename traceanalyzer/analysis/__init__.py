@@ -15,6 +15,7 @@ from traceanalyzer.analysis.idle import idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.analysis.views import Views
+from traceanalyzer.analysis.window import OUTLIER_FACTOR
 from traceanalyzer.model import Trace
 
 #: Buckets of the utilization-over-time chart.
@@ -48,13 +49,15 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
 
 
 def step_breakdown(views: Views) -> pl.DataFrame:
-    """Per step, over its wall-clock range: duration, GPU busy and idle by cause, and the kernels
-    launched in it."""
+    """Per step, over its wall-clock range: duration, GPU busy and idle by cause, the kernels and
+    all GPU activities (kernels, copies, memsets) launched in it, and whether it is an outlier
+    (slower than OUTLIER_FACTOR x its rank's median step)."""
     steps = views.wall_steps
     schema = {"rank": pl.Int32, "step": pl.Int64, "name": pl.String, "start_ns": pl.Int64,
               "end_ns": pl.Int64, "duration_ns": pl.Int64, "busy_ns": pl.Int64,
               "idle_ns": pl.Int64, "idle_host_wait_ns": pl.Int64, "idle_kernel_wait_ns": pl.Int64,
-              "idle_other_ns": pl.Int64, "kernel_count": pl.Int64}
+              "idle_other_ns": pl.Int64, "kernel_count": pl.Int64, "launch_count": pl.Int64,
+              "outlier": pl.Boolean}
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     rows = []
@@ -71,9 +74,9 @@ def step_breakdown(views: Views) -> pl.DataFrame:
         .agg(idle_by_cause())
     )
     kernels = (
-        views.launches.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null())
+        views.launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
-        .agg(kernel_count=pl.len())
+        .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )
     return (
         frame.join(gaps, on=["rank", "step"], how="left")
@@ -83,6 +86,10 @@ def step_breakdown(views: Views) -> pl.DataFrame:
             idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),
         )
         .fill_null(0)
+        # A step much slower than its rank's median (a data-loader hiccup, a checkpoint, a
+        # recompilation) is named; docs/metrics.md, "The analysis window".
+        .with_columns(outlier=pl.col("duration_ns")
+                      > OUTLIER_FACTOR * pl.col("duration_ns").median().over("rank"))
         .select(list(schema))
         .cast(schema)
         .sort("rank", "step")

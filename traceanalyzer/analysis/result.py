@@ -86,7 +86,7 @@ class AnalysisResult:
     meta: TraceMeta
     metrics: Metrics
     #: One row per step: step, name, start_ns, end_ns, duration_ns, busy_ns, idle_ns,
-    #: idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, kernel_count.
+    #: idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, kernel_count, launch_count, outlier.
     steps: pl.DataFrame
     #: One row per kernel name: name, category, instances, total_ns, mean_ns, median_ns,
     #: min_ns, max_ns, stddev_ns, pct_gpu_time.
