@@ -32,7 +32,7 @@ def job(inputs: tuple[str, ...], json_path: Path | None, html_path: Path | None,
     distributed job: per-rank metrics side by side, straggler ranks, collective skew and exposed
     communication per rank."""
     from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
-    from traceanalyzer.batch import expand_inputs
+    from traceanalyzer.batch.inputs import expand_inputs
 
     paths = expand_inputs(inputs)
     trace = load_job(paths, use_cache=use_cache, cache_dir=cache_dir)

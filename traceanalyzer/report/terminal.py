@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from traceanalyzer.analysis.job import JobResult
     from traceanalyzer.analysis.result import AnalysisResult
-    from traceanalyzer.batch import BatchResult
+    from traceanalyzer.batch.run import BatchResult
 
 
 def safe(text: object, limit: int | None = None) -> str:
