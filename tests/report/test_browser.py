@@ -11,7 +11,13 @@ import pytest
 
 from tests.support.cdp import Browser, find_browser
 from tests.support.paths import REPO
-from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
+from tests.support.report_fixtures import (
+    HOSTILE,
+    hostile_trace_and_result,
+    huge_trace_and_result,
+    make_result,
+    make_trace,
+)
 from traceanalyzer.report.html import write_html
 
 pytestmark = pytest.mark.browser
@@ -172,9 +178,7 @@ def test_public_trace_reports_render(browser, tmp_path, path):
 
 
 def test_huge_report_renders(browser, tmp_path):
-    from tests.test_report_html import _huge
-
-    trace, result = _huge()
+    trace, result = huge_trace_and_result()
     report = tmp_path / "huge.html"
     write_html(result, report, trace)
     browser.open(report)
