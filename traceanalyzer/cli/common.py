@@ -1,4 +1,4 @@
-"""Options shared by commands (the terminal output itself is :mod:`traceanalyzer.report.terminal`)."""
+"""Options shared by commands; what they print is :mod:`traceanalyzer.report.terminal`."""
 
 from __future__ import annotations
 

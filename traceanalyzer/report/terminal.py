@@ -9,7 +9,7 @@ so a hostile name cannot send escape sequences to the terminal.
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import polars as pl
@@ -193,9 +193,10 @@ def render_job(result: JobResult, top: int = 5) -> str:
     coll = result.collectives
     if coll.height:
         skew = coll["skew_ns"]
+        mean, p50, most = (cast("float | None", v)
+                           for v in (skew.mean(), skew.median(), skew.max()))
         lines += ["", f"Collective skew over {coll.height} matched collectives: "
-                      f"mean {fmt_ns(skew.mean())}, p50 {fmt_ns(skew.median())}, "
-                      f"max {fmt_ns(skew.max())}"]
+                      f"mean {fmt_ns(mean)}, p50 {fmt_ns(p50)}, max {fmt_ns(most)}"]
         worst = coll.sort(["skew_ns", "first_start_ns"], descending=[True, False]).head(top)
         wrows = [["-" if w["step"] is None else str(w["step"]), safe(w["name"], 60),
                   str(w["ordinal"]), fmt_ns(w["skew_ns"]), str(w["latest_rank"])]
