@@ -66,6 +66,11 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
                             trace_processor=trace_processor, need_trace=annotate_path is not None)
         result = done.result
         click.echo(render_summary(result, top=top))
+        for o in result.rule_outcomes:
+            if o.status == "error":  # a bug, not a verdict: say so where scripts look
+                click.echo(f"warning: {safe(path)}: rule {o.slug} failed ({safe(o.reason)}) and "
+                           "gave no verdict; please report it (TRACEANALYZER_DEBUG=1 shows the "
+                           "traceback)", err=True)
         _write_outputs(result, done.trace, path, json_path, html_path, markdown_path,
                        annotate_path, timeline=done.timeline)
         for finding in result.findings:

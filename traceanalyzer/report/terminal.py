@@ -137,6 +137,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
     if skipped:
         lines.append("Not applicable: " + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in skipped))
+    errors = [o for o in result.rule_outcomes if o.status == "error"]
+    if errors:
+        lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
+                     + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
     return "\n".join(lines)
 
 
