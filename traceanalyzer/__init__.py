@@ -12,24 +12,55 @@ Polars, and the CLI starts faster.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.result import AnalysisResult
+    from traceanalyzer.model import Trace
+    from traceanalyzer.rules import RuleConfig
 
 __version__ = "0.1.0"
 
 
-def load(path: Any, **kwargs: Any) -> Any:
-    """Read a trace of any supported format into a canonical :class:`~traceanalyzer.model.Trace`."""
+def load(
+    path: str | os.PathLike[str],
+    *,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    trace_processor: str | os.PathLike[str] | None = None,
+) -> Trace:
+    """Read a trace of any supported format (Kineto JSON, Nsight Systems SQLite or ``.nsys-rep``,
+    Perfetto) into a canonical :class:`~traceanalyzer.model.Trace`.
+
+    ``use_cache`` reads and fills the Parquet cache of ingested frames (in ``cache_dir``, by
+    default ``.traceanalyzer-cache`` beside the trace or the user cache folder).
+    ``trace_processor`` names a Perfetto ``trace_processor_shell`` to read Perfetto traces with
+    (such reads bypass the cache). See :func:`traceanalyzer.ingest.load`.
+    """
     from traceanalyzer.ingest import load as _load
 
-    return _load(path, **kwargs)
+    return _load(path, use_cache=use_cache, cache_dir=cache_dir, trace_processor=trace_processor)
 
 
-def analyze(path: Any, **kwargs: Any) -> Any:
-    """Load ``path`` and analyze it; see :func:`traceanalyzer.analysis.analyze_trace`."""
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    rule_config: RuleConfig | None = None,
+    rules: bool = True,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    trace_processor: str | os.PathLike[str] | None = None,
+) -> AnalysisResult:
+    """Load the trace at ``path`` (as :func:`load` does) and analyze it: metrics, summaries and,
+    unless ``rules`` is False, the findings of the rules in ``rule_config`` (by default the
+    built-in rules; :func:`traceanalyzer.rules.load_config` makes one). See
+    :func:`traceanalyzer.analysis.analyze_trace`.
+    """
     from traceanalyzer.analysis import analyze_trace
 
-    load_kwargs = {k: kwargs.pop(k) for k in ("use_cache", "cache_dir") if k in kwargs}
-    return analyze_trace(load(path, **load_kwargs), **kwargs)
+    trace = load(path, use_cache=use_cache, cache_dir=cache_dir, trace_processor=trace_processor)
+    return analyze_trace(trace, rule_config=rule_config, rules=rules)
 
 
 __all__ = ["__version__", "analyze", "load"]

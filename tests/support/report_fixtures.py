@@ -220,3 +220,46 @@ def hostile_trace_and_result() -> tuple[Trace, AnalysisResult]:
     result = make_result(trace, extra_findings=[extra])
     result.rule_outcomes.append(RuleOutcome("evil<script>", "TA<b>9", "not_applicable", HOSTILE[7]))
     return trace, result
+
+
+def huge_trace_and_result(n_kernels: int = 400_000, n_names: int = 20_000,
+                          n_steps: int = 2_000) -> tuple[Trace, AnalysisResult]:
+    """A trace and result far past every report limit (kernels, names, steps, evidence rows)."""
+    base = 1_000_000_000_000
+    idx = pl.int_range(0, n_kernels, eager=True)
+    gpu = pl.DataFrame({
+        "rank": pl.repeat(0, n_kernels, eager=True),
+        "device": (idx % 2).cast(pl.Int32),
+        "stream": (idx % 8) + 7,
+        "kind": pl.repeat("kernel", n_kernels, eager=True),
+        "name": ("kernel_" + (idx % n_names).cast(pl.String) + "_" + "x" * 200),
+        "category": pl.repeat("gemm", n_kernels, eager=True),
+        "start_ns": base + idx * 1_000,
+        "end_ns": base + idx * 1_000 + 900,
+    })
+    meta = make_trace().meta
+    trace = Trace(meta=meta, gpu=conform(gpu, "gpu"), cpu=conform(pl.DataFrame(), "cpu"),
+                  annotations=conform(pl.DataFrame(), "annotations"),
+                  syncs=conform(pl.DataFrame(), "syncs"), counters=conform(pl.DataFrame(), "counters"))
+    r = make_result(make_trace())
+    step_ns = n_kernels * 1_000 // n_steps
+    r.steps = pl.DataFrame({"step": range(n_steps), "name": [f"ProfilerStep#{i}" for i in
+                                                             range(n_steps)],
+                            "start_ns": [base + i * step_ns for i in range(n_steps)],
+                            "end_ns": [base + (i + 1) * step_ns for i in range(n_steps)],
+                            "duration_ns": [step_ns] * n_steps, "busy_ns": [step_ns // 2] * n_steps,
+                            "idle_ns": [step_ns // 2] * n_steps,
+                            "idle_host_wait_ns": [step_ns // 4] * n_steps,
+                            "idle_kernel_wait_ns": [step_ns // 8] * n_steps,
+                            "idle_other_ns": [step_ns // 8] * n_steps, "kernel_count": [200] * n_steps})
+    r.kernels = gpu.group_by("name").agg(instances=pl.len(), total_ns=pl.len() * 900).with_columns(
+        category=pl.lit("gemm"), mean_ns=pl.lit(900.0), pct_gpu_time=pl.lit(0.005))
+    r.utilization = pl.DataFrame({"bucket_start_ns": [base + i * 4_000 for i in range(100_000)],
+                                  "bucket_end_ns": [base + (i + 1) * 4_000 for i in range(100_000)],
+                                  "busy_pct": [float(i % 100) for i in range(100_000)]})
+    r.metrics.window_start_ns = base
+    ev = [{"start_ns": base + i * 1_000, "end_ns": base + i * 1_000 + 100, "stream": 7,
+           "kernel": "y" * 300} for i in range(2_000)]
+    r.findings = [Finding(f"rule-{j}", f"TA{j:03d}", "medium", "t", "m", "f", 10 - j, 1.0,
+                          evidence=ev) for j in range(8)]
+    return trace, r

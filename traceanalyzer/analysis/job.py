@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,7 +167,7 @@ def _renumber(frame: pl.DataFrame, rank_map: dict[int, int], shift: int) -> pl.D
     return frame.with_columns(exprs)
 
 
-def load_job(paths: list[str | os.PathLike[str]], *, use_cache: bool = True,
+def load_job(paths: Sequence[str | os.PathLike[str]], *, use_cache: bool = True,
              cache_dir: str | os.PathLike[str] | None = None) -> Trace:
     """Read each per-rank trace and combine them."""
     from traceanalyzer.ingest import load

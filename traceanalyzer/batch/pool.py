@@ -151,9 +151,10 @@ class PoolRunner:
                                              "(out of memory or processes?)") from None
             while (todo or inflight) and not broken:
                 # One task queued behind each running one, so a worker starts its next trace
-                # while the parent is still writing the last one's reports (small traces take
-                # ~0.1 s, and that round trip left the workers idle). A broken pool makes the
-                # queued tasks suspects too; the isolation round clears them.
+                # while the parent is still writing the last one's reports: a small trace takes
+                # about as long as that round trip (bench/NOTES.md, "Batch: 2 workers vs 1").
+                # A broken pool makes the queued tasks suspects too; the isolation round clears
+                # them.
                 while todo and len(inflight) < workers * _QUEUED_PER_WORKER:
                     index = todo.popleft()
                     path, prior = self.tasks[index]

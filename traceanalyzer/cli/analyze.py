@@ -7,18 +7,11 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import (
-    cache_options,
-    fmt_ns,
-    fmt_pct,
-    report_options,
-    safe,
-    table,
-    trace_processor_option,
-)
+from traceanalyzer.cli.common import cache_options, report_options, trace_processor_option
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
 from traceanalyzer.findings import SEVERITIES, severity_rank
+from traceanalyzer.report.terminal import render_summary, safe
 
 
 @click.command()
@@ -108,81 +101,3 @@ def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
     for out in (json_path, html_path, markdown_path, annotate_path):
         if out:
             click.echo(f"wrote {safe(out)}")
-
-
-def render_summary(result: Any, top: int = 10) -> str:
-    """The terminal summary of one analysis."""
-    m, meta = result.metrics, result.meta
-    lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    devices = ", ".join(safe(d.name or f"device {d.id}") for d in meta.devices[:1])
-    if devices:
-        lines.append(f"   device: {devices}" + (f" (+{len(meta.devices) - 1} more)"
-                                                  if len(meta.devices) > 1 else ""))
-    for warning in meta.warnings:
-        lines.append(f"   warning: {safe(warning)}")
-    idle = m.idle_ns or 0
-    rows = [
-        ["GPU span", fmt_ns(m.span_ns), ""],
-        ["GPU busy" + (f" ({result.gpus_note})" if result.gpus_note else ""), fmt_ns(m.busy_ns),
-         fmt_pct(m.busy_pct)],
-        ["GPU idle", fmt_ns(idle), fmt_pct(100 * idle / m.span_ns if m.span_ns else None)],
-        ["  host wait", fmt_ns(m.idle_host_wait_ns), _share(m.idle_host_wait_ns, m.span_ns)],
-        ["  kernel wait", fmt_ns(m.idle_kernel_wait_ns), _share(m.idle_kernel_wait_ns, m.span_ns)],
-        ["  other", fmt_ns(m.idle_other_ns), _share(m.idle_other_ns, m.span_ns)],
-        ["compute", fmt_ns(m.compute_ns), _share(m.compute_ns, m.span_ns)],
-        ["communication", fmt_ns(m.communication_ns), _share(m.communication_ns, m.span_ns)],
-        ["  exposed", fmt_ns(m.exposed_communication_ns),
-         _share(m.exposed_communication_ns, m.span_ns)],
-        ["memcpy/memset", fmt_ns(m.memory_ns), _share(m.memory_ns, m.span_ns)],
-        ["kernels", str(m.kernel_count), ""],
-    ]
-    if m.step_count:
-        rows += [
-            ["steps", str(m.step_count), ""],
-            ["step time mean/p50/p95",
-             f"{fmt_ns(m.step_time_mean_ns)} / {fmt_ns(m.step_time_p50_ns)} / "
-             f"{fmt_ns(m.step_time_p95_ns)}", ""],
-            ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
-        ]
-    if m.launch_delay_mean_ns is not None:
-        rows.append(["launch delay mean/p95",
-                     f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])
-    if m.launch_overhead_pct is not None:
-        rows.append(["launch API time", "", fmt_pct(m.launch_overhead_pct)])
-    lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
-    if not result.kernels.is_empty():
-        krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
-                  fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
-                 for r in result.kernels.head(top).iter_rows(named=True)]
-        lines += ["", f"Top {min(top, result.kernels.height)} kernels of {result.kernels.height}:",
-                  table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
-                        right={2, 3, 4, 5})]
-    lines.append("")
-    if result.findings:
-        lines.append(f"Findings ({len(result.findings)}, by impact):")
-        for f in result.findings:
-            lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
-            lines.append(f"      impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window); "
-                         f"fix: {safe(_first_sentence(f.fix))}")
-        lines += [f"  Note: {note}" for note in result.notes()]
-    elif result.rule_outcomes:
-        lines.append("Findings: none.")
-    skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
-    if skipped:
-        lines.append("Not applicable: " + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in skipped))
-    errors = [o for o in result.rule_outcomes if o.status == "error"]
-    if errors:
-        lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
-                     + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
-    return "\n".join(lines)
-
-
-def _first_sentence(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    end = flat.find(". ")
-    flat = flat[: end + 1] if end != -1 else flat
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def _share(part: int | None, whole: int) -> str:
-    return fmt_pct(100.0 * part / whole) if whole and part is not None else "-"

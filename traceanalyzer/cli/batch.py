@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, safe
+from traceanalyzer.cli.common import cache_options
 from traceanalyzer.cli.rules import rule_options
 
 
@@ -54,15 +54,8 @@ def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_addr
                        cache_dir=cache_dir, timeout_s=timeout_s, job=as_job,
                        progress=not quiet and sys.stderr.isatty())
     if not quiet:
-        total = result.analyzed + result.skipped + result.failed
-        click.echo(f"{total} traces: {result.analyzed} analyzed, {result.skipped} up to date, "
-                   f"{result.failed} failed in {result.seconds:.1f} s")
-        for error in result.errors:
-            click.echo(f"  failed: {safe(error)}")
-        if result.job is not None:
-            from traceanalyzer.cli.job import render_job
+        from traceanalyzer.report.terminal import render_batch
 
-            click.echo(render_job(result.job))
-        click.echo(f"wrote {safe(result.out_dir / 'index.html')}")
+        click.echo(render_batch(result))
     if fail_on_error and result.failed:
         raise SystemExit(2)

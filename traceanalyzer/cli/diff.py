@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, report_options, safe
+from traceanalyzer.cli.common import cache_options, report_options
 from traceanalyzer.cli.rules import rule_options
+from traceanalyzer.report.terminal import safe
 
 
 @click.command()

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import safe, table
+from traceanalyzer.report.terminal import render_rules, safe
 
 
 def rule_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,11 +67,7 @@ def list_rules(as_json: bool, rule_config: Any) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return
-    click.echo(table(
-        [[r["id"], safe(r["slug"]), r["severity"], "on" if r["enabled"] else "off",
-          safe(r["title"], 70)] for r in rows],
-        ["id", "slug", "severity", "state", "title"],
-    ))
+    click.echo(render_rules(rows))
 
 
 @rules.command("show")

@@ -34,6 +34,7 @@ from traceanalyzer.report._common import (
 )
 from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, meta_dict
 from traceanalyzer.report.markdown import md_escape
+from traceanalyzer.report.terminal import table
 
 TOP_KERNELS = 25
 
@@ -256,8 +257,6 @@ def _fdelta(d: FindingDelta) -> str:
 
 
 def render_terminal(diff: DiffResult, top: int = 10) -> str:
-    from traceanalyzer.cli.common import table
-
     lines = [f"before: {terminal_safe(diff.before.path)}",
              f"after:  {terminal_safe(diff.after.path)}", ""]
     rows = [[m.label, _val(m.unit, m.before), _val(m.unit, m.after),

@@ -1,5 +1,6 @@
 """Generated inputs and the properties every input must satisfy, shared by the Hypothesis tests in
-CI (tests/test_reliability_fuzz.py) and the long fuzzing sessions (tests/fuzz/fuzz_ingest.py).
+CI (tests/reliability/test_fuzz.py) and the long fuzzing sessions
+(tests/reliability/fuzz/fuzz_ingest.py).
 
 Properties, checked on every generated input after ``ingest.load(use_cache=False)`` and
 ``analysis.analyze_trace``:
@@ -29,7 +30,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))  # the repository: tests.support
+sys.path.insert(0, str(HERE.parents[2]))  # the repository: tests.support
 
 from tests.support.nsys_fixtures import NsysBuilder  # noqa: E402
 from traceanalyzer.analysis import analyze_trace  # noqa: E402

@@ -1,8 +1,8 @@
 """Property tests over generated Chrome traces and nsys SQLite exports (Hypothesis).
 
-The strategies and properties live in tests/fuzz/props.py, shared with the long fuzzing sessions
-run outside CI (``python tests/fuzz/fuzz_ingest.py --minutes 10``). Each test here is kept to
-a few seconds to ~20 s.
+The strategies and properties live in tests/reliability/fuzz/props.py, shared with the long
+fuzzing sessions run outside CI (``python tests/reliability/fuzz/fuzz_ingest.py --minutes 10``).
+Each test here is kept to a few seconds to ~20 s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.props import check_file, chrome_trace_bytes, nsys_db
+from tests.reliability.fuzz.props import check_file, chrome_trace_bytes, nsys_db
 from tests.support.nsys_fixtures import NsysBuilder
 from traceanalyzer.ingest import load
 
@@ -43,7 +43,8 @@ def test_generated_nsys_exports(data: st.DataObject) -> None:
         check_file(path)
 
 
-# Regressions found by the fuzzing sessions (SQLite files are generated: too big for tests/corpus).
+# Regressions found by the fuzzing sessions (SQLite files are generated: too big for the corpus
+# folder, tests/reliability/corpus).
 
 
 def test_nsys_value_of_wrong_sqlite_type(tmp_path: Path) -> None:

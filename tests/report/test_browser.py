@@ -3,13 +3,21 @@ no string from a trace can run script. Screenshots land in tests/artifacts/ for 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.cdp import Browser, find_browser
 from tests.support.paths import REPO
-from tests.support.report_fixtures import HOSTILE, hostile_trace_and_result, make_result, make_trace
-from traceanalyzer.report.cdp import Browser, find_browser
+from tests.support.report_fixtures import (
+    HOSTILE,
+    hostile_trace_and_result,
+    huge_trace_and_result,
+    make_result,
+    make_trace,
+)
 from traceanalyzer.report.html import write_html
 
 pytestmark = pytest.mark.browser
@@ -170,9 +178,7 @@ def test_public_trace_reports_render(browser, tmp_path, path):
 
 
 def test_huge_report_renders(browser, tmp_path):
-    from tests.test_report_html import _huge
-
-    trace, result = _huge()
+    trace, result = huge_trace_and_result()
     report = tmp_path / "huge.html"
     write_html(result, report, trace)
     browser.open(report)
@@ -198,18 +204,22 @@ def test_diff_report_renders(browser, tmp_path):
     browser.screenshot(ARTIFACTS / "diff.png")
 
 
-def test_screenshot_module(tmp_path):
+def test_screenshot_tool(tmp_path):
+    """tools/screenshot.py, run as a script the way docs/report.md says."""
     if not find_browser():
         pytest.skip("no Chromium installed (apt-get install chromium)")
-    from traceanalyzer.report.screenshot import main
-
     report = tmp_path / "r.html"
     trace = make_trace()
     write_html(make_result(trace), report, trace)
     out = tmp_path / "r.png"
-    assert main([str(report), str(out), "--dark", "--section", "timeline", "--height", "700"]) == 0
+
+    def tool(*args: str) -> int:
+        return subprocess.run([sys.executable, str(REPO / "tools" / "screenshot.py"), *args],
+                              capture_output=True, timeout=120).returncode
+
+    assert tool(str(report), str(out), "--dark", "--section", "timeline", "--height", "700") == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main([str(tmp_path / "missing.html"), str(out)]) == 2
+    assert tool(str(tmp_path / "missing.html"), str(out)) == 2
 
 
 def test_missing_browser_is_a_usage_error(monkeypatch):

@@ -15,8 +15,8 @@ from tests.support.synth import Synth, busy_loop
 from traceanalyzer.analysis.comm import exposed_by_rank, step_collectives
 from traceanalyzer.analysis.job import analyze_job, combine, exposed_note
 from traceanalyzer.analysis.views import Views
-from traceanalyzer.cli.job import render_job
 from traceanalyzer.ingest import load
+from traceanalyzer.report.terminal import render_job
 from traceanalyzer.rules import RuleConfig, evaluate
 
 SLUG = "nccl-not-overlapped"

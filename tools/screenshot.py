@@ -1,7 +1,7 @@
 """Screenshot an HTML report with headless Chromium (for READMEs and reviews).
 
-    python -m traceanalyzer.report.screenshot REPORT.html OUT.png [--dark] [--width 1280]
-        [--height 0] [--section timeline]
+    python tools/screenshot.py REPORT.html OUT.png [--dark] [--width 1280] [--height 0]
+        [--section timeline]
 
 ``--height 0`` (the default) captures the whole page; a positive height captures the top of it.
 Needs a Chromium-family browser (Debian: ``apt-get install chromium``) or
@@ -15,8 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from traceanalyzer.errors import TraceAnalyzerError
-from traceanalyzer.report.cdp import Browser, CDPError
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests.support.cdp
+
+from tests.support.cdp import Browser, CDPError  # noqa: E402
+from traceanalyzer.errors import TraceAnalyzerError  # noqa: E402
 
 
 def screenshot(report: str | Path, out: str | Path, *, dark: bool = False, width: int = 1280,
@@ -31,7 +33,7 @@ def screenshot(report: str | Path, out: str | Path, *, dark: bool = False, width
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m traceanalyzer.report.screenshot",
+    parser = argparse.ArgumentParser(prog="python tools/screenshot.py",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path)
     parser.add_argument("out", type=Path)

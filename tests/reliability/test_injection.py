@@ -1,8 +1,8 @@
 """Untrusted strings end to end: a hostile trace through the real CLI into HTML, Markdown, JSON
 and the terminal; hostile rule files; --annotate onto its own input.
 
-Unit tests of the escaping helpers live with the report code (tests/test_report_*.py, including
-a browser test); these tests check the promise as a user meets it, from a trace file.
+Unit tests of the escaping helpers live with the report code (tests/report/, including a
+browser test); these tests check the promise as a user meets it, from a trace file.
 """
 
 from __future__ import annotations

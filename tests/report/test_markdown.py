@@ -26,9 +26,9 @@ def test_markdown_escapes_untrusted_text():
 def test_reports_say_impacts_do_not_add_up_when_there_are_several():
     from dataclasses import replace
 
-    from traceanalyzer.cli.analyze import render_summary
     from traceanalyzer.findings import IMPACTS_OVERLAP
     from traceanalyzer.report.html import render_html
+    from traceanalyzer.report.terminal import render_summary
 
     several = make_result()
     assert len(several.findings) > 1

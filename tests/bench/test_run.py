@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from tests.support.big_trace import seed_trace
 from tests.support.paths import PUBLIC, bench_module
-from tests.test_bench_make_big_trace import seed_trace
 
 
 @pytest.mark.slow

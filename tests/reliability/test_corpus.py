@@ -8,8 +8,8 @@ Every case ends one of two ways (README "Bad input", docs/reliability.md):
   (truncation, duplicates, negative durations, dropped events), a warning in the terminal output,
   in the JSON report (``trace.meta.warnings``) and in the HTML report.
 
-The cases are generated here (most are a few hundred bytes); ``tests/corpus/`` holds the few
-inputs fuzzing found, which run through the same checks.
+The cases are generated here (most are a few hundred bytes); ``tests/reliability/corpus/`` holds
+the few inputs fuzzing found, which run through the same checks.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tests.support.nsys_fixtures import NsysBuilder
 from tests.support.paths import PUBLIC, REPO
 
 ALEXNET = PUBLIC / "kineto" / "hta_alexnet_sync.json.gz"
-CORPUS = REPO / "tests" / "corpus"
+CORPUS = REPO / "tests" / "reliability" / "corpus"
 
 
 @dataclass
@@ -658,7 +658,8 @@ def test_truncated_nsys_export(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Inputs that fuzzing found: every file in tests/corpus/ is rejected cleanly or analyzed.
+# Inputs that fuzzing found: every file in tests/reliability/corpus/ is rejected cleanly or
+# analyzed.
 
 
 def corpus_files() -> list[Path]:

@@ -1,4 +1,5 @@
-"""A minimal headless-Chromium driver over the DevTools protocol, for screenshots and tests.
+"""A minimal headless-Chromium driver over the DevTools protocol, for the browser tests and
+``tools/screenshot.py`` (a development tool: it is not part of the package).
 
 Chromium is started with ``--remote-debugging-pipe``: protocol messages are NUL-terminated JSON
 on file descriptors 3 (to the browser) and 4 (from it). This needs no websocket library and no

@@ -1,12 +1,14 @@
-"""Long fuzzing session outside CI: the properties of tests/fuzz/props.py on as many generated
-Chrome traces and nsys exports as fit in the time given.
+"""Long fuzzing session outside CI: the properties of tests/reliability/fuzz/props.py on as many
+generated Chrome traces and nsys exports as fit in the time given.
 
-    python tests/fuzz/fuzz_ingest.py --minutes 10 [--target chrome|nsys|both] [--save DIR]
+    python tests/reliability/fuzz/fuzz_ingest.py --minutes 10 [--target chrome|nsys|both]
+        [--save DIR]
 
 Every failing input is saved under ``--save`` (default /tmp/traceanalyzer-fuzz) with the first
 line of its error; distinct failures (by exception type and the innermost traceanalyzer frame)
-are printed at the end with the count of examples run. Copy a saved input into tests/corpus/
-(keep it tiny) once the bug is fixed: tests/test_reliability_corpus.py runs every file there.
+are printed at the end with the count of examples run. Copy a saved input into
+tests/reliability/corpus/ (keep it tiny) once the bug is fixed: tests/reliability/test_corpus.py
+runs every file there.
 Exit code 1 when anything failed.
 """
 
@@ -21,12 +23,12 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: tests.*
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository: tests.*
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.fuzz.props import check_file, chrome_trace_bytes, nsys_db  # noqa: E402
+from tests.reliability.fuzz.props import check_file, chrome_trace_bytes, nsys_db  # noqa: E402
 
 
 class Session:

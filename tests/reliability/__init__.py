@@ -1,0 +1,1 @@
+"""Bad input, hostile input, big input, fuzzing and determinism, end to end."""

@@ -1,0 +1,184 @@
+"""Running a batch: :func:`run_batch` hands the traces to a pool or a Dask cluster and writes
+what comes back (the reports, the manifest, the summary and the index)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from traceanalyzer.batch.inputs import expand_inputs
+from traceanalyzer.batch.manifest import REPORTS, read_manifest, report_name, write_manifest
+from traceanalyzer.batch.progress import Progress
+from traceanalyzer.batch.task import Settings, config_hash, portable_rule_config
+from traceanalyzer.errors import UsageError
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.job import JobResult
+
+
+@dataclass
+class BatchResult:
+    """What :func:`run_batch` did: the summary frame and the counts of traces by outcome."""
+
+    out_dir: Path
+    summary: pl.DataFrame
+    analyzed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    pool_restarts: int = 0
+    errors: list[str] = field(default_factory=list)
+    #: The multi-rank job analysis, when asked for (``job=True``).
+    job: JobResult | None = None
+
+
+def run_batch(
+    inputs: Iterable[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    dask: str | None = None,
+    force: bool = False,
+    rules: bool = True,
+    rule_config: Any = None,
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    progress: bool = False,
+    job: bool = False,
+    index_sections: list[str] | None = None,
+) -> BatchResult:
+    """Analyze every trace in ``inputs`` into ``out_dir``; see the module doc for the layout."""
+    t0 = time.monotonic()
+    paths = expand_inputs(inputs)
+    if not paths:
+        raise UsageError("no trace files found in the given paths")
+    out = Path(out_dir)
+    (out / REPORTS).mkdir(parents=True, exist_ok=True)
+    if not workers:
+        from traceanalyzer.cpus import usable_cpus
+
+        workers = min(len(paths), usable_cpus())
+    settings = Settings(rules=rules, rule_config=portable_rule_config(rule_config),
+                        use_cache=use_cache, cache_dir=str(cache_dir) if cache_dir else None,
+                        config_hash=config_hash(rules, rule_config))
+    manifest = {} if force else read_manifest(out)
+    tasks = [(p, _prior_key(out, manifest.get(p), p)) for p in paths]
+    wanted = set(paths)
+    entries: dict[str, dict[str, Any]] = {p: e for p, e in manifest.items() if p in wanted}
+    result = BatchResult(out_dir=out, summary=pl.DataFrame())
+    bar = Progress(len(paths), progress)
+
+    def on_done(index: int, outcome: dict[str, Any]) -> None:
+        path = tasks[index][0]
+        name = report_name(path)
+        status = outcome["status"]
+        if status == "ok":
+            _write_reports(out, name, outcome)
+            result.analyzed += 1
+        elif status == "skipped":
+            result.skipped += 1
+        else:
+            result.failed += 1
+            result.errors.append(outcome["error"] or f"{path}: failed")
+        if status != "skipped":
+            entries[path] = {"key": outcome["key"] if status == "ok" else None, "report": name,
+                             "status": "ok" if status == "ok" else "failed",
+                             "format": outcome["format"], "error": outcome["error"]}
+        bar.update(status == "failed")
+
+    try:
+        if dask:
+            from traceanalyzer.batch.dask_runner import run_dask
+
+            run_dask(tasks, settings, dask, workers, on_done)
+        else:
+            from traceanalyzer.batch.pool import PoolRunner
+
+            runner = PoolRunner(tasks, settings, workers, on_done, timeout_s=timeout_s)
+            runner.run()
+            result.pool_restarts = runner.restarts
+    finally:
+        bar.close()
+        write_manifest(out, entries)
+    result.summary = build_summary(out, paths, entries)
+    from traceanalyzer.batch.index import write_index
+    from traceanalyzer.batch.summary import write_summary
+
+    write_summary(result.summary, out)
+    sections = list(index_sections or [])
+    if job:
+        sections.append(_job_section(out, result, rules, rule_config, use_cache, cache_dir))
+    write_index(result.summary, out / "index.html", sections)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _job_section(out: Path, result: BatchResult, rules: bool, rule_config: Any,
+                 use_cache: bool, cache_dir: str | os.PathLike[str] | None) -> str:
+    """Analyze the batch's good traces as one multi-rank job: ``job.json`` and an index section.
+
+    Runs in this process after the batch, reading the traces through the cache the workers
+    filled, so the ranks can be compared side by side.
+    """
+    from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
+    from traceanalyzer.batch.index import esc, job_section
+    from traceanalyzer.errors import TraceAnalyzerError
+    from traceanalyzer.report._common import write_text_atomic
+    from traceanalyzer.report.jsonout import dumps
+
+    ok = result.summary.filter(pl.col("status") == "ok")["path"].to_list()
+    if not ok:
+        return '<section id="job"><h2>Job</h2><p>No trace could be analyzed.</p></section>'
+    try:
+        job = analyze_job(load_job(ok, use_cache=use_cache, cache_dir=cache_dir),
+                          rule_config=rule_config, rules=rules)
+    except TraceAnalyzerError as exc:
+        return f'<section id="job"><h2>Job</h2><p class="failed">{esc(exc)}</p></section>'
+    write_text_atomic(out / "job.json", dumps(job_to_dict(job)))
+    result.job = job
+    return job_section(job)
+
+
+def _prior_key(out: Path, entry: dict[str, Any] | None, path: str) -> str | None:
+    """The stored key of ``path``'s report if it succeeded and both report files still exist."""
+    if not entry or entry.get("status") != "ok" or not entry.get("key"):
+        return None
+    name = report_name(path)
+    if not all((out / REPORTS / f"{name}{ext}").is_file() for ext in (".json", ".html")):
+        return None
+    return str(entry["key"])
+
+
+def _write_reports(out: Path, name: str, outcome: dict[str, Any]) -> None:
+    from traceanalyzer.report._common import write_text_atomic
+
+    write_text_atomic(out / REPORTS / f"{name}.json", outcome["json"])
+    write_text_atomic(out / REPORTS / f"{name}.html", outcome["html"])
+
+
+def build_summary(out: Path, paths: list[str], entries: dict[str, dict[str, Any]]) -> pl.DataFrame:
+    """The summary frame, read back from the per-trace JSON reports on disk."""
+    from traceanalyzer.batch.summary import summary_frame, trace_row
+
+    rows = []
+    for path in paths:
+        entry = entries.get(path) or {"status": "failed", "error": f"{path}: not analyzed"}
+        name = entry.get("report") or report_name(path)
+        doc = None
+        error = entry.get("error")
+        if entry.get("status") == "ok":
+            try:
+                doc = json.loads((out / REPORTS / f"{name}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                error = f"{path}: report unreadable ({exc})"
+        rows.append(trace_row(path, entry.get("format"), doc, error,
+                              f"{REPORTS}/{name}.html" if doc is not None else None))
+    return summary_frame(rows)

@@ -1,0 +1,240 @@
+"""The terminal output: plain aligned text for one analysis, a job, a batch and the rule list.
+
+The commands of :mod:`traceanalyzer.cli` print what these functions return; the before/after
+comparison has its terminal view beside its other outputs (:func:`traceanalyzer.report.diff.
+render_terminal`). Every string that comes from a trace or a rule file goes through :func:`safe`,
+so a hostile name cannot send escape sequences to the terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from traceanalyzer.analysis.job import JobResult
+    from traceanalyzer.analysis.result import AnalysisResult
+    from traceanalyzer.batch.run import BatchResult
+
+
+def safe(text: object, limit: int | None = None) -> str:
+    """Untrusted text made safe for a terminal: control characters (escape sequences) replaced."""
+    out = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    if limit is not None and len(out) > limit:
+        out = out[: limit - 1] + "…"
+    return out
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration in the most readable unit."""
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.2f} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def table(rows: list[list[str]], headers: list[str], right: set[int] | None = None) -> str:
+    """A plain aligned text table."""
+    right = right or set()
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def frame_output(frame: pl.DataFrame, fmt: str) -> str:
+    """A frame as csv, json (records) or an aligned table."""
+    if fmt == "csv":
+        return frame.write_csv()
+    if fmt == "json":
+        return frame.write_json()
+    rows = [[safe(v, 80) if isinstance(v, str) else _cell(v) for v in row] for row in frame.rows()]
+    numeric = {i for i, dt in enumerate(frame.dtypes) if dt.is_numeric()}
+    return table(rows, frame.columns, right=numeric)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+# -- one analysis (``traceanalyzer analyze``) -----------------------------------------------------
+
+
+def render_summary(result: AnalysisResult, top: int = 10) -> str:
+    """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
+    m, meta = result.metrics, result.meta
+    lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
+    devices = ", ".join(safe(d.name or f"device {d.id}") for d in meta.devices[:1])
+    if devices:
+        lines.append(f"   device: {devices}" + (f" (+{len(meta.devices) - 1} more)"
+                                                  if len(meta.devices) > 1 else ""))
+    for warning in meta.warnings:
+        lines.append(f"   warning: {safe(warning)}")
+    idle = m.idle_ns or 0
+    rows = [
+        ["GPU span", fmt_ns(m.span_ns), ""],
+        ["GPU busy" + (f" ({result.gpus_note})" if result.gpus_note else ""), fmt_ns(m.busy_ns),
+         fmt_pct(m.busy_pct)],
+        ["GPU idle", fmt_ns(idle), fmt_pct(100 * idle / m.span_ns if m.span_ns else None)],
+        ["  host wait", fmt_ns(m.idle_host_wait_ns), _share(m.idle_host_wait_ns, m.span_ns)],
+        ["  kernel wait", fmt_ns(m.idle_kernel_wait_ns), _share(m.idle_kernel_wait_ns, m.span_ns)],
+        ["  other", fmt_ns(m.idle_other_ns), _share(m.idle_other_ns, m.span_ns)],
+        ["compute", fmt_ns(m.compute_ns), _share(m.compute_ns, m.span_ns)],
+        ["communication", fmt_ns(m.communication_ns), _share(m.communication_ns, m.span_ns)],
+        ["  exposed", fmt_ns(m.exposed_communication_ns),
+         _share(m.exposed_communication_ns, m.span_ns)],
+        ["memcpy/memset", fmt_ns(m.memory_ns), _share(m.memory_ns, m.span_ns)],
+        ["kernels", str(m.kernel_count), ""],
+    ]
+    if m.step_count:
+        rows += [
+            ["steps", str(m.step_count), ""],
+            ["step time mean/p50/p95",
+             f"{fmt_ns(m.step_time_mean_ns)} / {fmt_ns(m.step_time_p50_ns)} / "
+             f"{fmt_ns(m.step_time_p95_ns)}", ""],
+            ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
+        ]
+    if m.launch_delay_mean_ns is not None:
+        rows.append(["launch delay mean/p95",
+                     f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])
+    if m.launch_overhead_pct is not None:
+        rows.append(["launch API time", "", fmt_pct(m.launch_overhead_pct)])
+    lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
+    if not result.kernels.is_empty():
+        krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
+                  fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
+                 for r in result.kernels.head(top).iter_rows(named=True)]
+        lines += ["", f"Top {min(top, result.kernels.height)} kernels of {result.kernels.height}:",
+                  table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
+                        right={2, 3, 4, 5})]
+    lines.append("")
+    if result.findings:
+        lines.append(f"Findings ({len(result.findings)}, by impact):")
+        for f in result.findings:
+            lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
+            lines.append(f"      impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window); "
+                         f"fix: {safe(_first_sentence(f.fix))}")
+        lines += [f"  Note: {note}" for note in result.notes()]
+    elif result.rule_outcomes:
+        lines.append("Findings: none.")
+    skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
+    if skipped:
+        lines.append("Not applicable: " + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in skipped))
+    errors = [o for o in result.rule_outcomes if o.status == "error"]
+    if errors:
+        lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
+                     + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
+    return "\n".join(lines)
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    flat = " ".join(text.split())
+    end = flat.find(". ")
+    flat = flat[: end + 1] if end != -1 else flat
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _share(part: int | None, whole: int) -> str:
+    return fmt_pct(100.0 * part / whole) if whole and part is not None else "-"
+
+
+# -- a multi-rank job (``traceanalyzer job``, ``batch --job``) ------------------------------------
+
+
+def render_job(result: JobResult, top: int = 5) -> str:
+    """The terminal view of a job: ranks side by side, stragglers, the ``top`` skewed
+    collectives."""
+    from traceanalyzer.analysis.job import exposed_note
+
+    ranks = result.ranks
+    lines = [f"== job: {ranks.height} ranks"]
+    rows = []
+    for r in ranks.iter_rows(named=True):
+        span = r["span_ns"] or 0
+        rows.append([
+            str(r["rank"]) + (" *" if r["straggler"] else ""),
+            safe(PurePath(r["source"] or "").name, 32),
+            fmt_ns(span), fmt_pct(r["busy_pct"]), fmt_pct(r["host_wait_pct"]),
+            fmt_ns(r["communication_ns"]),
+            fmt_ns(r["exposed_comm_ns"]),
+            fmt_pct(r["exposed_comm_pct"]),
+            fmt_ns(r["comm_wait_ns"]),
+            fmt_ns(r["step_time_mean_ns"]),
+            str(r["collectives"] or 0),
+            fmt_ns(r["lateness_mean_ns"]), fmt_ns(r["lateness_max_ns"]),
+            f"{r['late_count']}" + (f" ({100 * r['late_share']:.0f}%)"
+                                    if r["late_share"] is not None else ""),
+            "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
+        ])
+    lines += ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
+                               "exposed comm", "exposed %", "waited", "step mean", "colls",
+                               "late mean", "late max", "started last", "HTA late iters"],
+                        right=set(range(2, 15)))]
+    lines.append(exposed_note(ranks))
+    if result.stragglers:
+        lines.append("")
+        lines.append("Straggler: rank " + ", ".join(map(str, result.stragglers))
+                     + " (starts its collectives last; the other ranks wait for it)")
+    elif ranks.height > 1:
+        lines += ["", "Straggler: none stands out."]
+    coll = result.collectives
+    if coll.height:
+        skew = coll["skew_ns"]
+        mean, p50, most = (cast("float | None", v)
+                           for v in (skew.mean(), skew.median(), skew.max()))
+        lines += ["", f"Collective skew over {coll.height} matched collectives: "
+                      f"mean {fmt_ns(mean)}, p50 {fmt_ns(p50)}, max {fmt_ns(most)}"]
+        worst = coll.sort(["skew_ns", "first_start_ns"], descending=[True, False]).head(top)
+        wrows = [["-" if w["step"] is None else str(w["step"]), safe(w["name"], 60),
+                  str(w["ordinal"]), fmt_ns(w["skew_ns"]), str(w["latest_rank"])]
+                 for w in worst.iter_rows(named=True)]
+        lines.append(table(wrows, ["step", "collective", "#", "skew", "last rank"],
+                           right={2, 3, 4}))
+    for warning in result.warnings:
+        lines.append(f"warning: {safe(warning)}")
+    return "\n".join(lines)
+
+
+# -- a batch (``traceanalyzer batch``) ------------------------------------------------------------
+
+
+def render_batch(result: BatchResult) -> str:
+    """The lines ``traceanalyzer batch`` ends with: counts, failed traces, the job, the index."""
+    total = result.analyzed + result.skipped + result.failed
+    lines = [f"{total} traces: {result.analyzed} analyzed, {result.skipped} up to date, "
+             f"{result.failed} failed in {result.seconds:.1f} s"]
+    lines += [f"  failed: {safe(error)}" for error in result.errors]
+    if result.job is not None:
+        lines.append(render_job(result.job))
+    lines.append(f"wrote {safe(result.out_dir / 'index.html')}")
+    return "\n".join(lines)
+
+
+# -- the rules (``traceanalyzer rules list``) -----------------------------------------------------
+
+
+def render_rules(rows: list[dict[str, Any]]) -> str:
+    """The rule list as a table: one row per rule (``id``, ``slug``, ``severity``, ``enabled``,
+    ``title``)."""
+    return table(
+        [[r["id"], safe(r["slug"]), r["severity"], "on" if r["enabled"] else "off",
+          safe(r["title"], 70)] for r in rows],
+        ["id", "slug", "severity", "state", "title"],
+    )
