@@ -48,19 +48,24 @@ def analyze(
     *,
     rule_config: RuleConfig | None = None,
     rules: bool = True,
+    window: str = "steps",
     use_cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     trace_processor: str | os.PathLike[str] | None = None,
 ) -> AnalysisResult:
     """Load the trace at ``path`` (as :func:`load` does) and analyze it: metrics, summaries and,
     unless ``rules`` is False, the findings of the rules in ``rule_config`` (by default the
-    built-in rules; :func:`traceanalyzer.rules.load_config` makes one). See
-    :func:`traceanalyzer.analysis.analyze_trace`.
+    built-in rules; :func:`traceanalyzer.rules.load_config` makes one), over ``window``: the
+    steady state by default (``"steps"``), or ``"all"``, ``"profiler-range"`` or
+    ``"START:END"`` (see :func:`traceanalyzer.analysis.window.choose_window`;
+    ``result.window`` says what was judged). See :func:`traceanalyzer.analysis.analyze_trace`.
     """
     from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.window import choose_window, parse_window
 
     trace = load(path, use_cache=use_cache, cache_dir=cache_dir, trace_processor=trace_processor)
-    return analyze_trace(trace, rule_config=rule_config, rules=rules)
+    return analyze_trace(choose_window(trace, parse_window(window)), rule_config=rule_config,
+                         rules=rules)
 
 
 __all__ = ["__version__", "analyze", "load"]

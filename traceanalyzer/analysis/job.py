@@ -314,7 +314,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     warnings: list[str] = []
     if len(ranks) < 2:
         warnings.append("only one rank found: there is nothing to compare across ranks")
-    per_rank, instances, unmatched = collective_instances(views.launches, len(ranks))
+    per_rank, instances, unmatched = collective_instances(views.marked_launches, len(ranks))
     if unmatched:
         warnings.append(f"{unmatched} collectives were not found on every rank (profiled windows "
                         "that do not line up?); they are left out of lateness and skew")
@@ -333,14 +333,14 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                for r in src["ranks"]}
     # The exposed communication the nccl-not-overlapped rule reports (steps only, when steps are
     # marked); the metrics' exposed_communication_ns stays the whole-trace HTA/TraceLens figure.
-    exposed = exposed_by_rank(views.collectives, views.steps, ranks)
+    exposed = exposed_by_rank(views.collectives, views.marked_steps, ranks)
     table = (
         metrics.join(lateness, on="rank", how="left")
         .join(exposed, on="rank", how="left")
         .with_columns(exposed_comm_pct=_of_span("exposed_comm_ns"),
                       comm_wait_pct=_of_span("comm_wait_ns"),
                       host_wait_pct=_of_span("idle_host_wait_ns"))
-        .join(hta_late_iterations(views.launches, ranks), on="rank", how="left")
+        .join(hta_late_iterations(views.marked_launches, ranks), on="rank", how="left")
         .with_columns(straggler=pl.col("rank").is_in(stragglers),
                       source=pl.col("rank").replace_strict(
                           list(sources), list(sources.values()), default=trace.meta.path,

@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis.window import Window, window_of
 from traceanalyzer.findings import (
     IMPACTS_OVERLAP,
     PROFILER_OVERHEAD,
@@ -18,7 +19,6 @@ from traceanalyzer.findings import (
     Finding,
     RuleOutcome,
 )
-from traceanalyzer.analysis.window import Window, window_of
 from traceanalyzer.model import TraceMeta
 
 

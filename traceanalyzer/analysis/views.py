@@ -121,7 +121,20 @@ class Views:
     def collectives(self) -> pl.DataFrame:
         """The communication kernels that count (every rank's), with their transfer, wait and
         exposed parts: see analysis.comm.step_collectives."""
-        return step_collectives(self.launches, self.steps)
+        return step_collectives(self.marked_launches, self.marked_steps)
+
+    @property
+    def marked_steps(self) -> pl.DataFrame:
+        """The steps the trace marks (not inferred ones): collectives are matched across ranks by
+        step, and inferred steps need not line up from one rank to the next."""
+        return self.steps if self.step_source != SOURCE_INFERRED else self.steps.clear()
+
+    @property
+    def marked_launches(self) -> pl.DataFrame:
+        """``launches`` with the step of :attr:`marked_steps` (null where steps were inferred)."""
+        if self.step_source != SOURCE_INFERRED:
+            return self.launches
+        return self.launches.with_columns(step=pl.lit(None, pl.Int64))
 
     @cached_property
     def ranks(self) -> list[int]:

@@ -77,61 +77,52 @@ def parse_ranks(text: str | None) -> frozenset[int] | None:
 
 
 def narrow(trace: Trace, selection: Selection) -> Trace:
-    """A new trace holding only the selected ranks, steps and time window."""
+    """A new trace holding only the selected ranks, time window and steps (in that order; see
+    :func:`narrow_to` for which events a window keeps)."""
     if selection.empty:
         return trace
     frames = dict(trace.frames())
     if selection.ranks is not None:
         frames = {k: f.filter(pl.col("rank").is_in(sorted(selection.ranks))) for k, f in frames.items()}
-    bounds = _bounds(frames, selection)
-    if bounds is not None:
-        lo, hi = bounds
-        gpu = frames["gpu"]
-        frames = {k: _within(f, k, lo, hi) for k, f in frames.items()}
-        # GPU work runs after the CPU launched it: keep what was launched inside the window
-        # even when it ran after the window's end.
-        launched = frames["cpu"].filter(pl.col("correlation").is_not_null()).select(
-            "rank", "correlation")
-        late = gpu.filter(pl.col("start_ns") >= hi).join(launched, on=["rank", "correlation"],
-                                                          how="semi")
-        frames["gpu"] = pl.concat([frames["gpu"], late]).sort("start_ns")
-    if all(f.is_empty() for f in frames.values()) and not (trace.gpu.is_empty()
-                                                           and trace.cpu.is_empty()):
+    work = Trace(meta=trace.meta, **frames)
+    if selection.time_window_ns is not None:
+        origin = _extent(work)[0] or 0
+        lo, hi = origin + selection.time_window_ns[0], origin + selection.time_window_ns[1]
+        ranks = pl.concat([f.select(pl.col("rank").cast(pl.Int32)) for f in work.frames().values()])
+        work = narrow_to(work, ranks.unique().with_columns(lo=pl.lit(lo), hi=pl.lit(hi)))
+    if selection.steps is not None:
+        work = narrow_to(work, _step_bounds(work, *selection.steps))
+    if all(f.is_empty() for f in work.frames().values()) and not (trace.gpu.is_empty()
+                                                                  and trace.cpu.is_empty()):
         # An empty report would look like an idle GPU; say that the selection missed instead.
         ranks = sorted(set(trace.gpu["rank"].unique().to_list())
                        | set(trace.cpu["rank"].unique().to_list()))
         raise UsageError(f"--ranks/--steps/--time-window select no events of this trace (it holds "
                          f"rank {', '.join(map(str, ranks))})")
-    narrowed = Trace(meta=trace.meta, **frames)
-    narrowed.meta.extra["selection"] = {
+    work.meta.extra["selection"] = {
         "steps": list(selection.steps) if selection.steps else None,
         "time_window_ns": list(selection.time_window_ns) if selection.time_window_ns else None,
         "ranks": sorted(selection.ranks) if selection.ranks is not None else None,
     }
-    return narrowed
+    return work
 
 
-def _bounds(frames: dict[str, pl.DataFrame], selection: Selection) -> tuple[int, int] | None:
-    lo, hi = None, None
-    if selection.time_window_ns is not None:
-        origin = min((int(f["start_ns" if "start_ns" in f.columns else "ts_ns"].min())
-                      for f in frames.values() if not f.is_empty()), default=0)
-        lo, hi = origin + selection.time_window_ns[0], origin + selection.time_window_ns[1]
-    if selection.steps is not None:
-        first, last = selection.steps
-        steps = frames["annotations"].filter(pl.col("kind") == "step",
-                                             pl.col("step").is_between(first, last))
-        if steps.is_empty():
-            raise UsageError(f"--steps {first}-{last}: the trace has no such ProfilerStep")
-        s_lo, s_hi = int(steps["start_ns"].min()), int(steps["end_ns"].max())
-        lo, hi = (s_lo, s_hi) if lo is None else (max(lo, s_lo), min(hi, s_hi))  # type: ignore[type-var]
-    return None if lo is None else (lo, hi)  # type: ignore[return-value]
+def _step_bounds(trace: Trace, first: int, last: int) -> pl.DataFrame:
+    """Per rank: from the CPU start of step ``first`` to the end of step ``last`` (its wall-clock
+    end, or the next step's CPU start if that comes first: the CPU runs ahead of the GPU)."""
+    from traceanalyzer.analysis.views import Views
 
-
-def _within(frame: pl.DataFrame, name: str, lo: int, hi: int) -> pl.DataFrame:
-    """Events that start inside ``[lo, hi)``; they are kept whole, not clipped."""
-    column = "ts_ns" if name == "counters" else "start_ns"
-    return frame.filter(pl.col(column) >= lo, pl.col(column) < hi)
+    found = Views(trace).steps.sort("rank", "start_ns").with_columns(
+        next_start=pl.col("start_ns").shift(-1).over("rank"))
+    steps = found.filter(pl.col("step").is_between(first, last))
+    if steps.is_empty():
+        have = (f"its steps are {found['step'].min()}-{found['step'].max()}"
+                if found.height else "it has no steps")
+        raise UsageError(f"--steps {first}-{last}: the trace has no such step ({have})")
+    return steps.group_by("rank").agg(
+        lo=pl.col("start_ns").min(),
+        hi=pl.min_horizontal(pl.col("wall_end_ns").last(),
+                             pl.col("next_start").last().fill_null(pl.col("wall_end_ns").last())))
 
 
 # --- the steady-state window ------------------------------------------------------------------

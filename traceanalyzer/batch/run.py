@@ -48,6 +48,7 @@ def run_batch(
     force: bool = False,
     rules: bool = True,
     rule_config: Any = None,
+    window: str = "steps",
     use_cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
@@ -68,7 +69,7 @@ def run_batch(
         workers = min(len(paths), usable_cpus())
     settings = Settings(rules=rules, rule_config=portable_rule_config(rule_config),
                         use_cache=use_cache, cache_dir=str(cache_dir) if cache_dir else None,
-                        config_hash=config_hash(rules, rule_config))
+                        window=window, config_hash=config_hash(rules, rule_config, window))
     manifest = {} if force else read_manifest(out)
     tasks = [(p, _prior_key(out, manifest.get(p), p)) for p in paths]
     wanted = set(paths)
@@ -115,20 +116,23 @@ def run_batch(
     write_summary(result.summary, out)
     sections = list(index_sections or [])
     if job:
-        sections.append(_job_section(out, result, rules, rule_config, use_cache, cache_dir))
+        sections.append(_job_section(out, result, rules, rule_config, use_cache, cache_dir,
+                                     window))
     write_index(result.summary, out / "index.html", sections)
     result.seconds = time.monotonic() - t0
     return result
 
 
 def _job_section(out: Path, result: BatchResult, rules: bool, rule_config: Any,
-                 use_cache: bool, cache_dir: str | os.PathLike[str] | None) -> str:
+                 use_cache: bool, cache_dir: str | os.PathLike[str] | None,
+                 window: str = "steps") -> str:
     """Analyze the batch's good traces as one multi-rank job: ``job.json`` and an index section.
 
     Runs in this process after the batch, reading the traces through the cache the workers
     filled, so the ranks can be compared side by side.
     """
     from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
+    from traceanalyzer.analysis.window import choose_window
     from traceanalyzer.batch.index import esc, job_section
     from traceanalyzer.errors import TraceAnalyzerError
     from traceanalyzer.report._common import write_text_atomic
@@ -138,8 +142,8 @@ def _job_section(out: Path, result: BatchResult, rules: bool, rule_config: Any,
     if not ok:
         return '<section id="job"><h2>Job</h2><p>No trace could be analyzed.</p></section>'
     try:
-        job = analyze_job(load_job(ok, use_cache=use_cache, cache_dir=cache_dir),
-                          rule_config=rule_config, rules=rules)
+        trace = choose_window(load_job(ok, use_cache=use_cache, cache_dir=cache_dir), window)
+        job = analyze_job(trace, rule_config=rule_config, rules=rules)
     except TraceAnalyzerError as exc:
         return f'<section id="job"><h2>Job</h2><p class="failed">{esc(exc)}</p></section>'
     write_text_atomic(out / "job.json", dumps(job_to_dict(job)))

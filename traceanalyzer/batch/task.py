@@ -27,6 +27,8 @@ class Settings:
     rule_config: Any = None
     use_cache: bool = True
     cache_dir: str | None = None
+    #: The analysis window of every trace (analysis.window.choose_window).
+    window: str = "steps"
     #: Hash of the tool version and the rule configuration; part of every report's key.
     config_hash: str = ""
 
@@ -36,7 +38,7 @@ def report_key(content_key: str, settings: Settings) -> str:
     return f"{content_key}-{settings.config_hash}"
 
 
-def config_hash(rules: bool, rule_config: Any) -> str:
+def config_hash(rules: bool, rule_config: Any, window: str = "steps") -> str:
     """Hash of everything besides the trace that changes a report: the tool's code and rules.
 
     Rules are hashed by content (each active rule file's bytes and its resolved parameters), so
@@ -47,7 +49,7 @@ def config_hash(rules: bool, rule_config: Any) -> str:
     from traceanalyzer.analysis.result_cache import code_hash, rules_hash
 
     h = hashlib.blake2b(digest_size=8)
-    h.update(f"traceanalyzer {__version__}\n{code_hash()}\n".encode())
+    h.update(f"traceanalyzer {__version__}\n{code_hash()}\nwindow={window}\n".encode())
     try:
         h.update(rules_hash(rules, rule_config).encode())
     except ImportError:  # rules engine not installed in this build
@@ -113,7 +115,8 @@ def _analyze_into(out: dict[str, Any], path: str, prior_key: str | None,
 
     # Through the result cache too (when the cache is on): a --force re-run of unchanged traces
     # only renders the reports again.
-    done = analyze_path(path, rule_config=_rule_config(settings), rules=settings.rules,
+    done = analyze_path(path, window=settings.window, rule_config=_rule_config(settings),
+                        rules=settings.rules,
                         use_cache=settings.use_cache, cache_dir=settings.cache_dir)
     out["json"] = render_json(done.result)
     out["html"] = render_html(done.result, done.trace, timeline=done.timeline)

@@ -7,7 +7,12 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, report_options, trace_processor_option
+from traceanalyzer.cli.common import (
+    cache_options,
+    report_options,
+    trace_processor_option,
+    window_option,
+)
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
 from traceanalyzer.findings import SEVERITIES, severity_rank
@@ -24,7 +29,9 @@ from traceanalyzer.report.terminal import render_summary, safe
                    "a finding's severity follows its impact (high: 10% of the window or more).")
 @click.option("--top", default=10, show_default=True, help="Kernels to list in the summary.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
-@click.option("--steps", "steps", help="Analyze only these ProfilerSteps: N or FIRST-LAST.")
+@window_option
+@click.option("--steps", "steps", help="Analyze only these steps (as the report numbers them): N "
+              "or FIRST-LAST; takes precedence over --window.")
 @click.option("--time-window", "time_window",
               help="Analyze only START:END after the first event, e.g. 100ms:2s.")
 @click.option("--ranks", "ranks", help="Analyze only these ranks, e.g. 0,3.")
@@ -33,7 +40,7 @@ from traceanalyzer.report.terminal import render_summary, safe
 @cache_options
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
             markdown_path: Path | None, annotate_path: Path | None, fail_on: str | None,
-            top: int, no_rules: bool, steps: str | None, time_window: str | None,
+            top: int, no_rules: bool, window: str, steps: str | None, time_window: str | None,
             ranks: str | None, rule_config: Any, trace_processor: Path | None, use_cache: bool,
             cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
@@ -61,7 +68,7 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
     for path in traces:
         # Through the result cache: a re-run with the same trace, rules and selection skips
         # the analysis (traceanalyzer/analysis/result_cache.py says what the key covers).
-        done = analyze_path(path, selection=selection, rule_config=rule_config,
+        done = analyze_path(path, selection=selection, window=window, rule_config=rule_config,
                             rules=not no_rules, use_cache=use_cache, cache_dir=cache_dir,
                             trace_processor=trace_processor, need_trace=annotate_path is not None)
         result = done.result

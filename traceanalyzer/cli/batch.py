@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options
+from traceanalyzer.cli.common import cache_options, window_option
 from traceanalyzer.cli.rules import rule_options
 
 
@@ -33,11 +33,13 @@ from traceanalyzer.cli.rules import rule_options
 @click.option("--fail-on-error", is_flag=True,
               help="Exit with code 2 if any trace failed (they are always listed in the index).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary line.")
+@window_option
 @rule_options
 @cache_options
 def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_address: str | None,
-          force: bool, timeout_s: float | None, as_job: bool, no_rules: bool, fail_on_error: bool, quiet: bool,
-          rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
+          force: bool, timeout_s: float | None, as_job: bool, no_rules: bool, fail_on_error: bool,
+          quiet: bool, window: str, rule_config: Any, use_cache: bool,
+          cache_dir: Path | None) -> None:
     """Analyze INPUTS (trace files, folders or glob patterns, any mix of formats) in parallel.
 
     Writes one JSON and one HTML report per trace under --out, plus index.html (links, failed
@@ -50,7 +52,8 @@ def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_addr
     if timeout_s is not None and dask_address:
         raise click.UsageError("--timeout applies to the local pool only, not to --dask")
     result = run_batch(inputs, out_dir, workers=workers, dask=dask_address, force=force,
-                       rules=not no_rules, rule_config=rule_config, use_cache=use_cache,
+                       rules=not no_rules, rule_config=rule_config, window=window,
+                       use_cache=use_cache,
                        cache_dir=cache_dir, timeout_s=timeout_s, job=as_job,
                        progress=not quiet and sys.stderr.isatty())
     if not quiet:

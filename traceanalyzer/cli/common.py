@@ -37,6 +37,21 @@ def report_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+def window_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--window: the part of each trace that is judged, passed on as ``window`` (checked)."""
+
+    def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+        from traceanalyzer.analysis.window import parse_window
+
+        return parse_window(value)
+
+    return click.option(
+        "--window", "window", default="steps", show_default=True, callback=check,
+        help="What to analyze: steps (the steady state: from the first step after warm-up to "
+             "the last), all (the whole capture), profiler-range (between cudaProfilerStart and "
+             "Stop) or START:END after the first event (e.g. 100ms:2s); docs/metrics.md.")(func)
+
+
 def trace_processor_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """--trace-processor: a Perfetto trace_processor_shell to read Perfetto traces with."""
     return click.option(

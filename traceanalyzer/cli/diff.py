@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, report_options
+from traceanalyzer.cli.common import cache_options, report_options, window_option
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.report.terminal import safe
 
@@ -18,21 +18,19 @@ from traceanalyzer.report.terminal import safe
 @report_options
 @click.option("--top", default=10, show_default=True,
               help="Kernels to list in the terminal and Markdown output.")
+@window_option
 @rule_options
 @cache_options
 def diff(before: Path, after: Path, json_path: Path | None, html_path: Path | None,
-         markdown_path: Path | None, top: int, rule_config: Any, use_cache: bool,
+         markdown_path: Path | None, top: int, window: str, rule_config: Any, use_cache: bool,
          cache_dir: Path | None) -> None:
     """Compare BEFORE and AFTER: step time, busy and idle, per-kernel and per-category time,
     and which findings were resolved, are new, or remain."""
-    from traceanalyzer.analysis import analyze_trace
-    from traceanalyzer.ingest import load
+    from traceanalyzer.analysis.result_cache import analyze_path
     from traceanalyzer.report import diff as report
 
-    results = []
-    for path in (before, after):
-        trace = load(path, use_cache=use_cache, cache_dir=cache_dir)
-        results.append(analyze_trace(trace, rule_config=rule_config))
+    results = [analyze_path(path, window=window, rule_config=rule_config, use_cache=use_cache,
+                            cache_dir=cache_dir).result for path in (before, after)]
     result = report.diff_results(results[0], results[1])
     click.echo(report.render_terminal(result, top=top))
     if json_path:

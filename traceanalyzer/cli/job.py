@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options
+from traceanalyzer.cli.common import cache_options, window_option
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.report.terminal import render_job, safe
 
@@ -23,19 +23,21 @@ from traceanalyzer.report.terminal import render_job, safe
               help="A straggler must start its collectives at least this late on average.")
 @click.option("--top", default=5, show_default=True, help="Most skewed collectives to list.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
+@window_option
 @rule_options
 @cache_options
 def job(inputs: tuple[str, ...], json_path: Path | None, html_path: Path | None,
-        min_lateness_us: float, top: int,
-        no_rules: bool, rule_config: Any, use_cache: bool, cache_dir: Path | None) -> None:
+        min_lateness_us: float, top: int, no_rules: bool, window: str, rule_config: Any,
+        use_cache: bool, cache_dir: Path | None) -> None:
     """Analyze INPUTS (per-rank traces: files, a folder or globs; Kineto or Nsight Systems) as one
     distributed job: per-rank metrics side by side, straggler ranks, collective skew and exposed
     communication per rank."""
     from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
+    from traceanalyzer.analysis.window import choose_window
     from traceanalyzer.batch.inputs import expand_inputs
 
     paths = expand_inputs(inputs)
-    trace = load_job(paths, use_cache=use_cache, cache_dir=cache_dir)
+    trace = choose_window(load_job(paths, use_cache=use_cache, cache_dir=cache_dir), window)
     result = analyze_job(trace, rule_config=rule_config, rules=not no_rules,
                          min_lateness_us=min_lateness_us)
     click.echo(render_job(result, top=top))
