@@ -127,6 +127,8 @@ def _step_bounds(trace: Trace, first: int, last: int) -> pl.DataFrame:
 
 # --- the steady-state window ------------------------------------------------------------------
 
+#: What ``Window.kind`` (and the JSON ``metrics.window_kind``) can be.
+WINDOW_KINDS = ("steps", "all", "profiler-range", "time", "selection")
 #: What ``--window`` accepts besides START:END.
 WINDOW_CHOICES = ("steps", "all", "profiler-range")
 #: A leading step slower than this multiple of the median step is warm-up (docs/metrics.md).

@@ -180,3 +180,50 @@ def _elide(s: str, max_depth: int) -> str:
     for prefix in _NOISE_PREFIXES:
         short = short.replace(prefix, "")
     return " ".join(short.split()) or s
+
+
+#: What an informational finding (outside the window's time, such as the start-up) says
+#: instead of a cost.
+INFORMATIONAL = "informational: not a cost within the window"
+
+
+def costs_nothing(finding: Finding) -> bool:
+    """An informational finding with no cost in the window (its impact says nothing)."""
+    return finding.severity == "info" and not finding.impact_ns
+
+
+#: Steps listed in the terminal and Markdown; the HTML and JSON list all of them.
+MAX_STEP_ROWS = 20
+
+
+def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict[str, Any]], int]:
+    """The per-step table every report shows, one dict per step of the headline rank: step,
+    time, GPU busy %, idle by cause (% of the step), kernels, launches, and a mark ("slowest",
+    "outlier"). Past ``limit`` steps, the slowest ``limit`` in step order. Returns the rows and
+    the number of steps."""
+    steps = result.steps
+    if steps is None or steps.is_empty():
+        return [], 0
+    if "rank" in steps.columns:
+        steps = steps.filter(steps["rank"] == result.metrics.rank)
+    rows = steps.sort("step").to_dicts()
+    if not rows:
+        return [], 0
+    slowest = max(rows, key=lambda r: r["duration_ns"])["step"]
+    out = []
+    for r in rows:
+        d = r["duration_ns"] or 0
+        mark = "slowest" if r["step"] == slowest and len(rows) > 1 else ""
+        if r.get("outlier"):
+            mark = "outlier" + (", slowest" if mark else "")
+        out.append({
+            "step": r["step"], "name": r.get("name"), "duration_ns": d,
+            "busy_pct": pct_of(r["busy_ns"], d), "host_wait_pct": pct_of(r["idle_host_wait_ns"], d),
+            "kernel_wait_pct": pct_of(r["idle_kernel_wait_ns"], d),
+            "other_pct": pct_of(r["idle_other_ns"], d), "kernels": r["kernel_count"],
+            "launches": r.get("launch_count"), "mark": mark,
+        })
+    if limit is not None and len(out) > limit:
+        keep = {r["step"] for r in sorted(out, key=lambda r: -r["duration_ns"])[:limit]}
+        out = [r for r in out if r["step"] in keep]
+    return out, len(rows)

@@ -24,10 +24,13 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.analysis.window import OUTLIER_FACTOR
 from traceanalyzer.findings import Finding
 from traceanalyzer.model import Trace
 from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
+    INFORMATIONAL,
+    costs_nothing,
     finite,
     fmt_ns,
     fmt_pct,
@@ -35,6 +38,7 @@ from traceanalyzer.report._common import (
     safe_url,
     short_kernel_name,
     sorted_findings,
+    step_rows,
     write_text_atomic,
 )
 from traceanalyzer.report.charts import cat_class, esc
@@ -123,9 +127,11 @@ def _header(result: AnalysisResult, name: str) -> str:
         for desc, ids in groups.items()
     ]
     window = "–"
+    if result.window is not None:
+        window = result.window.describe()
     if m.window_start_ns is not None and m.window_end_ns is not None:
-        window = (f"{fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
-                  f"{m.window_end_ns:,} ns)")
+        window += (f" GPU span {fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
+                   f"{m.window_end_ns:,} ns).")
     steps = "none found"
     if result.steps is not None and not result.steps.is_empty() and "step" in result.steps.columns:
         nums = result.steps["step"].drop_nulls()
@@ -267,7 +273,9 @@ def _findings(findings: list[Finding], notes: list[str], has_timeline: bool,
     for i, f in enumerate(findings):
         sev = f.severity if f.severity in ("critical", "high", "medium", "low", "info") else "info"
         impact = f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)"
-        if f.impact_per_step_ns is not None:
+        if costs_nothing(f):
+            impact = INFORMATIONAL
+        elif f.impact_per_step_ns is not None:
             impact += f", {fmt_ns(f.impact_per_step_ns)} per step"
         refs = [u for u in (safe_url(r) for r in f.references) if u]
         links = [f'<a href="#rule-{esc(_anchor(f.slug))}">Rule {esc(f.rule_id)} docs</a>']
@@ -409,6 +417,20 @@ def _tables(result: AnalysisResult) -> str:
         out.append("</section>")
     if result.ranks is not None and not result.ranks.is_empty():
         out.append('<section id="ranks"><h2>Ranks</h2>' + _frame_table(result.ranks) + "</section>")
+    steps, total = step_rows(result, limit=None)
+    if steps:
+        out.append(f'<section id="steps"><h2>Steps</h2><p class="muted">{total} steps in the '
+                   "window; idle as % of each step; the slowest and any outlier (over "
+                   f"{OUTLIER_FACTOR:g}× the median step) marked.</p>")
+        rows = [[_num(str(r["step"])), _num(fmt_ns(r["duration_ns"])), _num(fmt_pct(r["busy_pct"])),
+                 _num(fmt_pct(r["host_wait_pct"])), _num(fmt_pct(r["kernel_wait_pct"])),
+                 _num(fmt_pct(r["other_pct"])), _num(f"{r['kernels']:,}"),
+                 _num(f"{r['launches'] or 0:,}"), f"<td>{esc(r['mark'])}</td>"] for r in steps]
+        out.append(_table([("Step", "num"), ("Time", "num"), ("Busy", "num"),
+                           ("Host wait", "num"), ("Kernel wait", "num"), ("Other", "num"),
+                           ("Kernels", "num"), ("Launches", "num"), ("", "")], rows,
+                          fold="steps-all"))
+        out.append("</section>")
     return "".join(out)
 
 

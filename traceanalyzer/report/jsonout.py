@@ -16,6 +16,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.analysis.window import WINDOW_KINDS
 from traceanalyzer.findings import OUTCOME_STATUSES, Finding
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
@@ -132,6 +133,7 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "tool": {"name": "traceanalyzer", "version": __version__},
         "trace": trace_dict(result),
         "metrics": metrics_dict(result),
+        "window": result.window.to_dict() if result.window is not None else None,
         "findings": [finding_dict(f) for f in sorted_findings(result.findings)],
         "notes": result.notes(),
         "rule_outcomes": [
@@ -208,7 +210,9 @@ JSON_SCHEMA: dict[str, Any] = _obj(
             "extra": {"type": "object"},
         }),
         "metrics": _obj({**{k: {"type": "integer"} for k in _METRIC_INTS},
-                         **{k: _NUM for k in _METRIC_NUMS}}),
+                         **{k: _NUM for k in _METRIC_NUMS},
+                         "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)}}),
+        "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({
             "slug": {"type": "string"},
@@ -228,7 +232,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
             "reason": {"type": "string"},
         }, ["slug", "id", "status", "reason"]),
         "steps": _rows({"step": _INT, "name": _STR, "start_ns": {"type": "integer"},
-                        "end_ns": {"type": "integer"}, "duration_ns": {"type": "integer"}},
+                        "end_ns": {"type": "integer"}, "duration_ns": {"type": "integer"},
+                        "launch_count": {"type": "integer"}, "outlier": {"type": "boolean"}},
                        ["start_ns", "end_ns", "duration_ns"]),
         "kernels": _rows({"name": {"type": "string"}, "category": {"type": "string"},
                           "instances": {"type": "integer"}, "total_ns": {"type": "integer"},

@@ -9,10 +9,13 @@ from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.report._common import (
+    INFORMATIONAL,
+    costs_nothing,
     fmt_ns,
     fmt_pct,
     pct_of,
     sorted_findings,
+    step_rows,
     write_text_atomic,
 )
 
@@ -47,6 +50,8 @@ def render_markdown(result: AnalysisResult) -> str:
         facts.append(f"rank {meta.rank} of {meta.world_size}")
     facts.append(f"{m.step_count} steps" if m.step_count else "no steps found")
     lines += [" · ".join(facts), ""]
+    if result.window is not None:
+        lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -65,6 +70,17 @@ def render_markdown(result: AnalysisResult) -> str:
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines.append("")
+    steps, total = step_rows(result)
+    if steps:
+        shown = "" if len(steps) == total else f", the {len(steps)} slowest shown"
+        lines += [f"**Steps** ({total}{shown}; idle as % of each step)", "",
+                  "| Step | Time | Busy | Host wait | Kernel wait | Other | Kernels | Launches | |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        lines += [f"| {r['step']} | {fmt_ns(r['duration_ns'])} | {fmt_pct(r['busy_pct'])} | "
+                  f"{fmt_pct(r['host_wait_pct'])} | {fmt_pct(r['kernel_wait_pct'])} | "
+                  f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
+                  for r in steps]
+        lines.append("")
     findings = sorted_findings(result.findings)
     if findings:
         lines.append(f"**Findings** ({len(findings)}, most costly first)")
@@ -75,8 +91,10 @@ def render_markdown(result: AnalysisResult) -> str:
             mark = _SEVERITY_MARK.get(f.severity, "")
             lines.append(
                 f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}` "
-                f"{md_escape(f.message)} — costs {fmt_ns(f.impact_ns)} "
-                f"({fmt_pct(f.impact_pct)} of the window). *Fix:* {md_escape(f.fix)}"
+                f"{md_escape(f.message)} — "
+                + (INFORMATIONAL if costs_nothing(f) else
+                   f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)")
+                + f". *Fix:* {md_escape(f.fix)}"
             )
         if len(findings) > MAX_FINDINGS:
             lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")

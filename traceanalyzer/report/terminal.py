@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
+from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, step_rows
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -77,6 +79,19 @@ def _cell(value: object) -> str:
 # -- one analysis (``traceanalyzer analyze``) -----------------------------------------------------
 
 
+def _steps_table(result: AnalysisResult) -> list[str]:
+    rows, total = step_rows(result)
+    if not rows:
+        return []
+    shown = "" if len(rows) == total else f", the {len(rows)} slowest shown"
+    body = [[str(r["step"]), fmt_ns(r["duration_ns"]), fmt_pct(r["busy_pct"]),
+             fmt_pct(r["host_wait_pct"]), fmt_pct(r["kernel_wait_pct"]), fmt_pct(r["other_pct"]),
+             str(r["kernels"]), str(r["launches"]), r["mark"]] for r in rows]
+    return ["", f"Steps ({total}{shown}; idle as % of each step):",
+            table(body, ["step", "time", "busy", "host wait", "kernel wait", "other", "kernels",
+                         "launches", ""], right={0, 1, 2, 3, 4, 5, 6, 7})]
+
+
 def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
@@ -85,6 +100,9 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if devices:
         lines.append(f"   device: {devices}" + (f" (+{len(meta.devices) - 1} more)"
                                                   if len(meta.devices) > 1 else ""))
+    window = result.window
+    if window is not None:
+        lines.append(f"   window: {safe(window.describe())}")
     for warning in meta.warnings:
         lines.append(f"   warning: {safe(warning)}")
     idle = m.idle_ns or 0
@@ -117,6 +135,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if m.launch_overhead_pct is not None:
         rows.append(["launch API time", "", fmt_pct(m.launch_overhead_pct)])
     lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
+    lines += _steps_table(result)
     if not result.kernels.is_empty():
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
@@ -129,8 +148,9 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append(f"Findings ({len(result.findings)}, by impact):")
         for f in result.findings:
             lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
-            lines.append(f"      impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window); "
-                         f"fix: {safe(_first_sentence(f.fix))}")
+            cost = (INFORMATIONAL if costs_nothing(f)
+                    else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
+            lines.append(f"      {cost}; fix: {safe(_first_sentence(f.fix))}")
         lines += [f"  Note: {note}" for note in result.notes()]
     elif result.rule_outcomes:
         lines.append("Findings: none.")
