@@ -12,12 +12,11 @@ from polars.testing import assert_frame_equal
 
 from tests.support.paths import REPO, public_kineto
 from traceanalyzer.categories import KERNEL_PATTERNS
-from traceanalyzer.ingest import eventassemble, eventdecode, kineto
-from traceanalyzer.ingest.kineto import read_kineto
+from traceanalyzer.ingest.kineto import assemble, decode, read_kineto
 from traceanalyzer.model import COPY_KINDS, FRAME_SCHEMAS, MEMORY_KINDS
 
 pytestmark = pytest.mark.skipif(
-    not (eventdecode.AVAILABLE and eventassemble.AVAILABLE),
+    not (decode.AVAILABLE and assemble.AVAILABLE),
     reason="the C event decoder, reduction or assembly is not built (no compiler at install)",
 )
 
@@ -26,18 +25,18 @@ def read_both_ways(path, monkeypatch) -> tuple[list[bool], object]:
     """Read ``path`` as it is and with the Polars assembly; check they agree. Returns what the
     compiled assembly answered each time it was asked (True: frames, False: declined)."""
     answers = []
-    compiled = eventassemble.assemble
+    compiled = assemble.compiled_frames
 
     def spy(*args):
         out = compiled(*args)
         answers.append(out is not None)
         return out
 
-    monkeypatch.setattr(eventassemble, "assemble", spy)
+    monkeypatch.setattr(assemble, "compiled_frames", spy)
     fast = read_kineto(path)
-    monkeypatch.setattr(eventassemble, "assemble", lambda *args: None)
+    monkeypatch.setattr(assemble, "compiled_frames", lambda *args: None)
     reference = read_kineto(path)
-    monkeypatch.setattr(eventassemble, "assemble", compiled)
+    monkeypatch.setattr(assemble, "compiled_frames", compiled)
     for name in FRAME_SCHEMAS:
         assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
     assert fast.meta == reference.meta
@@ -142,15 +141,15 @@ def test_declines_what_it_cannot_promise_and_polars_assembles_it(tmp_path, monke
 
 
 def test_a_category_pattern_it_cannot_parse_is_left_to_polars(tmp_path, monkeypatch):
-    monkeypatch.setattr(eventassemble, "KERNEL_PATTERNS",
+    monkeypatch.setattr(assemble, "KERNEL_PATTERNS",
                         (("gemm", r"gemm(?=_bf16)"), *KERNEL_PATTERNS))
     path = tmp_path / "t.json"
     write_trace(path, [op(), call(), gpu()])
     kineto_tables = []
-    monkeypatch.setattr(kineto, "_assemble_compiled",
+    monkeypatch.setattr(assemble, "assemble_compiled",
                         lambda tables, meta: kineto_tables.append(tables) or None)
     read_kineto(path)
-    assert eventassemble.assemble(kineto_tables[0], 0) is None
+    assert assemble.compiled_frames(kineto_tables[0], 0) is None
 
 
 def test_compiled_patterns_follow_the_tuple_they_are_given(tmp_path, monkeypatch):
@@ -158,13 +157,13 @@ def test_compiled_patterns_follow_the_tuple_they_are_given(tmp_path, monkeypatch
     path = tmp_path / "t.json"
     write_trace(path, [op(), call(), gpu("xyz_kernel")])
     tables = []
-    monkeypatch.setattr(kineto, "_assemble_compiled",
+    monkeypatch.setattr(assemble, "assemble_compiled",
                         lambda tables_, meta: tables.append(tables_) or None)
     read_kineto(path)
 
     def category(patterns) -> str:
-        monkeypatch.setattr(eventassemble, "KERNEL_PATTERNS", patterns)
-        return eventassemble.assemble(tables[0], 0)[1]["gpu"]["category"][0]
+        monkeypatch.setattr(assemble, "KERNEL_PATTERNS", patterns)
+        return assemble.compiled_frames(tables[0], 0)[1]["gpu"]["category"][0]
 
     assert category(KERNEL_PATTERNS) == "other"
     assert category((("gemm", "xyz"), *KERNEL_PATTERNS)) == "gemm"
@@ -174,11 +173,11 @@ def test_compiled_patterns_follow_the_tuple_they_are_given(tmp_path, monkeypatch
 def test_layouts_are_the_canonical_schemas():
     empty = [(layout, []) for layout in ("tllltlllttt", "ilttlllliiiiiiill", "llttlll",
                                          "lliltlll")]
-    without_launch, tables = eventassemble._eventassemble.assemble(
+    without_launch, tables = assemble._eventassemble.assemble(
         *empty, 0, KERNEL_PATTERNS, COPY_KINDS, MEMORY_KINDS)
     assert without_launch == 0
-    assert [t[1] for t in tables] == [eventassemble.layout(n) for n in eventassemble.FRAMES]
-    frames = eventassemble.assemble(empty, 0)[1]
+    assert [t[1] for t in tables] == [assemble.layout(n) for n in assemble.FRAMES]
+    frames = assemble.compiled_frames(empty, 0)[1]
     for name, frame in frames.items():
         assert frame.schema == FRAME_SCHEMAS[name]
 
@@ -187,7 +186,7 @@ def test_bad_buffers_are_an_error_not_a_crash():
     good = (1, (b"\0" * 16, b"\1", None))
     cpu_cols = [good[1], *[(b"\0" * 8, b"\1")] * 3, good[1], *[(b"\0" * 8, b"\1")] * 3,
                 good[1], good[1], good[1]]
-    call_it = eventassemble._eventassemble.assemble
+    call_it = assemble._eventassemble.assemble
     rest = [("ilttlllliiiiiiill", []), ("llttlll", []), ("lliltlll", []), 0, KERNEL_PATTERNS,
             COPY_KINDS, MEMORY_KINDS]
     assert call_it(("tllltlllttt", [(1, tuple(cpu_cols))]), *rest) is not None
@@ -243,5 +242,5 @@ def test_random_traces_assemble_as_polars(tmp_path_factory, events):
     write_trace(path, events)
     with pytest.MonkeyPatch.context() as mp:
         # Chunks of a few KB: the rows of a table come from several chunks' buffers.
-        mp.setattr("traceanalyzer.ingest.jsonscan.DEFAULT_CHUNK_BYTES", 4 << 10)
+        mp.setattr("traceanalyzer.ingest.kineto.jsonscan.DEFAULT_CHUNK_BYTES", 4 << 10)
         read_both_ways(path, mp)

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from tests.support.paths import REPO, public_kineto
-from traceanalyzer.ingest import eventdecode
-from traceanalyzer.ingest.jsonscan import ScanResult, iter_ndjson_chunks
-from traceanalyzer.ingest.kineto import ARG_FIELDS, EVENT_SCHEMA, KEPT_PHASES, read_kineto
+from traceanalyzer.ingest.kineto import decode, read_kineto
+from traceanalyzer.ingest.kineto.jsonscan import ScanResult, iter_ndjson_chunks
+from traceanalyzer.ingest.kineto.schema import ARG_FIELDS, EVENT_SCHEMA, KEPT_PHASES
 
 pytestmark = pytest.mark.skipif(
-    not eventdecode.AVAILABLE, reason="the C event decoder is not built (no compiler at install)"
+    not decode.AVAILABLE, reason="the C event decoder is not built (no compiler at install)"
 )
 
 
@@ -31,8 +31,8 @@ def polars_frame(chunk: bytes) -> pl.DataFrame | None:
 
 
 def assert_same_or_declined(chunk: bytes) -> pl.DataFrame | None:
-    fast = eventdecode.decode(chunk, EVENT_SCHEMA)
-    kept = eventdecode.decode(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    fast = decode.decode(chunk, EVENT_SCHEMA)
+    kept = decode.decode(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     reference = polars_frame(chunk)
     if reference is None:
         assert fast is None and kept is None, "the decoder accepted a chunk Polars rejects"
@@ -44,7 +44,7 @@ def assert_same_or_declined(chunk: bytes) -> pl.DataFrame | None:
         # Columns grown in an arena: one that holds them all, one they outgrow at once, and
         # one they outgrow midway.
         for arena_bytes in (4 * len(chunk) + 4096, 64, len(chunk) // 2 + 1):
-            in_arena = eventdecode.decode(chunk, EVENT_SCHEMA, arena_bytes=arena_bytes)
+            in_arena = decode.decode(chunk, EVENT_SCHEMA, arena_bytes=arena_bytes)
             assert in_arena is not None
             assert_frame_equal(in_arena, reference, check_exact=True)
     return fast
@@ -71,7 +71,7 @@ def test_real_traces_decode_exactly_as_polars_and_never_fall_back(path):
 def test_read_kineto_is_the_same_without_the_decoder(monkeypatch, tmp_path):
     path = SAMPLES[0]
     fast = read_kineto(path)
-    monkeypatch.setattr(eventdecode, "_eventdecode", None)
+    monkeypatch.setattr(decode, "_eventdecode", None)
     slow = read_kineto(path)
     for name, frame in fast.frames().items():
         assert frame.equals(slow.frames()[name]), name
@@ -134,7 +134,7 @@ def test_values_read_like_polars(line, expected):
     ],
 )
 def test_declines_what_it_cannot_read_exactly(text):
-    assert eventdecode.decode(text + b"\n", EVENT_SCHEMA) is None
+    assert decode.decode(text + b"\n", EVENT_SCHEMA) is None
     assert_same_or_declined(text + b"\n")
 
 
@@ -142,9 +142,9 @@ def test_columns_in_an_arena_outlive_each_other_and_the_decoder():
     long = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
     chunk = "\n".join(json.dumps({"ph": "X", "cat": "kernel", "name": f"{long}{i}", "ts": i,
                                    "args": {"correlation": i}}) for i in range(5000)).encode()
-    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, arena_bytes=2 * len(chunk))
+    raw = decode.decode_raw(chunk, EVENT_SCHEMA, arena_bytes=2 * len(chunk))
     assert raw is not None
-    frame = eventdecode.to_frame(raw, EVENT_SCHEMA)
+    frame = decode.to_frame(raw, EVENT_SCHEMA)
     names = frame.get_column("name")
     del raw, frame
     gc.collect()
@@ -162,9 +162,9 @@ def test_events_as_the_array_holds_them():
     batch = [EVENT, {**EVENT, "args": {"Input Dims": [[1, 2]], "External id": 3}}, {"ph": "i"}]
     as_array = ",\n".join(json.dumps(e, indent=2) for e in batch).encode() + b",\n  "
     one_per_line = "\n".join(json.dumps(e) for e in batch).encode()
-    assert_frame_equal(eventdecode.decode(as_array, EVENT_SCHEMA), polars_frame(one_per_line))
+    assert_frame_equal(decode.decode(as_array, EVENT_SCHEMA), polars_frame(one_per_line))
     for broken in (b"," + as_array, as_array + b",", as_array[:-40], b"[" + as_array):
-        assert eventdecode.decode(broken, EVENT_SCHEMA) is None
+        assert decode.decode(broken, EVENT_SCHEMA) is None
 
 
 @pytest.mark.parametrize("keep", [None, ("ph", KEPT_PHASES)])
@@ -180,7 +180,7 @@ def test_buffers_grown_from_a_projection_hold_every_row(keep):
     for batch in (small + big, big + small, small + dropped + big, dropped + big + small):
         chunk = "\n".join(json.dumps(e) for e in batch).encode()
         assert len(chunk) > 1 << 17  # past the 64 KB the decoder projects from
-        fast = eventdecode.decode(chunk, EVENT_SCHEMA, keep=keep)
+        fast = decode.decode(chunk, EVENT_SCHEMA, keep=keep)
         reference = polars_frame(chunk)
         if keep is not None:
             reference = reference.filter(pl.col("ph").is_in(KEPT_PHASES))
@@ -242,7 +242,7 @@ def test_a_sigbus_sent_by_kill_still_ends_the_process(tmp_path):
     path.write_bytes(b"x" * 8192)
     code = f"""
 import mmap, os, signal
-from traceanalyzer.ingest import mapguard
+from traceanalyzer.ingest.kineto import mapguard
 with open({str(path)!r}, "rb") as fh:
     window = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 assert mapguard.guard_mapping(window) >= 0

@@ -14,37 +14,34 @@ from polars.testing import assert_frame_equal
 
 from tests.support.paths import REPO, public_kineto
 from tests.test_core_eventdecode import chunks_of
-from traceanalyzer.ingest import eventdecode, eventreduce, kineto
-from traceanalyzer.ingest.kineto import (
+from traceanalyzer.ingest.kineto import decode, read_kineto, reader, reduce
+from traceanalyzer.ingest.kineto.reduce import Parts, compiled_parts, reduce_frame
+from traceanalyzer.ingest.kineto.schema import (
     CPU_CATEGORIES,
     EVENT_SCHEMA,
     GPU_CATEGORIES,
     KEPT_PHASES,
-    _compiled_parts,
-    _Parts,
-    _reduce,
-    read_kineto,
 )
 
 pytestmark = pytest.mark.skipif(
-    not (eventdecode.AVAILABLE and eventreduce.AVAILABLE),
+    not (decode.AVAILABLE and reduce.AVAILABLE),
     reason="the C event decoder or reduction is not built (no compiler at install)",
 )
 
 
-def reduced_both_ways(chunk: bytes) -> _Parts | None:
+def reduced_both_ways(chunk: bytes) -> Parts | None:
     """The compiled reduction's parts of a chunk, checked against the reference's; None if it
     declined (or the decoder did)."""
-    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    raw = decode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     if raw is None:
         return None
-    reduced = eventreduce.reduce(raw)
+    reduced = reduce.reduce_raw(raw)
     if reduced is None:
         return None
-    fast = _compiled_parts(*reduced)
-    reference = _reduce(eventdecode.to_frame(raw, EVENT_SCHEMA))
+    fast = compiled_parts(*reduced)
+    reference = reduce_frame(decode.to_frame(raw, EVENT_SCHEMA))
     assert (fast.untimed, fast.negative) == (reference.untimed, reference.negative)
-    for name in _Parts.TABLES:
+    for name in Parts.TABLES:
         assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
     return fast
 
@@ -120,7 +117,7 @@ def declined_for_unicode(batch: list[dict]) -> bool:
 @given(st.lists(events, min_size=1, max_size=12))
 def test_random_events_reduce_as_polars_or_are_declined_for_unicode(batch):
     chunk = ndjson(batch) + b"\n"
-    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    raw = decode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
     if raw is None:
         return  # the decoder left the chunk to Polars: nothing for the reduction to do
     if reduced_both_ways(chunk) is None:
@@ -138,8 +135,8 @@ def event(**fields: object) -> dict:
 ])
 def test_declines_what_unicode_lowercasing_could_change(batch):
     chunk = ndjson(batch)
-    raw = eventdecode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
-    assert raw is not None and eventreduce.reduce(raw) is None
+    raw = decode.decode_raw(chunk, EVENT_SCHEMA, keep=("ph", KEPT_PHASES))
+    assert raw is not None and reduce.reduce_raw(raw) is None
 
 
 def test_unicode_outside_categories_and_sync_names_is_reduced():
@@ -162,9 +159,9 @@ def test_text_columns_share_the_decoders_buffers_and_outlive_them():
 
 
 def test_bad_buffers_are_an_error_not_a_crash():
-    raw = eventdecode.decode_raw(json.dumps(event()).encode(), EVENT_SCHEMA)
+    raw = decode.decode_raw(json.dumps(event()).encode(), EVENT_SCHEMA)
     assert raw is not None
-    call = eventreduce._eventreduce.reduce
+    call = reduce._eventreduce.reduce
     with pytest.raises(ValueError):
         call(raw.rows + 1, raw.struct_valid, raw.top, raw.inner)
     with pytest.raises(ValueError):
@@ -199,22 +196,22 @@ def mixed_trace(tmp_path, n: int = 3000):
 def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tmp_path,
                                                                 group_bytes):
     path = mixed_trace(tmp_path)
-    monkeypatch.setattr("traceanalyzer.ingest.jsonscan.DEFAULT_CHUNK_BYTES", 16 << 10)
+    monkeypatch.setattr("traceanalyzer.ingest.kineto.jsonscan.DEFAULT_CHUNK_BYTES", 16 << 10)
     if group_bytes:  # several groups: reduced chunks are joined as categories
-        monkeypatch.setattr(kineto, "GROUP_BYTES", group_bytes)
-        monkeypatch.setattr(kineto, "FIRST_GROUP_BYTES", group_bytes)
+        monkeypatch.setattr(reader, "GROUP_BYTES", group_bytes)
+        monkeypatch.setattr(reader, "FIRST_GROUP_BYTES", group_bytes)
     outcomes = []
-    compiled = eventreduce.reduce
+    compiled = reduce.reduce_raw
 
     def spy(raw):
         reduced = compiled(raw)
         outcomes.append(reduced is not None)
         return reduced
 
-    monkeypatch.setattr(eventreduce, "reduce", spy)
+    monkeypatch.setattr(reduce, "reduce_raw", spy)
     fast = read_kineto(path)
     assert outcomes.count(False) == 1 and outcomes.count(True) > 4  # one chunk went to Polars
-    monkeypatch.setattr(eventreduce, "_eventreduce", None)
+    monkeypatch.setattr(reduce, "_eventreduce", None)
     reference = read_kineto(path)
     for name in ("cpu", "gpu", "annotations", "syncs", "counters"):
         assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
@@ -270,7 +267,7 @@ def test_batches_become_one_frame_with_a_chunk_per_batch():
         (0, (text_column([]), int_column([]), None, int_column([], width=4))),
         (2, (text_column(["x", "y"]), int_column([2**62, 0]), None, int_column([-1, 5], width=4))),
     ]
-    frame = eventreduce.frame("tlti", ("s", "n", "empty", "i"), batches)
+    frame = reduce.batches_frame("tlti", ("s", "n", "empty", "i"), batches)
     assert frame.schema == {"s": pl.String, "n": pl.Int64, "empty": pl.String, "i": pl.Int32}
     assert frame.rows() == [("short", 1, None, 7), (None, None, None, 8), (long, -3, None, None),
                             ("x", 2**62, None, -1), ("y", 0, None, 5)]
@@ -281,7 +278,7 @@ def test_batches_become_one_frame_with_a_chunk_per_batch():
 def test_batches_buffers_outlive_every_python_reference():
     long = "a text longer than twelve bytes, shared with the frame"
     views, bitmap, data = text_column([long] * 50)
-    frame = eventreduce.frame("t", ("s",), [(50, ((views, bitmap, data),))])
+    frame = reduce.batches_frame("t", ("s",), [(50, ((views, bitmap, data),))])
     del views, bitmap, data
     gc.collect()
     assert frame["s"].to_list() == [long] * 50
@@ -298,15 +295,15 @@ def test_batches_buffers_outlive_every_python_reference():
 ])
 def test_batches_reject_what_they_cannot_export(bad):
     with pytest.raises((ValueError, TypeError)):
-        eventreduce._eventreduce.Batches(bad[0].encode(), *bad[1:])
+        reduce._eventreduce.Batches(bad[0].encode(), *bad[1:])
 
 
 def test_batches_reject_a_view_past_its_data():
     views, bitmap, data = text_column(["a text longer than twelve bytes"])
     with pytest.raises(ValueError):
-        eventreduce.frame("t", ("s",), [(1, ((views, bitmap, data[:10]),))])
+        reduce.batches_frame("t", ("s",), [(1, ((views, bitmap, data[:10]),))])
     with pytest.raises(ValueError):
-        eventreduce.frame("t", ("s",), [(1, ((views, bitmap, None),))])
+        reduce.batches_frame("t", ("s",), [(1, ((views, bitmap, None),))])
 
 
 def test_text_in_several_data_buffers_by_the_views_buffer_index():
@@ -317,25 +314,25 @@ def test_text_in_several_data_buffers_by_the_views_buffer_index():
     forged[16 + 8:16 + 12] = (1).to_bytes(4, "little")  # row 1 in buffer 1, at offset 0
     forged[16 + 12:16 + 16] = (0).to_bytes(4, "little")
     buffers = (data, second.encode())
-    frame = eventreduce.frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
+    frame = reduce.batches_frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
     assert frame["s"].to_list() == [first, second, None, "short"]
     forged[16 + 8:16 + 12] = (2).to_bytes(4, "little")  # a buffer that is not there
     with pytest.raises(ValueError):
-        eventreduce.frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
+        reduce.batches_frame("t", ("s",), [(4, ((bytes(forged), bitmap, buffers),))])
 
 
 def test_booleans_are_a_bitmap_of_values():
     values, valid = bytes([0b0101]), bytes([0b0111])
-    frame = eventreduce.frame("b", ("flag",), [(4, ((values, valid),))])
+    frame = reduce.batches_frame("b", ("flag",), [(4, ((values, valid),))])
     assert frame.schema["flag"] == pl.Boolean
     assert frame["flag"].to_list() == [True, False, True, None]
-    assert eventreduce.frame("b", ("flag",), [(3, (None,))])["flag"].to_list() == [None] * 3
+    assert reduce.batches_frame("b", ("flag",), [(3, (None,))])["flag"].to_list() == [None] * 3
     with pytest.raises(ValueError):  # a bitmap too short for 9 rows
-        eventreduce.frame("b", ("flag",), [(9, ((values, bytes(2)),))])
+        reduce.batches_frame("b", ("flag",), [(9, ((values, bytes(2)),))])
 
 
 def test_an_unread_stream_releases_its_batches():
-    batches = eventreduce._eventreduce.Batches(b"l", ("a",), [(1, (int_column([1]),))])
+    batches = reduce._eventreduce.Batches(b"l", ("a",), [(1, (int_column([1]),))])
     with pytest.raises(ValueError):  # a stream is one column's
         batches.__arrow_c_stream__()
     capsule = batches.column(0).__arrow_c_stream__()
@@ -353,7 +350,7 @@ def test_each_column_frees_its_buffers_when_dropped():
     views, bitmap, data = text_column(["a text longer than twelve bytes"] * 10)
     data = Owned(data)
     watch = weakref.ref(data)
-    frame = eventreduce.frame("tl", ("s", "n"), [(10, ((views, bitmap, data),
+    frame = reduce.batches_frame("tl", ("s", "n"), [(10, ((views, bitmap, data),
                                                        int_column(list(range(10)))))])
     del views, bitmap, data
     frame = frame.drop("s")
@@ -364,7 +361,7 @@ def test_each_column_frees_its_buffers_when_dropped():
 def test_a_buffer_changed_after_the_checks_is_an_error_not_a_read_past_it():
     views, bitmap, data = text_column(["a text longer than twelve bytes"] * 4)
     data = bytearray(data)
-    batches = eventreduce._eventreduce.Batches(b"t", ("s",), [(4, ((views, bitmap, data),))])
+    batches = reduce._eventreduce.Batches(b"t", ("s",), [(4, ((views, bitmap, data),))])
     del data[10:]  # not exported yet, so it may shrink: the export checks again
     with pytest.raises(pl.exceptions.ComputeError, match="no longer hold"):
         pl.Series(values=batches.column(0))

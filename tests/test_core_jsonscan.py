@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.ingest.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
+from traceanalyzer.ingest.kineto.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
 
 
 def split(data: bytes, chunk: int = 1 << 20) -> tuple[list[dict], ScanResult]:
@@ -114,7 +114,7 @@ def test_crlf_line_endings():
 def test_gzip_stream_readinto_members_and_truncation():
     import gzip
 
-    from traceanalyzer.ingest.kineto import GzipStream
+    from traceanalyzer.ingest.kineto.gzipstream import GzipStream
 
     payload = json.dumps({"traceEvents": NASTY * 50}).encode()
     half = len(payload) // 2

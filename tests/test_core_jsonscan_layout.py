@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceanalyzer.ingest import jsonscan
-from traceanalyzer.ingest.jsonscan import ScanResult, iter_ndjson_chunks
-from traceanalyzer.ingest.kineto import read_kineto
+from traceanalyzer.ingest.kineto import jsonscan, read_kineto
+from traceanalyzer.ingest.kineto.jsonscan import ScanResult, iter_ndjson_chunks
 
 NASTY_NAMES = ['a "q" {b} [c], d', "}]},{[", "back\\slash\\", "line\nbreak\t", "\n  {", "é 漢 </s>"]
 
@@ -170,22 +169,22 @@ def _decoded_events(data: bytes, chunk: int, raw_runs: bool, stream=None):
     """The kept events of every piece, decoded (runs in place, NDJSON as lines)."""
     import polars as pl
 
-    from traceanalyzer.ingest import eventdecode
-    from traceanalyzer.ingest.kineto import EVENT_SCHEMA, KEPT_PHASES
+    from traceanalyzer.ingest.kineto import decode
+    from traceanalyzer.ingest.kineto.schema import EVENT_SCHEMA, KEPT_PHASES
 
     scan = ScanResult()
     frames = []
     for piece in iter_ndjson_chunks(stream or io.BytesIO(data), scan, chunk_bytes=chunk,
                                     keep_phases=b"XiI", by_layout=True, raw_runs=raw_runs):
         runs = isinstance(piece, jsonscan.EventRun)
-        frame = eventdecode.decode(piece.data if runs else piece, EVENT_SCHEMA)
+        frame = decode.decode(piece.data if runs else piece, EVENT_SCHEMA)
         assert frame is not None
         frames.append(frame.filter(pl.col("ph").is_in(KEPT_PHASES)))
     return (pl.concat(frames) if frames else pl.DataFrame(schema=EVENT_SCHEMA)), scan
 
 
 needs_decoder = pytest.mark.skipif(
-    not __import__("traceanalyzer.ingest.eventdecode").ingest.eventdecode.AVAILABLE,
+    not __import__("traceanalyzer.ingest.kineto.decode").ingest.kineto.decode.AVAILABLE,
     reason="the C event decoder is not built",
 )
 
@@ -355,7 +354,8 @@ def test_a_wrong_first_guess_of_the_layout_is_read_again(tmp_path, monkeypatch):
 CUT_WHILE_MAPPED = r"""
 import json, os, sys
 from pathlib import Path
-from traceanalyzer.ingest import jsonscan, read_any
+from traceanalyzer.ingest import read_any
+from traceanalyzer.ingest.kineto import jsonscan
 
 path, cut, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 jsonscan.DEFAULT_CHUNK_BYTES = jsonscan.FIRST_READ_BYTES = 64 << 10

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import json
 
-from traceanalyzer.ingest.jsonscan import ScanResult, iter_ndjson_chunks
 from traceanalyzer.ingest.kineto import read_kineto
+from traceanalyzer.ingest.kineto.jsonscan import ScanResult, iter_ndjson_chunks
 
 TRACE = (
     b'{"traceEvents":[ {\n "ph": "f", "id": 1}, {"ph":"s"}, {"ph": "X", "ts": 1},'

@@ -14,8 +14,11 @@ from tests.support.kineto_builder import KinetoBuilder
 from tests.support.paths import public_kineto
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import load, sniff
-from traceanalyzer.ingest.jsonscan import ScanResult
-from traceanalyzer.ingest.kineto import EVENT_SCHEMA, _build_trace, _read_metadata, read_kineto
+from traceanalyzer.ingest.kineto import read_kineto
+from traceanalyzer.ingest.kineto.assemble import build_trace
+from traceanalyzer.ingest.kineto.jsonscan import ScanResult
+from traceanalyzer.ingest.kineto.metadata import read_metadata
+from traceanalyzer.ingest.kineto.schema import EVENT_SCHEMA
 
 
 def reference_read(path: Path):
@@ -28,7 +31,7 @@ def reference_read(path: Path):
     frame = pl.read_ndjson(io.BytesIO(ndjson), schema=EVENT_SCHEMA, ignore_errors=True)
     scan = ScanResult(metadata_json=json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}
                                                if isinstance(doc, dict) else []).encode())
-    return _build_trace(frame, _read_metadata(path, scan))
+    return build_trace(frame, read_metadata(path, scan))
 
 
 @pytest.mark.slow
@@ -54,16 +57,16 @@ def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatc
     """Small traces take one reduction and one query per frame; big ones many reductions (text
     as categories) and a sort a few columns at a time. Forced here on real traces, they must give
     exactly the reference frames too."""
-    from traceanalyzer.ingest import jsonscan, kineto
+    from traceanalyzer.ingest.kineto import assemble, jsonscan, reader
 
     monkeypatch.setattr(jsonscan, "DEFAULT_CHUNK_BYTES", 32 << 10)
     monkeypatch.setattr(jsonscan, "FIRST_READ_BYTES", 16 << 10)
-    monkeypatch.setattr(kineto, "FIRST_GROUP_BYTES", 64 << 10)
-    monkeypatch.setattr(kineto, "GROUP_BYTES", 64 << 10)
-    monkeypatch.setattr(kineto, "COLUMNWISE_ROWS", 0)
+    monkeypatch.setattr(reader, "FIRST_GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(reader, "GROUP_BYTES", 64 << 10)
+    monkeypatch.setattr(assemble, "COLUMNWISE_ROWS", 0)
     reduced = []
-    real_reduce = kineto._reduce_group
-    monkeypatch.setattr(kineto, "_reduce_group", lambda chunks, compact: reduced.append(compact)
+    real_reduce = reader._reduce_group
+    monkeypatch.setattr(reader, "_reduce_group", lambda chunks, compact: reduced.append(compact)
                         or real_reduce(chunks, compact))
     fast = read_kineto(path)
     assert len(reduced) > 2 and all(reduced)
@@ -78,10 +81,10 @@ def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatc
 def test_big_trace_frames_equal_the_small_trace_frames(path, monkeypatch):
     """Big traces build the CPU frame a few columns at a time and the GPU frame on its own;
     small ones both frames in one query. Either way, the frames are the same."""
-    from traceanalyzer.ingest import kineto
+    from traceanalyzer.ingest.kineto import assemble
 
     small = read_kineto(path)
-    monkeypatch.setattr(kineto, "COLUMNWISE_ROWS", 0)
+    monkeypatch.setattr(assemble, "COLUMNWISE_ROWS", 0)
     big = read_kineto(path)
     for name, frame in small.frames().items():
         assert frame.equals(big.frames()[name]), name
@@ -93,10 +96,10 @@ def test_graph_launched_follows_the_first_launch_call_in_time(tmp_path, kineto, 
                                                               columnwise):
     """A kernel's graph_launched comes from its launch call (by correlation id); when two calls
     carry the same id, the earlier one in time decides, whatever their order in the file."""
-    from traceanalyzer.ingest import kineto as reader
+    from traceanalyzer.ingest.kineto import assemble
 
     if columnwise:
-        monkeypatch.setattr(reader, "COLUMNWISE_ROWS", 0)
+        monkeypatch.setattr(assemble, "COLUMNWISE_ROWS", 0)
     # Each kernel's id has a second call, later in the file but earlier in time, which decides.
     graph_later = kineto.launch("plain_first", 10, 2, 20, 5, api="cudaGraphLaunch")
     plain_later = kineto.launch("graph_first", 30, 2, 40, 5)
@@ -253,7 +256,7 @@ def test_sync_types_use_nsys_names(public_dir):
 
 
 def test_decoding_threads_serve_later_reads(tmp_path, kineto):
-    from traceanalyzer.ingest import kineto as reader
+    from traceanalyzer.ingest.kineto import reader
 
     kineto.launch("k", 10, 2, 20, 5)
     path = kineto.write(tmp_path / "t.json")
@@ -266,7 +269,7 @@ def test_decoding_threads_serve_later_reads(tmp_path, kineto):
 def test_a_reads_finished_tasks_are_not_held():
     # A finished task holds its result, a decoded chunk: holding them all kept a 1 GB trace's
     # chunks in memory to the end of the read (peak 773 -> 966 MiB).
-    from traceanalyzer.ingest.kineto import _Tasks
+    from traceanalyzer.ingest.kineto.reader import _Tasks
 
     with _Tasks() as tasks:
         for _ in range(50):
@@ -304,7 +307,7 @@ def test_pytorch_1_8_category_names(tmp_path, monkeypatch):
     assert cpu["name"].to_list() == ["cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchKernel"]
     assert trace.annotations["kind"].cast(pl.String).to_list() == ["step"]
     # The compiled reduction reads them as the Polars one does.
-    monkeypatch.setattr("traceanalyzer.ingest.eventreduce._eventreduce", None)
+    monkeypatch.setattr("traceanalyzer.ingest.kineto.reduce._eventreduce", None)
     reference = read_kineto(path)
     for name, frame in trace.frames().items():
         assert frame.equals(reference.frames()[name]), name

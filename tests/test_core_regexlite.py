@@ -13,14 +13,14 @@ import polars as pl
 import pytest
 
 from traceanalyzer.categories import KERNEL_PATTERNS
-from traceanalyzer.ingest import eventassemble
+from traceanalyzer.ingest.kineto import assemble
 
-pytestmark = pytest.mark.skipif(not eventassemble.AVAILABLE,
+pytestmark = pytest.mark.skipif(not assemble.AVAILABLE,
                                 reason="the C assembly is not built (no compiler at install)")
 
 
 def search(pattern: str, texts: list[str]) -> list[bool] | None:
-    return eventassemble._eventassemble.search(pattern, texts)
+    return assemble._eventassemble.search(pattern, texts)
 
 
 def polars(pattern: str, texts: list[str]) -> list[bool] | None:

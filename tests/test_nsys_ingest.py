@@ -14,8 +14,8 @@ from tests.support.nsys_fixtures import NsysBuilder, global_pid
 from tests.support.sqlite_engines import assert_engines_agree
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
-from traceanalyzer.ingest import sqlite_columns as sqc
 from traceanalyzer.ingest.nsys import read_nsys, split_by_process
+from traceanalyzer.ingest.nsys import sqlite_columns as sqc
 
 
 def basic_export() -> NsysBuilder:

@@ -13,9 +13,9 @@ import pytest
 from tests.support.nsys_fixtures import NsysBuilder
 from tests.support.paths import SAMPLES
 from tests.support.sqlite_engines import assert_engines_agree
-from traceanalyzer.ingest import nsys
-from traceanalyzer.ingest import sqlite_columns as sqc
+from traceanalyzer.ingest.nsys import frames as nsys_frames
 from traceanalyzer.ingest.nsys import read_nsys
+from traceanalyzer.ingest.nsys import sqlite_columns as sqc
 
 
 def test_registered_and_inline_nvtx_text(tmp_path, engine):
@@ -70,7 +70,7 @@ def test_rows_written_out_of_order_come_out_sorted(tmp_path, engine):
     ]
 
 
-@pytest.mark.parametrize("processes", [3, nsys.RANK_CHAIN_MAX + 4])
+@pytest.mark.parametrize("processes", [3, nsys_frames.RANK_CHAIN_MAX + 4])
 def test_rank_of_pid_few_and_many_processes(tmp_path, engine, processes):
     b = NsysBuilder()
     pids = [1_000 - 7 * i for i in range(processes)]  # written in descending pid order

@@ -20,7 +20,8 @@ import pytest
 
 from tests.support.paths import REPO
 from traceanalyzer.analysis.kernels import kernel_summary
-from traceanalyzer.ingest.nsys import API_VERSION_SUFFIX, read_nsys
+from traceanalyzer.ingest.nsys import read_nsys
+from traceanalyzer.ingest.nsys.frames import API_VERSION_SUFFIX
 
 PUBLIC_NSYS = REPO.parent / "shared" / "traces" / "public" / "nsys"
 SAMPLE_NSYS = REPO / "sample_traces" / "nsys"

@@ -12,7 +12,7 @@ import pytest
 from tests.support.nsys_fixtures import NsysBuilder
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
-from traceanalyzer.ingest.nsys_rep import read_nsys_rep
+from traceanalyzer.ingest.nsys import read_nsys_rep
 
 # A stand-in for `nsys export --type sqlite ... --output OUT REP`: copies $FAKE_NSYS_SOURCE to
 # OUT, logs each call, and fails when $FAKE_NSYS_FAIL is set, as a real export can.

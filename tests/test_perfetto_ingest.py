@@ -16,7 +16,7 @@ from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocpr
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest.perfetto import read_perfetto
-from traceanalyzer.ingest.perfetto_decode import UNKNOWN_NAME
+from traceanalyzer.ingest.perfetto.decode import UNKNOWN_NAME
 
 BEGIN, END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
 
@@ -73,7 +73,7 @@ def test_small_chunks_give_the_same_result(tmp_path: Path, monkeypatch: pytest.M
     # Packets cut across chunk boundaries must be carried over, not lost.
     path = _rocprof_trace().write(tmp_path / "a.pftrace")
     whole = read_perfetto(path)
-    import traceanalyzer.ingest.perfetto_decode as decode
+    import traceanalyzer.ingest.perfetto.decode as decode
 
     monkeypatch.setattr(decode, "CHUNK_BYTES", 7)
     chunked = read_perfetto(path)

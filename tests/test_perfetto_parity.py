@@ -19,7 +19,7 @@ from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import sniff
 from traceanalyzer.ingest.kineto import read_kineto
 from traceanalyzer.ingest.perfetto import read_perfetto
-from traceanalyzer.ingest.perfetto_decode import WALKER_AVAILABLE, decode_stream
+from traceanalyzer.ingest.perfetto.decode import WALKER_AVAILABLE, decode_stream
 
 
 def _per_kernel(result: object) -> pl.DataFrame:

@@ -15,8 +15,8 @@ import pytest
 
 from tests.test_perfetto_support import RocprofLikeBuilder
 from traceanalyzer.errors import InputError
-from traceanalyzer.ingest import perfetto_tp
 from traceanalyzer.ingest.perfetto import TRACE_PROCESSOR_ENV, read_perfetto
+from traceanalyzer.ingest.perfetto import tp as perfetto_tp
 
 
 class _Result:

@@ -22,10 +22,10 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProt
 from polars.testing import assert_frame_equal
 
 from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
-from traceanalyzer.ingest import perfetto_decode
+from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
-from traceanalyzer.ingest.perfetto_annotations import ANNOTATION_KEYS
-from traceanalyzer.ingest.perfetto_decode import DecodeError, RawTables, decode_stream
+from traceanalyzer.ingest.perfetto.annotations import ANNOTATION_KEYS
+from traceanalyzer.ingest.perfetto.decode import DecodeError, RawTables, decode_stream
 
 pytestmark = pytest.mark.skipif(not perfetto_decode.WALKER_AVAILABLE,
                                 reason="the compiled walker is not built")
@@ -237,7 +237,7 @@ def test_random_streams_read_as_the_reference_reads_them(data: bytes, chunk: int
         assert got in ("error", None)
         return
     if got is None:  # declined: only for what the reference reads differently (see the C file)
-        walker = perfetto_decode._WalkDecoder()
+        walker = perfetto_decode.WalkDecoder()
         assert walker.feed(data) == -1
         assert any(why in walker.walker.declined for why in ("UTF-8", "beyond 32 bits"))
         return

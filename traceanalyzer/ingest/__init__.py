@@ -162,7 +162,7 @@ def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
 
         return read_nsys(path)
     if fmt == "nsys-rep":
-        from traceanalyzer.ingest.nsys_rep import read_nsys_rep
+        from traceanalyzer.ingest.nsys import read_nsys_rep
 
         return read_nsys_rep(path)
     if fmt == "perfetto":

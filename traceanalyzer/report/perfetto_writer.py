@@ -31,7 +31,7 @@ from traceanalyzer.model import Trace
 
 FINDINGS_TRACK = "traceanalyzer findings"
 FINDING_CATEGORY = "traceanalyzer_finding"
-META_EVENT = "traceanalyzer.meta"  # read back by traceanalyzer.ingest.perfetto_map
+META_EVENT = "traceanalyzer.meta"  # read back by traceanalyzer.ingest.perfetto.map
 SEQUENCE_ID = 1
 BATCH_PACKETS = 20_000
 

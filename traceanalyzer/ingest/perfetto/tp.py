@@ -6,7 +6,7 @@ package downloads the binary when no ``bin_path`` is given; that fails offline a
 on locked-down clusters, so this module only ever runs with a binary the user named.
 
 Its slice, track, args and counter tables are shaped into the native reader's raw tables, and
-:func:`traceanalyzer.ingest.perfetto_map.to_trace` maps them the same way.
+:func:`traceanalyzer.ingest.perfetto.map.to_trace` maps them the same way.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import InputError
-from traceanalyzer.ingest.perfetto_decode import (
-    ANNOTATION_KEYS,
+from traceanalyzer.ingest.perfetto.annotations import ANNOTATION_KEYS
+from traceanalyzer.ingest.perfetto.tables import (
     ANNOTATION_SCHEMA,
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
@@ -110,7 +110,7 @@ def read_with_trace_processor(
     meta = TraceMeta(path=str(source), source_format="perfetto")
     meta.extra["trace_processor"] = str(binary)
     raw = raw_tables(tables, meta.warnings)
-    from traceanalyzer.ingest.perfetto_map import to_trace
+    from traceanalyzer.ingest.perfetto.map import to_trace
 
     return to_trace(raw, meta)
 

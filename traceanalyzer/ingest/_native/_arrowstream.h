@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_columncodes.h"
 #include "_heldcolumn.h"
 #include "_stringview.h"
 
@@ -89,7 +90,7 @@ static PyObject *batches_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     }
     for (Py_ssize_t c = 0; c < ncols; c++) {
-        if (!strchr("tlib", letters[c]) || !letters[c] ||
+        if (!strchr(LAYOUT_LETTERS, letters[c]) || !letters[c] ||
             !PyUnicode_Check(PyTuple_GET_ITEM(names, c))) {
             PyErr_SetString(PyExc_ValueError, "formats are 't', 'l', 'i' or 'b'; names are str");
             return NULL;
@@ -158,10 +159,10 @@ static int make_schema(Batches *b, struct ArrowSchema *out) {
         return ENOMEM;
     }
     memcpy(copy, name, (size_t)n + 1);
-    *out = (struct ArrowSchema){.format = letter == 't'   ? "vu"
-                                          : letter == 'l' ? "l"
-                                          : letter == 'i' ? "i"
-                                                          : "b",
+    *out = (struct ArrowSchema){.format = letter == LAYOUT_TEXT    ? "vu"
+                                          : letter == LAYOUT_INT64 ? "l"
+                                          : letter == LAYOUT_INT32 ? "i"
+                                                                   : "b",
                                 .name = copy, .flags = ARROW_FLAG_NULLABLE,
                                 .release = release_schema, .private_data = copy};
     return 0;

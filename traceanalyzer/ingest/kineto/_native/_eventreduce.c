@@ -533,6 +533,7 @@ static PyObject *bytes_of(Py_ssize_t n, int zero) {
 }
 
 static PyObject *reduce(PyObject *self, PyObject *py_args) {
+    (void)self;
     Py_ssize_t rows;
     Py_buffer args_valid = {0};
     PyObject *top, *args, *result = NULL, *made_data = NULL;
@@ -641,7 +642,8 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_eventreduce", NULL, -1, METHODS};
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_eventreduce", NULL, -1, METHODS,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__eventreduce(void) {
     for (int c = 0; c < N_CATEGORIES; c++) CATEGORY_LENGTHS[c] = strlen(CATEGORIES[c]);

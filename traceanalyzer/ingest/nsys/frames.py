@@ -1,18 +1,8 @@
-"""Nsight Systems SQLite exports (``nsys export --type sqlite``) into canonical frames.
-
-Table -> frame mapping (docs/nsys.md has the full story):
-
-- ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET`` -> ``gpu``
-- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (and ``_DRIVER`` where present) -> ``cpu`` kinds runtime/driver
-- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``syncs``
-- ``NVTX_EVENTS`` -> ``annotations`` (kind "nvtx"; ``ProfilerStep#N`` ranges are kind "step")
-- ``TARGET_INFO_GPU``/``TARGET_INFO_CUDA_DEVICE``, ``PROCESSES``, ``META_DATA_EXPORT`` -> meta
-  (in :mod:`traceanalyzer.ingest.nsys_meta`)
+"""Nsight Systems exports: the canonical frames built from the tables read.
 
 Names stay ids into ``StringIds`` while rows are filtered and joined; the text is joined in at
 the end, and kernel categories are computed once per distinct name, not once per row.
 
-Ranks: every process with GPU activity is a rank, numbered by pid (one process -> rank 0).
 ``globalPid``/``globalTid`` pack the pid as ``(g >> 24) & 0xFFFFFF`` and the tid as
 ``g & 0xFFFFFF``. Correlation ids are only unique within a process, so kernels join their
 launching call on (correlation, rank) -- the same as Nsight's (correlationId, pid).
@@ -20,25 +10,17 @@ launching call on (correlation, rank) -- the same as Nsight's (correlationId, pi
 
 from __future__ import annotations
 
-import os
-import sqlite3
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import polars as pl
 
 from traceanalyzer.categories import kernel_category
-from traceanalyzer.errors import InputError
-from traceanalyzer.ingest.nsys_meta import fill_meta
-from traceanalyzer.ingest.sqlite_columns import connect_readonly, engine, read_table
+from traceanalyzer.ingest.nsys.tables import sorted_by
 from traceanalyzer.model import (
     ANNOTATION_KINDS,
     CPU_KINDS,
     GPU_ACTIVITY_SCHEMA,
     GPU_KINDS,
-    Trace,
     TraceMeta,
     conform,
     empty_frame,
@@ -48,51 +30,6 @@ I64, I32, STR = pl.Int64, pl.Int32, pl.String
 GPU_KIND, CPU_KIND = pl.Enum(GPU_KINDS), pl.Enum(CPU_KINDS)
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 ANNOTATION_KIND = pl.Enum(ANNOTATION_KINDS)
-
-KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
-MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-#: Whole CUDA graph executions, recorded instead of their kernels with --cuda-graph-trace=graph.
-GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-NVTX = "NVTX_EVENTS"
-
-#: Per table: (required columns, optional columns). A table that is present but lacks a required
-#: column is an error (a renamed column in an nsys version we do not know); optional ones -> null.
-TABLE_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    KERNEL: (
-        ("start", "end", "deviceId", "streamId", "correlationId"),
-        ("globalPid", "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX",
-         "blockY", "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
-         "graphNodeId"),
-    ),
-    RUNTIME: (("start", "end", "correlationId", "globalTid", "nameId"), ("eventClass",)),
-    DRIVER: (("start", "end", "correlationId", "globalTid", "nameId"), ()),
-    MEMCPY: (
-        ("start", "end", "deviceId", "streamId", "bytes", "copyKind"),
-        ("correlationId", "globalPid", "srcKind", "dstKind", "graphNodeId"),
-    ),
-    GRAPH: (("start", "end", "deviceId", "streamId", "graphId"), ("correlationId", "globalPid")),
-    MEMSET: (
-        ("start", "end", "deviceId", "streamId", "bytes"),
-        ("correlationId", "globalPid", "memKind", "graphNodeId"),
-    ),
-    SYNC: (
-        ("start", "end"),
-        ("deviceId", "streamId", "correlationId", "globalPid", "syncType", "deprecatedSyncType"),
-    ),
-    NVTX: (("start", "eventType"), ("end", "globalTid", "text", "textId", "domainId")),
-    "StringIds": (("id", "value"), ()),
-}
-#: Of these, at least one must be present.
-ONE_OF: dict[str, tuple[str, ...]] = {
-    KERNEL: ("demangledName", "shortName"),
-    SYNC: ("syncType", "deprecatedSyncType"),
-    NVTX: ("text", "textId"),
-}
-TEXT_COLUMNS = {"text", "value"}
 
 # CUPTI enums (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE). Array memory is
 # device memory, and unified-memory copies keep their direction.
@@ -118,9 +55,6 @@ OPERATOR_PREFIX = r"^[a-z_]\w*::"
 STEP_PREFIX = "ProfilerStep#"
 STEP_NAME = r"^ProfilerStep#(\d+)$"
 
-NSYS_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
-
-
 #: Up to this many ranks, rank-of-pid is a chain of comparisons instead of a hash join.
 RANK_CHAIN_MAX = 16
 
@@ -133,196 +67,8 @@ def _tid(col: str) -> pl.Expr:
     return pl.col(col) % (1 << 24)
 
 
-class _Db:
-    """The open export: its table schemas, and typed reads of the columns we use."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self.con = connect_readonly(path)
-            rows = self.con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-            ).fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise InputError(path, _sqlite_problem(exc)) from None
-        self.tables = {r[0] for r in rows}
-
-    def columns(self, table: str) -> dict[str, str]:
-        info = self.con.execute(f'PRAGMA table_info("{table}")').fetchall()
-        return {r[1]: (r[2] or "").upper() for r in info}
-
-    def read(self, table: str, where: str = "") -> pl.DataFrame | None:
-        """The table's known columns with declared types; None when the table is absent."""
-        if table not in self.tables:
-            return None
-        required, optional = TABLE_COLUMNS[table]
-        have = self.columns(table)
-        missing = [c for c in required if c not in have]
-        one_of = ONE_OF.get(table, ())
-        if one_of and not any(c in have for c in one_of):
-            missing.append(" or ".join(one_of))
-        if missing:
-            raise InputError(
-                self.path,
-                f"table {table} lacks column(s) {', '.join(missing)}: not an Nsight Systems "
-                "export this version of traceanalyzer knows",
-            )
-        wanted = {c: (STR if c in TEXT_COLUMNS else I64) for c in (*required, *optional)
-                  if c in have}
-        if table == KERNEL and "demangledName" in have:
-            wanted.pop("shortName", None)  # only a fallback for exports without demangled names
-        frame = None
-        if table == NVTX and {"text", "textId"} <= have.keys() and "StringIds" in self.tables:
-            # Registered strings looked up in SQL: one column less to read (millions of rows),
-            # and the text of an id is that of the id's StringIds row in any case.
-            frame = read_table(
-                self.con, self.path, table, {c: t for c, t in wanted.items() if c != "textId"},
-                where, exprs={"text": 'ifnull("text", (SELECT value FROM StringIds '
-                                      'WHERE id = "textId"))'},
-            )
-            if frame is not None:
-                frame = frame.with_columns(textId=pl.lit(None, I64))
-        if frame is None:
-            frame = read_table(self.con, self.path, table, wanted, where)
-        assert frame is not None
-        absent = {c: pl.lit(None, I64) for c in optional if c not in have}
-        return frame.with_columns(**absent) if absent else frame
-
-    def rows(self, query: str) -> list[tuple[Any, ...]]:
-        """A small metadata query; an absent table or column gives no rows."""
-        try:
-            return self.con.execute(query).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc):
-                raise
-            return []
-
-
-class _Reader:
-    """Reads tables on one background thread, through a connection of its own, in the order
-    they were submitted. On exit, reads not yet started are cancelled and the rest awaited."""
-
-    def __init__(self, db: _Db) -> None:
-        self.db = _Db(db.path)
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsys-read")
-
-    def submit(self, table: str, where: str = "", sort_by: str | None = None,
-               prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
-               ) -> Future[pl.DataFrame | None]:
-        """The table, read on the background thread; sorted there by ``sort_by`` if given, so
-        the sort overlaps work on this thread and the unsorted frame is freed before the
-        result is handed over. ``prepare`` (rows filtered, say) runs there before the sort."""
-        return self.pool.submit(self._read, table, where, sort_by, prepare)
-
-    def _read(self, table: str, where: str, sort_by: str | None,
-              prepare: Callable[[pl.DataFrame], pl.DataFrame] | None) -> pl.DataFrame | None:
-        frame = self.db.read(table, where)
-        if frame is None:
-            return None
-        if prepare is not None:
-            frame = prepare(frame)
-        return frame if sort_by is None else _sorted(frame, sort_by)
-
-    def __enter__(self) -> _Reader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.db.con.close()
-
-
-def _sqlite_problem(exc: Exception) -> str:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return "the SQLite database is locked by another process (is nsys still writing it?)"
-    if "not a database" in text or "malformed" in text or "encrypted" in text:
-        return f"is not a readable SQLite database ({text})"
-    return f"cannot be read as SQLite ({text})"
-
-
-def read_nsys(path: str | os.PathLike[str]) -> Trace:
-    """Read an Nsight Systems SQLite export into a canonical :class:`Trace`."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(p, "is not a file" if p.exists() else "no such file")
-    db = _Db(p)
-    try:
-        return _read(db)
-    except sqlite3.DatabaseError as exc:
-        raise InputError(p, _sqlite_problem(exc)) from None
-    finally:
-        db.con.close()
-
-
-def _read(db: _Db) -> Trace:
-    if not any(t in db.tables for t in NSYS_MARKER_TABLES):
-        raise InputError(
-            db.path,
-            "is a SQLite database but not an Nsight Systems export (no StringIds or "
-            "META_DATA_EXPORT table)",
-        )
-    export = dict(db.rows("SELECT name, value FROM META_DATA_EXPORT"))
-    meta = TraceMeta(path=str(db.path), source_format="nsys")
-    version = export.get("EXPORT_PRODUCT_VERSION")
-    meta.profiler = f"Nsight Systems {version}" if version else "Nsight Systems"
-
-    strings = db.read("StringIds")
-    if strings is None:
-        strings = pl.DataFrame(schema={"id": I64, "value": STR})
-    present = [t for t in (KERNEL, GRAPH, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX)
-               if t in db.tables]
-    nvtx_types = ", ".join(map(str, NVTX_TYPES))
-    # Tables are read on a second thread (its own connection; connectorx and sqlite3 release
-    # the GIL), in the order they are needed, while this thread builds the frames of the
-    # tables already read: reading and building overlap on two cores. The runtime calls are
-    # read last, so that what is left once all is read is short (the CPU frame and an as-of
-    # join); each raw frame is dropped once its canonical frame is built.
-    with _Reader(db) as reader:
-        tables = {t: reader.submit(t) for t in (KERNEL, MEMCPY, MEMSET, GRAPH)}
-        # The event types are tested here, not in SQL: an IN list costs SQLite more per row
-        # (~30 ns, 0.25 CPU-s for 8 M rows) than Polars' test, and other types are rare.
-        tables[NVTX] = reader.submit(
-            NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
-            sort_by="start", prepare=_nvtx_rows,
-        )
-        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
-        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
-        gpu_raw = _gpu_rows(strings,
-                            *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
-        ranks = _rank_map(gpu_raw)
-        gpu = _gpu_frame(gpu_raw, ranks)
-        del gpu_raw
-        ann = _annotation_frame(tables.pop(NVTX).result(), strings, ranks, meta)
-        ops = _operator_ranges(ann)
-        cpu = _cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
-                         ranks)
-        syn = _sync_frame(tables.pop(SYNC).result(), cpu, ranks)
-    cpu = _with_parent_op(cpu, ops)
-    del ops
-
-    fill_meta(db, meta, export, ranks, gpu)
-    if not present:
-        meta.warnings.append("the export holds no CUDA or NVTX events")
-    if ranks.height == 1 and meta.rank:
-        # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
-        gpu, cpu, ann, syn = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
-                              for f in (gpu, cpu, ann, syn))
-    gpu, cpu, ann, syn = (_no_backwards(f, meta) for f in (gpu, cpu, ann, syn))
-    return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
-                 counters=empty_frame("counters"))
-
-
-def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
-    """Records that end before they start (a corrupt export) become zero-length, with a warning,
-    as in Kineto traces: every analysis may assume end_ns >= start_ns."""
-    bad = frame.select((pl.col("end_ns") < pl.col("start_ns")).sum()).item()
-    if not bad:
-        return frame
-    meta.warnings.append(f"{bad} records end before they start; treated as zero-length")
-    return frame.with_columns(end_ns=pl.max_horizontal("start_ns", "end_ns"))
-
-
-def _gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
+def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.DataFrame | None,
               memset: pl.DataFrame | None, graphs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Kernels, copies and memsets in one frame, with names and categories. Copies and
     memsets get their Kineto-style name ("Memcpy HtoD (Pageable -> Device)") so reports read
@@ -407,7 +153,7 @@ def _memory_kind(col: str) -> pl.Expr:
     return pl.col(col).replace_strict(MEMORY_KIND, default="other", return_dtype=STR)
 
 
-def _rank_map(gpu_raw: pl.DataFrame) -> pl.DataFrame:
+def rank_map(gpu_raw: pl.DataFrame) -> pl.DataFrame:
     """pid -> rank for every process with GPU activity, ranks numbered by pid."""
     return (
         gpu_raw.select(pl.col("pid").drop_nulls().unique().sort())
@@ -420,7 +166,7 @@ def _with_rank(frame: FrameT, ranks: pl.DataFrame) -> FrameT:
     if ranks.height <= RANK_CHAIN_MAX:
         # A few comparisons per row cost a sixth of replace_strict's hash join.
         rank: pl.Expr = pl.lit(0, I32)
-        for pid, r in reversed(ranks.rows()):  # (pid, rank) pairs of _rank_map
+        for pid, r in reversed(ranks.rows()):  # (pid, rank) pairs of rank_map
             rank = pl.when(pl.col("pid") == pid).then(pl.lit(r, I32)).otherwise(rank)
     else:
         rank = pl.col("pid").replace_strict(ranks["pid"], ranks["rank"], default=0,
@@ -449,14 +195,14 @@ def _names(strings: pl.DataFrame, ids: pl.Series, unknown: str | None = None) ->
     )
 
 
-def _gpu_frame(gpu_raw: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
+def gpu_frame(gpu_raw: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     if gpu_raw.height == 0:
         return empty_frame("gpu")
     # Rank after the sort, so that the sort has one column less to move.
-    return conform(_with_rank(_sorted(gpu_raw, "start_ns"), ranks), "gpu")
+    return conform(_with_rank(sorted_by(gpu_raw, "start_ns"), ranks), "gpu")
 
 
-def _nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
+def nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
     """The NVTX events of the types we read (all of them, in practice: then the frame itself,
     which a test of one column finds without copying every column), event types as one byte
     each for the sort to move."""
@@ -466,16 +212,8 @@ def _nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
     return nvtx.with_columns(pl.col("eventType").cast(pl.Int8))
 
 
-def _sorted(frame: pl.DataFrame, col: str) -> pl.DataFrame:
-    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap."""
-    if frame.height < 2 or frame.select((pl.col(col).diff().drop_nulls() >= 0).all()).item():
-        return frame
-    # One chunk first: gathers from a frame of many chunks (one per connectorx batch) cost
-    # twice as much as a copy into one chunk and a gather from it.
-    return frame.rechunk().sort(col, maintain_order=True)
 
-
-def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
+def cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
                strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
     parts = []
     if runtime is not None:
@@ -502,7 +240,7 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
     )
     name_id = pl.col("nameId")
     cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
-    cpu = _sorted(cpu, "start").with_columns(
+    cpu = sorted_by(cpu, "start").with_columns(
         name=name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
@@ -519,7 +257,7 @@ def _cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
     return conform(cpu, "cpu")
 
 
-def _sync_frame(syncs: pl.DataFrame | None, cpu: pl.DataFrame,
+def sync_frame(syncs: pl.DataFrame | None, cpu: pl.DataFrame,
                 ranks: pl.DataFrame) -> pl.DataFrame:
     if syncs is None or syncs.height == 0:
         return empty_frame("syncs")
@@ -537,11 +275,11 @@ def _sync_frame(syncs: pl.DataFrame | None, cpu: pl.DataFrame,
         .select(*keys, "tid")
         .unique(keys, keep="first")
     )
-    frame = _sorted(frame, "start_ns").join(calls, on=keys, how="left", maintain_order="left")
+    frame = sorted_by(frame, "start_ns").join(calls, on=keys, how="left", maintain_order="left")
     return conform(frame, "syncs")
 
 
-def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: pl.DataFrame,
+def annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: pl.DataFrame,
                       meta: TraceMeta) -> pl.DataFrame:
     """The annotations of ``nvtx``, which comes sorted by start (the reader sorts it)."""
     if nvtx is None or nvtx.height == 0:
@@ -602,10 +340,10 @@ def _annotation_frame(nvtx: pl.DataFrame | None, strings: pl.DataFrame, ranks: p
 _THREAD = (pl.col("pid") * (1 << 24) + pl.col("tid")).alias("_thread")
 
 
-def _operator_ranges(ann: pl.DataFrame) -> pl.DataFrame:
+def operator_ranges(ann: pl.DataFrame) -> pl.DataFrame:
     """The outermost operator ranges (NVTX named like ``aten::mm, seq = 5, op_id = 9``, as
     ``torch.autograd.profiler.emit_nvtx`` writes them) of each thread, with the operator name
-    alone (``aten::mm``): what :func:`_with_parent_op` looks calls up in. Built from the
+    alone (``aten::mm``): what :func:`with_parent_op` looks calls up in. Built from the
     annotations alone, so it can be built while the runtime calls are still being read."""
     # A cheap anchored test on millions of names (it allocates nothing); names are gathered,
     # and the operator extracted, for the outermost ranges only.
@@ -626,9 +364,9 @@ def _operator_ranges(ann: pl.DataFrame) -> pl.DataFrame:
                       _op=ann["name"].gather(top["_i"]).str.extract(OPERATOR_NAME))
 
 
-def _with_parent_op(cpu: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def with_parent_op(cpu: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """``parent_op`` of each runtime/driver call: the outermost operator range of
-    :func:`_operator_ranges` that encloses the call on its thread.
+    :func:`operator_ranges` that encloses the call on its thread.
 
     Ranges nest per thread, so the outermost ones do not overlap and an as-of join on their
     starts finds the one enclosing a call.
@@ -642,31 +380,3 @@ def _with_parent_op(cpu: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         check_sortedness=False,
     ).select(_j=pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_j")))["_j"]
     return cpu.with_columns(parent_op=ops["_op"].gather(found))
-
-
-def split_by_process(trace: Trace) -> list[Trace]:
-    """One :class:`Trace` per rank of a multi-process export, in rank order.
-
-    Each GPU process is a rank (see the module doc). GPU rows are cut by ``rank``; CPU rows,
-    annotations and syncs by the rank's pid, so processes without GPU activity (launchers,
-    loggers) are left out. A single-process trace comes back as a one-element list.
-    """
-    processes = trace.meta.extra.get("nsys", {}).get("processes", [])
-    if len(processes) <= 1:
-        return [trace]
-    out = []
-    for proc in processes:
-        rank, pid = proc["rank"], proc["pid"]
-        meta = TraceMeta.from_dict(trace.meta.to_dict())
-        meta.rank, meta.world_size = rank, len(processes)
-        meta.extra["nsys"] = {**meta.extra["nsys"], "processes": [proc]}
-        by_pid = pl.col("pid") == pid
-        out.append(Trace(
-            meta=meta,
-            gpu=trace.gpu.filter(pl.col("rank") == rank),
-            cpu=trace.cpu.filter(by_pid),
-            annotations=trace.annotations.filter(by_pid),
-            syncs=trace.syncs.filter(by_pid),
-            counters=trace.counters.filter(by_pid),
-        ))
-    return out

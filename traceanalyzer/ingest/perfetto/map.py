@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.categories import activity_category
-from traceanalyzer.ingest.perfetto_decode import (
+from traceanalyzer.ingest.perfetto.tables import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,

@@ -3,7 +3,7 @@
 A TrackEvent carries its debug annotations as nested messages: a name (or an interned name id)
 and one value. rocprofv3 writes about a dozen per slice, so the packet loop keeps them as raw
 bytes and :class:`AnnotationDecoding` decodes a whole chunk of them with NumPy
-(:mod:`traceanalyzer.ingest.perfetto_wire`), resolving interned names per sequence generation.
+(:mod:`traceanalyzer.ingest.perfetto.wire`), resolving interned names per sequence generation.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.ingest import perfetto_wire as wire
-from traceanalyzer.ingest.perfetto_light import light_classes
+from traceanalyzer.ingest.perfetto import wire
+from traceanalyzer.ingest.perfetto.light import light_classes
 
 #: Placeholder for an interned id that the sequence never defined.
 UNKNOWN_NAME = "<unknown>"
@@ -116,7 +116,7 @@ class AnnotationDecoding:
     def decode_annotations(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                            owner: np.ndarray, gen: np.ndarray) -> None:
         """Decode the annotations ``buf[starts[i]:ends[i]]`` (``buf`` padded as
-        :func:`perfetto_wire.concat` pads it) of events ``owner`` in sequence generations ``gen``."""
+        :func:`wire.concat` pads it) of events ``owner`` in sequence generations ``gen``."""
         n = starts.size
         if n == 0:
             return

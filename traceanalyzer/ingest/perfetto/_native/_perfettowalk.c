@@ -1648,7 +1648,7 @@ static PyMethodDef WALKER_METHODS[] = {
 
 static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "traceanalyzer.ingest._perfettowalk.Walker",
+    .tp_name = "traceanalyzer.ingest.perfetto._native._perfettowalk.Walker",
     .tp_basicsize = sizeof(Walker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Walks a Perfetto packet stream into column buffers (see _perfettowalk.c).",

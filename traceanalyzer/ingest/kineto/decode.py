@@ -1,4 +1,4 @@
-"""Decode NDJSON trace events with the compiled decoder (``_eventdecode.c``), when it is built.
+"""Decode trace events with the compiled decoder (``_native/_eventdecode.c``), when it is built.
 
 The C decoder reads only the fields of an explicit Polars schema, straight into column buffers
 that Polars takes over without a copy, at about a fifth of the CPU of Polars' NDJSON reader
@@ -18,30 +18,60 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer.ingest.column_codes import KIND_OF, ColumnKind
+
 try:
-    from traceanalyzer.ingest import _eventdecode
+    from traceanalyzer.ingest.kineto._native import _eventdecode
 except ImportError:  # pragma: no cover - depends on how the package was installed
     _eventdecode = None
 
 AVAILABLE = _eventdecode is not None
-TEXT, INT, FLOAT = 0, 1, 2
-_KINDS = {pl.String: TEXT, pl.Int64: INT, pl.Float64: FLOAT}
-_ARROW = {TEXT: pa.string_view(), INT: pa.int64(), FLOAT: pa.float64()}
+_ARROW = {ColumnKind.TEXT: pa.string_view(), ColumnKind.INT: pa.int64(),
+          ColumnKind.FLOAT: pa.float64()}
+
+
+class Field(NamedTuple):
+    """A field the decoder reads: its key, as bytes, and its kind."""
+
+    key: bytes
+    kind: ColumnKind
+
+
+class Spec(NamedTuple):
+    """The decoder's field lists for a schema of text/int/float columns and one struct."""
+
+    top: tuple[Field, ...]
+    #: The struct column's key (b"" without one) and its fields.
+    struct_key: bytes
+    inner: tuple[Field, ...]
+
+
+class DecodeArgs(NamedTuple):
+    """The arguments of ``_eventdecode.decode`` after the chunk, in its order."""
+
+    top: tuple[Field, ...]
+    struct_key: bytes
+    inner: tuple[Field, ...]
+    #: Only events whose text field ``top[keep_index]`` holds one of ``keep_values`` become rows
+    #: (-1: every event).
+    keep_index: int
+    keep_values: tuple[bytes, ...] | None
+    #: If not 0, the columns grow in one mapping of that size in huge pages.
+    arena_bytes: int
 
 
 @cache
-def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> tuple:
-    """The decoder's field lists for a schema of text/int/float columns and one struct."""
+def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> Spec:
     top, struct_name, inner = [], None, []
     for name, dtype in schema:
         if isinstance(dtype, pl.Struct):
             if struct_name is not None:
                 raise ValueError("one struct column at most")
             struct_name = name
-            inner = [(f.name.encode(), _KINDS[f.dtype]) for f in dtype.fields]
+            inner = [Field(f.name.encode(), KIND_OF[f.dtype]) for f in dtype.fields]
         else:
-            top.append((name.encode(), _KINDS[dtype]))
-    return tuple(top), (struct_name or "").encode(), tuple(inner)
+            top.append(Field(name.encode(), KIND_OF[dtype]))
+    return Spec(tuple(top), (struct_name or "").encode(), tuple(inner))
 
 
 def decode(
@@ -63,20 +93,20 @@ def decode_raw(
     keep: tuple[str, Sequence[str]] | None = None, arena_bytes: int = 0,
 ) -> Raw | None:
     """:func:`decode`'s columns as the decoder leaves them, for :func:`to_frame` or the
-    compiled reduction (``eventreduce``), which reads them without a frame in between.
+    compiled reduction (:func:`.reduce.reduce_raw`), which reads them without a frame in between.
 
     ``arena_bytes``: grow the columns in one mapping of that size in huge pages (see
-    ``_eventdecode.c``), for the first chunks of a read.
+    ``_native/_eventdecode.c``), for the first chunks of a read.
     """
     if _eventdecode is None:
         return None
-    top, struct_key, inner = _spec(tuple(schema.items()))
-    extra: tuple = (-1, None)
+    spec = _spec(tuple(schema.items()))
+    keep_index, keep_values = -1, None
     if keep is not None:
         column, values = keep
-        extra = ([key for key, _ in top].index(column.encode()), tuple(v.encode() for v in values))
-    extra += (arena_bytes,)
-    out = _eventdecode.decode(chunk, top, struct_key, inner, *extra)
+        keep_index = [f.key for f in spec.top].index(column.encode())
+        keep_values = tuple(v.encode() for v in values)
+    out = _eventdecode.decode(chunk, *DecodeArgs(*spec, keep_index, keep_values, arena_bytes))
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out
@@ -122,7 +152,8 @@ def _bitmap(valid: Any) -> pa.Buffer:
     return pa.py_buffer(np.packbits(np.frombuffer(valid, dtype=np.uint8), bitorder="little"))
 
 
-def _arrays(rows: int, fields: tuple, cols: list[tuple[bytes, ...]]) -> list[pa.Array]:
+def _arrays(rows: int, fields: tuple[Field, ...],
+            cols: tuple[tuple[Any, ...], ...]) -> list[pa.Array]:
     arrays = []
     for (_, kind), col in zip(fields, cols, strict=True):
         *data, valid = col

@@ -893,7 +893,7 @@ static PyObject *assemble(PyObject *self, PyObject *args) {
     Map first_launch = {0};
     Matcher m = {0};
     Arena *arena = NULL;
-    Frames frames = {{0}};
+    Frames frames = {0};
     Words copy_words, memory_words;
     Labels labels;
     for (int k = 0; k < N_TABLES; k++)
@@ -979,7 +979,8 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_eventassemble", NULL, -1, METHODS};
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_eventassemble", NULL, -1, METHODS,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__eventassemble(void) {
     return arena_types_ready() ? NULL : PyModule_Create(&MODULE);

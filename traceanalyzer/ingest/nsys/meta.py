@@ -1,6 +1,6 @@
 """Nsight Systems exports: what an export says about itself -- devices, time base, ranks, versions.
 
-Split from :mod:`traceanalyzer.ingest.nsys`, which calls :func:`fill_meta` once the frames are
+Split from :mod:`traceanalyzer.ingest.nsys.reader`, which calls :func:`fill_meta` once the frames are
 built. Only small metadata tables are read here, with plain SQL.
 """
 
@@ -15,7 +15,7 @@ import polars as pl
 from traceanalyzer.model import Device, TraceMeta
 
 if TYPE_CHECKING:
-    from traceanalyzer.ingest.nsys import _Db as NsysDb
+    from traceanalyzer.ingest.nsys.tables import ExportDb as NsysDb
 
 
 def fill_meta(db: NsysDb, meta: TraceMeta, export: Mapping[str, str], ranks: pl.DataFrame,

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from traceanalyzer.errors import InputError
-from traceanalyzer.ingest.nsys import read_nsys
+from traceanalyzer.ingest.nsys.reader import read_nsys
 from traceanalyzer.model import Trace
 
 HASH_CHUNK = 1 << 20

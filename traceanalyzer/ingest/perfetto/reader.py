@@ -1,10 +1,10 @@
 """Read Perfetto protobuf traces (``.perfetto-trace``, ``.pftrace``, ``.pb``; gzipped or not).
 
 The native reader needs no binary and no network: it streams the ``TracePacket`` records with the
-``perfetto`` package's generated protos (:mod:`traceanalyzer.ingest.perfetto_decode`) and maps
-tracks and TrackEvent slices to canonical frames (:mod:`traceanalyzer.ingest.perfetto_map`).
+``perfetto`` package's generated protos (:mod:`traceanalyzer.ingest.perfetto.decode`) and maps
+tracks and TrackEvent slices to canonical frames (:mod:`traceanalyzer.ingest.perfetto.map`).
 Producers whose data the native reader does not understand can go through trace_processor instead
-(:mod:`traceanalyzer.ingest.perfetto_tp`), but only when the user names a binary.
+(:mod:`traceanalyzer.ingest.perfetto.tp`), but only when the user names a binary.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def read_perfetto(
     """
     bin_path = trace_processor or os.environ.get(TRACE_PROCESSOR_ENV) or None
     if bin_path:
-        from traceanalyzer.ingest.perfetto_tp import read_with_trace_processor
+        from traceanalyzer.ingest.perfetto.tp import read_with_trace_processor
 
         return read_with_trace_processor(path, bin_path)
     return read_perfetto_native(path)
@@ -39,8 +39,8 @@ def read_perfetto(
 
 def read_perfetto_native(path: str | os.PathLike[str]) -> Trace:
     """Read ``path`` with the built-in streaming packet decoder."""
-    from traceanalyzer.ingest.perfetto_decode import DecodeError, decode_stream
-    from traceanalyzer.ingest.perfetto_map import to_trace
+    from traceanalyzer.ingest.perfetto.decode import DecodeError, decode_stream
+    from traceanalyzer.ingest.perfetto.map import to_trace
 
     p = Path(path)
     try:

@@ -2,7 +2,7 @@
 
 They declare only the TracePacket and TrackEvent fields the reader looks at, so the C parser skips
 everything else without making Python objects, and they declare ``debug_annotations`` as raw
-bytes for the vectorised decoder in :mod:`traceanalyzer.ingest.perfetto_annotations`.
+bytes for the vectorised decoder in :mod:`traceanalyzer.ingest.perfetto.annotations`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def light_classes() -> tuple[Any, Any]:
 
     They are built from the ``perfetto`` package's own descriptors, with two changes: fields we do
     not read are left out (the parser skips them in C), and ``debug_annotations`` is declared as
-    ``bytes`` so that annotations stay raw for :mod:`traceanalyzer.ingest.perfetto_wire`.
+    ``bytes`` so that annotations stay raw for :mod:`traceanalyzer.ingest.perfetto.wire`.
     """
     if not _LIGHT:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory

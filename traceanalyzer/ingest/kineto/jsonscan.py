@@ -41,7 +41,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from traceanalyzer.ingest.mapguard import guard_mapping, unguard_mapping
+from traceanalyzer.ingest.kineto.mapguard import AVAILABLE as GUARD_AVAILABLE
+from traceanalyzer.ingest.kineto.mapguard import guard_mapping, unguard_mapping
 
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 LBRACE, RBRACE, LBRACKET, RBRACKET = ord("{"), ord("}"), ord("["), ord("]")
@@ -352,7 +353,7 @@ def _mapped_runs(
     holds no event start of the layout (an event longer than a chunk).
 
     A file cut shorter while it is mapped faults (SIGBUS) where reading would have seen an early
-    end. Each window is guarded against that (:func:`~traceanalyzer.ingest.mapguard.guard_mapping`):
+    end. Each window is guarded against that (:func:`.mapguard.guard_mapping`):
     past the new end it reads as zeros, which the cut here and the decoder both reject, so the
     caller reads the file again as a stream and sees where it ends now.
     """
@@ -447,7 +448,8 @@ def iter_ndjson_chunks(
             eof = False
             if by_layout and raw_runs:
                 prefix = _guess_layout(raw)
-            fd = _plain_file(stream) if prefix is not None else None
+            # Mapped only where a guard keeps a file cut shorter from ending the process.
+            fd = _plain_file(stream) if prefix is not None and GUARD_AVAILABLE else None
             if fd is not None:
                 # A plain file is cut into runs where it lies, in memory-mapped windows: no
                 # read copies it, and each window is unmapped once its run is decoded.
