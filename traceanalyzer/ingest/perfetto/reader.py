@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.formats import TRACE_PROCESSOR_ENV
 from traceanalyzer.model import Trace, TraceMeta
 
-#: Environment variable naming a ``trace_processor_shell`` binary (same as ``--trace-processor``).
-TRACE_PROCESSOR_ENV = "TRACEANALYZER_TRACE_PROCESSOR"
+__all__ = ["TRACE_PROCESSOR_ENV", "read_perfetto", "read_perfetto_native"]
 
 
 def read_perfetto(
