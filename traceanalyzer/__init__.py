@@ -12,12 +12,16 @@ Polars, and the CLI starts faster.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from traceanalyzer.model import Trace
 
 __version__ = "0.1.0"
 
 
-def load(path: Any, **kwargs: Any) -> Any:
+def load(path: str | os.PathLike[str], **kwargs: Any) -> Trace:
     """Read a trace of any supported format into a canonical :class:`~traceanalyzer.model.Trace`."""
     from traceanalyzer.ingest import load as _load
 

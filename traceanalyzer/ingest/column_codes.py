@@ -8,6 +8,7 @@ layout.
 from __future__ import annotations
 
 from enum import Enum, IntEnum
+from typing import Any
 
 import polars as pl
 
@@ -30,11 +31,11 @@ class LayoutLetter(str, Enum):
 
 
 #: The kind the decoder reads a column of each Polars type as.
-KIND_OF: dict[type[pl.DataType], ColumnKind] = {
+KIND_OF: dict[Any, ColumnKind] = {
     pl.String: ColumnKind.TEXT, pl.Int64: ColumnKind.INT, pl.Float64: ColumnKind.FLOAT,
 }
 #: The layout letter of a column of each Polars type (an Enum is text until cast).
-LETTER_OF: dict[type[pl.DataType], str] = {
+LETTER_OF: dict[Any, str] = {
     pl.String: LayoutLetter.TEXT.value, pl.Int64: LayoutLetter.INT64.value,
     pl.Int32: LayoutLetter.INT32.value, pl.Boolean: LayoutLetter.BOOL.value,
 }

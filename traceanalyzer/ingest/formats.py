@@ -131,6 +131,6 @@ def ingest_sources(ingest_dir: Path = INGEST_DIR) -> list[Path]:
         files |= {f for f in (ingest_dir / folder).iterdir()
                   if f.suffix in SOURCE_SUFFIXES and f.is_file()}
     for fmt in FORMATS.values():
-        for folder in fmt.source_dirs(ingest_dir):
-            files |= {f for f in folder.rglob("*") if f.suffix in SOURCE_SUFFIXES}
+        for source_dir in fmt.source_dirs(ingest_dir):
+            files |= {f for f in source_dir.rglob("*") if f.suffix in SOURCE_SUFFIXES}
     return sorted(files)

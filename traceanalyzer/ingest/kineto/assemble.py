@@ -16,7 +16,7 @@ rows, sorting, and the categories of kernel names. Two twins do it:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import polars as pl
 
@@ -49,7 +49,7 @@ from traceanalyzer.model import (
 try:
     from traceanalyzer.ingest.kineto._native import _eventassemble
 except ImportError:  # pragma: no cover - depends on how the package was installed
-    _eventassemble = None
+    _eventassemble = None  # type: ignore[assignment]
 
 AVAILABLE = _eventassemble is not None and reduce.AVAILABLE
 
@@ -281,9 +281,10 @@ class AssembleArgs(NamedTuple):
     syncs: ReducedTable
     rank: int
     #: ``categories.KERNEL_PATTERNS``: (category, regex) pairs, matched in C by _regexlite.h.
-    kernel_patterns: Any
-    copy_kinds: Any
-    memory_kinds: Any
+    kernel_patterns: tuple[tuple[str, str], ...]
+    #: The Enum values a copy direction and a memory kind may take (``model``).
+    copy_kinds: tuple[str, ...]
+    memory_kinds: tuple[str, ...]
 
 
 class Assembled(NamedTuple):
@@ -305,7 +306,9 @@ def compiled_frames(tables: list[ReducedTable], rank: int) -> Assembled | None:
     first, as :class:`~.reduce.Reduced` holds them), or None."""
     if not AVAILABLE or not -(2**31) <= rank < 2**31:
         return None
-    args = AssembleArgs(*tables[:len(FRAMES)], rank, KERNEL_PATTERNS, COPY_KINDS, MEMORY_KINDS)
+    cpu, gpu, annotations, syncs = tables[:len(FRAMES)]
+    args = AssembleArgs(cpu, gpu, annotations, syncs, rank, KERNEL_PATTERNS, COPY_KINDS,
+                        MEMORY_KINDS)
     out = _eventassemble.assemble(*args)
     if out is None:
         return None

@@ -23,7 +23,7 @@ from traceanalyzer.ingest.column_codes import KIND_OF, ColumnKind
 try:
     from traceanalyzer.ingest.kineto._native import _eventdecode
 except ImportError:  # pragma: no cover - depends on how the package was installed
-    _eventdecode = None
+    _eventdecode = None  # type: ignore[assignment]
 
 AVAILABLE = _eventdecode is not None
 _ARROW = {ColumnKind.TEXT: pa.string_view(), ColumnKind.INT: pa.int64(),

@@ -15,7 +15,7 @@ import mmap
 try:
     from traceanalyzer.ingest.kineto._native import _mapguard
 except ImportError:  # pragma: no cover - depends on how the package was installed
-    _mapguard = None
+    _mapguard = None  # type: ignore[assignment]
 
 AVAILABLE = _mapguard is not None
 

@@ -35,7 +35,7 @@ from traceanalyzer.model import COLLECT_ENGINE, FRAME_SCHEMAS, conform_lazy
 try:
     from traceanalyzer.ingest.kineto._native import _eventreduce
 except ImportError:  # pragma: no cover - depends on how the package was installed
-    _eventreduce = None
+    _eventreduce = None  # type: ignore[assignment]
 
 AVAILABLE = _eventreduce is not None
 
@@ -267,7 +267,7 @@ def compiled_parts(untimed: int, negative: int, tables: list[ReducedTable]) -> P
             at = {col: i for i, col in enumerate(names)}
             layout = "".join(layout[at[col]] if col in at else LETTER_OF[dtype]
                              for col, dtype in schema.items())
-            batches = [(rows, tuple(cols[at[col]] if col in at else None for col in schema))
+            batches = [Batch(rows, tuple(cols[at[col]] if col in at else None for col in schema))
                        for rows, cols in batches]
             names = tuple(schema)
         frame = batches_frame(layout, names, batches)

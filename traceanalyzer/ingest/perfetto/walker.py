@@ -26,7 +26,7 @@ from traceanalyzer.ingest.perfetto.tables import (
 try:
     from traceanalyzer.ingest.perfetto._native import _perfettowalk
 except ImportError:  # pragma: no cover - depends on how the package was installed
-    _perfettowalk = None
+    _perfettowalk = None  # type: ignore[assignment]
 
 WALKER_AVAILABLE = _perfettowalk is not None
 
