@@ -12,7 +12,7 @@ from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProt
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
-from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
+from tests.support.perfetto_builder import RocprofLikeBuilder, mutants, small_rocprof_trace
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import read_any, sniff
 from traceanalyzer.ingest.perfetto import read_perfetto

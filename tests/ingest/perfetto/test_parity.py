@@ -2,7 +2,7 @@
 must give the same metrics through the Perfetto reader as the JSON does through the Kineto reader,
 and the same raw tables through the compiled packet walker as through the Python decoder.
 
-The converter (tests/test_perfetto_support.py) works on the raw JSON, not on traceanalyzer's
+The converter (tests/support/perfetto_builder.py) works on the raw JSON, not on traceanalyzer's
 frames, so this checks the Perfetto reader against an independent route.
 """
 
@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from tests.support.paths import public_kineto
-from tests.test_perfetto_support import kineto_to_perfetto
+from tests.support.perfetto_builder import kineto_to_perfetto
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.ingest import sniff
 from traceanalyzer.ingest.kineto import read_kineto

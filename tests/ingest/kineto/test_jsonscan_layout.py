@@ -246,7 +246,7 @@ def test_runs_mapped_from_a_file_decode_like_the_scan(tmp_path, monkeypatch, chu
 def test_objects_after_the_array_beyond_the_tail_are_read_again(tmp_path, monkeypatch):
     """Objects at the event indent after the array, more than TAIL_BYTES of them: the last
     mapped run takes them for events, the decoder rejects it, and the file is read again."""
-    from tests.test_core_kineto import reference_read
+    from tests.support.kineto_reference import reference_read
 
     evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
            for i in range(300)]
@@ -300,7 +300,7 @@ def test_property_runs_decode_like_the_scan(n, indent, chunk, names, cut):
 def test_metadata_before_the_event_array_past_the_first_read(tmp_path, pad):
     """The first read is 64 KB; metadata before ``traceEvents`` may end before it, across it
     (the key cut in two) or far past it. Each way the frames equal the reference parser's."""
-    from tests.test_core_kineto import reference_read
+    from tests.support.kineto_reference import reference_read
 
     assert jsonscan.HEADER_READ_BYTES == 64 << 10
     evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
@@ -316,7 +316,7 @@ def test_metadata_before_the_event_array_past_the_first_read(tmp_path, pad):
 
 def test_an_event_longer_than_a_chunk_is_read_whole(tmp_path, monkeypatch):
     """One event (a long Python stack) spans several chunks after the layout is learned."""
-    from tests.test_core_kineto import reference_read
+    from tests.support.kineto_reference import reference_read
 
     evs = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1,
             "args": {"External id": i, "Call stack": "x" * 300_000 if i == 900 else "a.py(1): f"}}
@@ -335,7 +335,7 @@ def test_an_event_longer_than_a_chunk_is_read_whole(tmp_path, monkeypatch):
 def test_a_wrong_first_guess_of_the_layout_is_read_again(tmp_path, monkeypatch):
     """Every event opens its args on a line at the event indent: the layout guessed from the
     first event cuts inside events, the decoder rejects the run, and the file is read again."""
-    from tests.test_core_kineto import reference_read
+    from tests.support.kineto_reference import reference_read
 
     body = ",\n".join(f'  {{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, '
                       f'"ts": {i}, "dur": 1, "args":\n  {{"External id": {i}}}}}' for i in range(300))

@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.test_perfetto_support import RocprofLikeBuilder
+from tests.support.perfetto_builder import RocprofLikeBuilder
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.perfetto import TRACE_PROCESSOR_ENV, read_perfetto
 from traceanalyzer.ingest.perfetto import tp as perfetto_tp

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as TraceProto
 from polars.testing import assert_frame_equal
 
-from tests.test_perfetto_support import RocprofLikeBuilder, mutants, small_rocprof_trace
+from tests.support.perfetto_builder import RocprofLikeBuilder, mutants, small_rocprof_trace
 from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 from traceanalyzer.ingest.perfetto.annotations import ANNOTATION_KEYS

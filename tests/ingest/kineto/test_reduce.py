@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tests.support.kineto_reference import chunks_of
 from tests.support.paths import REPO, public_kineto
-from tests.test_core_eventdecode import chunks_of
 from traceanalyzer.ingest.kineto import decode, read_kineto, reader, reduce
 from traceanalyzer.ingest.kineto.reduce import Parts, compiled_parts, reduce_frame
 from traceanalyzer.ingest.kineto.schema import (

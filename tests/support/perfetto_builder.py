@@ -1,4 +1,4 @@
-"""Builders for Perfetto test traces, and tests of the builders themselves.
+"""Builders for Perfetto test traces (tested in tests/ingest/perfetto/test_builders.py).
 
 - :class:`RocprofLikeBuilder` writes traces shaped like rocprofv3's ``--output-format pftrace``:
   interned names, categories and debug annotation names on one sequence, HIP API slices on
@@ -265,17 +265,3 @@ def kineto_to_perfetto(json_path: Path, out_path: Path) -> int:
                 end_slice(uuid, top_end)
     out_path.write_bytes(builder.serialize())
     return len(slices)
-
-
-def test_rocprof_builder_writes_a_packet_stream(tmp_path: Path) -> None:
-    b = RocprofLikeBuilder()
-    b.hip_api(11, 100, 200, "hipLaunchKernel", 1)
-    b.kernel(2, 0, 300, 400, "k", 1)
-    data = b.serialize()
-    assert data[:1] == b"\x0a"
-    assert len(b.builder.trace.packet) == 1 + 2 + 4  # process, 2 tracks, 2 slices of 2 packets
-
-
-def test_kineto_ns_rounds_the_fraction_alone() -> None:
-    assert kineto_ns(1695835572943613.5) == 1695835572943613500
-    assert kineto_ns(4203669604595.407) == 4203669604595407

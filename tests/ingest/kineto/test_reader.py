@@ -3,35 +3,17 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.support.kineto_builder import KinetoBuilder
+from tests.support.kineto_reference import reference_read
 from tests.support.paths import public_kineto
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import load, sniff
 from traceanalyzer.ingest.kineto import read_kineto
-from traceanalyzer.ingest.kineto.assemble import build_trace
-from traceanalyzer.ingest.kineto.jsonscan import ScanResult
-from traceanalyzer.ingest.kineto.metadata import read_metadata
-from traceanalyzer.ingest.kineto.schema import EVENT_SCHEMA
-
-
-def reference_read(path: Path):
-    """The slow reference parser: the standard library's json, then the same frame building."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        doc = json.load(fh)
-    events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    ndjson = "\n".join(json.dumps(e) for e in events).encode()
-    frame = pl.read_ndjson(io.BytesIO(ndjson), schema=EVENT_SCHEMA, ignore_errors=True)
-    scan = ScanResult(metadata_json=json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}
-                                               if isinstance(doc, dict) else []).encode())
-    return build_trace(frame, read_metadata(path, scan))
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import gzip
 import io
 import json
 
@@ -13,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from tests.support.kineto_reference import chunks_of
 from tests.support.paths import REPO, public_kineto
 from traceanalyzer.ingest.kineto import decode, read_kineto
-from traceanalyzer.ingest.kineto.jsonscan import ScanResult, iter_ndjson_chunks
 from traceanalyzer.ingest.kineto.schema import ARG_FIELDS, EVENT_SCHEMA, KEPT_PHASES
 
 pytestmark = pytest.mark.skipif(
@@ -48,12 +47,6 @@ def assert_same_or_declined(chunk: bytes) -> pl.DataFrame | None:
             assert in_arena is not None
             assert_frame_equal(in_arena, reference, check_exact=True)
     return fast
-
-
-def chunks_of(path) -> list[bytes]:
-    with gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb") as fh:
-        return list(iter_ndjson_chunks(fh, ScanResult(), chunk_bytes=1 << 20,
-                                       keep_phases="".join(KEPT_PHASES).encode(), by_layout=True))
 
 
 SAMPLES = sorted((REPO / "sample_traces" / "torch").glob("*.json.gz"))
@@ -227,7 +220,7 @@ def test_kineto_shaped_events_take_the_fast_path(batch):
                          ids=lambda p: p.name)
 def test_sample_traces_are_read_once(path):
     # A layout cut the decoder rejects costs a second read of the whole file: correct, but a
-    # regression in speed the public traces are checked for too (test_core_kineto).
+    # regression in speed the public traces are checked for too (tests/ingest/kineto/test_reader.py).
     assert "read_twice" not in read_kineto(path).meta.extra
 
 
