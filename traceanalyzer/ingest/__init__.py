@@ -60,8 +60,8 @@ def sniff(path: str | os.PathLike[str]) -> str:
 
 
 #: Peak memory of an analysis per byte of (uncompressed) input, plus the interpreter and
-#: libraries (:data:`BASE_MEMORY`): each format's measured ratio with a margin (see
-#: :data:`~traceanalyzer.ingest.formats.MEMORY_NOTE`).
+#: libraries (:data:`BASE_MEMORY`): each format's measured ratio with a margin
+#: (:mod:`.formats`).
 MEMORY_PER_BYTE = {f.name: f.memory_per_byte for f in FORMATS.values()
                    if f.memory_per_byte is not None}
 BASE_MEMORY = 400 << 20

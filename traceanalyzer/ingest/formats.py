@@ -56,7 +56,7 @@ class Format:
     #: Folders of this package whose code the reader's output depends on (besides the shared).
     sources: tuple[str, ...]
     #: Peak memory of an analysis per byte of (uncompressed) input; None where unknown (an
-    #: export's size is not known before it is made). See :data:`MEMORY_NOTE`.
+    #: export's size is not known before it is made).
     memory_per_byte: float | None = None
     #: A file name ending that names the format whatever the bytes (checked first).
     suffix: str | None = None
@@ -85,11 +85,8 @@ class Format:
         return tuple(ingest_dir / folder for folder in self.sources)
 
 
-#: Measured peaks that the ratios are set from: bench/RESULTS.md (Kineto JSON, an nsys export, at
-#: 1-2 GB) and docs/perfetto.md (a rocprofv3-like Perfetto trace), with a margin for traces
-#: unlike the benchmark's (long names and stacks, few dropped events, many annotations).
-MEMORY_NOTE = "bench/RESULTS.md, docs/perfetto.md"
-
+# memory_per_byte: the measured peaks (bench/RESULTS.md, docs/perfetto.md; the figures are in
+# bench/NOTES.md) with a margin for traces unlike the benchmark's.
 KINETO = Format(
     name="kineto", description="Kineto/Chrome JSON",
     reader="traceanalyzer.ingest.kineto:read_kineto", sources=("kineto",),

@@ -5,12 +5,13 @@
  *
  * A stream per column, not one of record batches: Polars keeps an imported struct array whole
  * until its last column is dropped, so a batch's text buffers (the decoder's names) would live
- * as long as any of its number columns. A 1 GB read held 200 MiB more that way.
+ * as long as any of its number columns, which raised a big read's peak (bench/NOTES.md,
+ * round 10).
  *
  * Before, pyarrow stood in between (a pyarrow buffer and array per column, a table, and its
- * export). In a fresh process that path cost ~2 ms of a 10 MB trace's read, and its export
- * allocates through pyarrow's memory pool, whose set-up now and then stalled the first read for
- * 6-12 ms.
+ * export): a small trace paid for that path in a fresh process, and its export allocates
+ * through pyarrow's memory pool, whose set-up now and then stalled the first read
+ * (bench/NOTES.md, round 10).
  *
  * A column is (values, bitmap) for numbers and booleans (a bitmap of values), (views, bitmap,
  * data) for text (Arrow string views into one data buffer, into a tuple of them by the views'

@@ -1,9 +1,9 @@
 /* Column memory from one anonymous mapping, in 2 MB pages where the kernel gives them.
  *
- * Why: a fresh process faults in every 4 KB page it writes, ~1.3 us each on the benchmark's VM
- * (bench/NOTES.md, round 15): 1.4 ms for 4 MB, against 0.2 ms for the same 4 MB in two huge
- * pages (transparent huge pages, asked for with madvise). A small trace's read writes a few MB
- * of columns once, so the faults were a fifth of its time. A fresh mapping also reads as zeros,
+ * Why: a fresh process faults in every 4 KB page it writes, and on the benchmark's VM two huge
+ * pages (transparent huge pages, asked for with madvise) fault in 4 MB several times faster
+ * than a thousand small ones (bench/NOTES.md, round 15). A small trace's read writes a few MB of
+ * columns once, so the faults were a large part of its time. A fresh mapping also reads as zeros,
  * so nothing has to clear it.
  *
  * An Arena is the mapping; each Span is a piece of it that Python holds as a buffer (a column's

@@ -172,8 +172,8 @@ def _parent_ops(rows: pl.LazyFrame) -> pl.LazyFrame:
     """``parent_op`` of each row: for runtime and driver calls, the operator that issued them.
 
     The operator shares the call's Kineto "External id". Only the ids that some launch carries
-    are grouped: grouping every operator (1.5 M at 1 GB) was the largest allocation of the
-    whole ingest.
+    are grouped: grouping every operator was the largest allocation of the whole ingest
+    (bench/NOTES.md, round 3).
     """
     calls = pl.col("kind").is_in(API_KINDS)
     launch_ids = rows.filter(calls).select("external_id").drop_nulls().unique()

@@ -147,8 +147,8 @@ def to_frame(raw: Raw, schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 def _bitmap(valid: Any) -> pa.Buffer:
     """Arrow's validity bitmap from the decoder's buffer of one byte per row. (Not a mask through
-    StructArray.from_arrays: that imports pyarrow.compute, 45 ms that a small trace would wait
-    for.)"""
+    StructArray.from_arrays: that imports pyarrow.compute, which a small trace would wait for;
+    bench/NOTES.md, round 4.)"""
     return pa.py_buffer(np.packbits(np.frombuffer(valid, dtype=np.uint8), bitorder="little"))
 
 

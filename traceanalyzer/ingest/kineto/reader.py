@@ -90,8 +90,9 @@ class _Tasks:
     """One read's tasks on the decoding threads, which the process keeps for its later reads.
 
     Starting the threads for each read was a measurable part of a small trace's read
-    (bench/NOTES.md, round 8), and a batch worker reads trace after trace. On the way out, as a pool of the read's own
-    would, this cancels the read's tasks that have not started and waits for the others.
+    (bench/NOTES.md, round 8), and a batch worker reads trace after trace. On the way out, as a
+    pool of the read's own would, this cancels the read's tasks that have not started and waits
+    for the others.
     """
 
     def __init__(self) -> None:
@@ -127,8 +128,8 @@ def _decode_events(stream: BinaryIO, scan: ScanResult, path: Path,
     # Each chunk decodes (and, compiled, reduces) on one of DECODE_THREADS threads, without the
     # GIL, while this thread cuts the next ones. Chunks are then joined in groups of up to
     # GROUP_BYTES of trace, text as categories when there are several groups: a Polars step has
-    # a fixed cost of a few ms, which 4 MB chunks paid ~250 times per GB, and a trace below
-    # FIRST_GROUP_BYTES pays it once. At most IN_FLIGHT_BYTES of chunks decode and
+    # a fixed cost that chunk-sized steps paid hundreds of times per GB (bench/NOTES.md, round 4),
+    # and a trace below FIRST_GROUP_BYTES pays it once. At most IN_FLIGHT_BYTES of chunks decode and
     # DECODE_THREADS groups are joined at a time, which bounds memory. (A bound in bytes, not in
     # chunks: with a count of three, the last piece of a 10 MB trace, after three 4 MB chunks,
     # went on only when the first of them was done, and then decoded alone at the end.)

@@ -126,7 +126,8 @@ def _as_categories(rows: pl.LazyFrame) -> pl.LazyFrame:
 
     Names, shapes and kinds repeat thousands of times. As categories a chunk's rows hold four
     bytes per value and no longer keep the decoded chunk's string buffers alive, which cut the
-    peak memory of a 1 GB ingest by a fifth; ``conform`` turns them back into text at the end.
+    peak memory of a big ingest (bench/NOTES.md, round 3); ``conform`` turns them back into
+    text at the end.
     """
     return rows.with_columns(cs.string().cast(pl.Categorical))
 
@@ -150,7 +151,7 @@ def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def _lookup(column: str, mapping: dict[str, str], default: str | None = None) -> pl.Expr:
     """``replace_strict`` for a handful of keys, as a when/then chain: per chunk, the join that
-    ``replace_strict`` builds costs more than the whole column's work (bench/NOTES.md)."""
+    ``replace_strict`` builds costs more than the whole column's work (bench/NOTES.md, round 4)."""
     expr = pl.lit(default, pl.String)
     for key, value in reversed(mapping.items()):
         expr = pl.when(pl.col(column) == key).then(pl.lit(value)).otherwise(expr)

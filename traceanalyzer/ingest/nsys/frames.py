@@ -77,7 +77,7 @@ def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.Dat
     Columns get their canonical dtypes here (enums, int32), before the frame is sorted: the
     sort moves every byte of every column. Each part gets its own name and category, so no
     per-row choice between them is needed after the concat (a when/then or coalesce of string
-    columns costs ~45 ns a row)."""
+    columns is dear per row: bench/NOTES.md)."""
     parts = []
     category = GPU_ACTIVITY_SCHEMA["category"]
     common = dict(device=pl.col("deviceId").cast(I32), stream=pl.col("streamId"),
@@ -141,7 +141,7 @@ def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.Dat
 
 def _enums(*cols: str) -> list[pl.Expr]:
     """``cols`` as their canonical enums, cast on the part that has them: after the concat
-    they would be cast on every kernel row too (null there), at 5x the cost."""
+    they would be cast on every kernel row too (null there), at several times the cost."""
     return [pl.col(c).cast(GPU_ACTIVITY_SCHEMA[c]) for c in cols]
 
 

@@ -96,7 +96,7 @@ def _read(db: ExportDb) -> Trace:
     with TableReader(db) as reader:
         tables = {t: reader.submit(t) for t in (KERNEL, MEMCPY, MEMSET, GRAPH)}
         # The event types are tested here, not in SQL: an IN list costs SQLite more per row
-        # (~30 ns, 0.25 CPU-s for 8 M rows) than Polars' test, and other types are rare.
+        # than Polars' test (bench/NOTES.md, nsys round 4), and other types are rare.
         tables[NVTX] = reader.submit(
             NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
             sort_by="start", prepare=nvtx_rows,

@@ -25,10 +25,9 @@ import polars as pl
 
 from traceanalyzer.cpus import usable_cpus
 
-#: Rows per parallel connectorx query; smaller tables are read in one query. Exports of
-#: 10-300 MB have tables of 10^5 rows, each read on one core while the other waited (250_000
-#: before: 100 MB 685 -> 650 ms; a 12 MB export read again in a warm process 122 -> 116 ms,
-#: in a fresh one unchanged; 1 GB unchanged).
+#: Rows per parallel connectorx query; smaller tables are read in one query. Small enough that
+#: the 10^5-row tables of 10-300 MB exports are split too, instead of read on one core while the
+#: other waits (bench/NOTES.md, nsys round 5).
 PARTITION_ROWS = 40_000
 #: Rows per sqlite3 fetchmany batch in the fallback.
 FALLBACK_BATCH = 100_000
@@ -129,7 +128,7 @@ def _read_connectorx(
 
     try:
         # Two subqueries: SQLite answers a lone min() or max() of the rowid from the b-tree's
-        # ends, but min() and max() in one SELECT scan the whole table (0.7 s for 1 GB).
+        # ends, but min() and max() in one SELECT scan the whole table (bench/NOTES.md).
         lo, hi = con.execute(
             f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
         ).fetchone()

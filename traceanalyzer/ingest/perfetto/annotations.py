@@ -85,7 +85,7 @@ class AnnotationDecoding:
 
     def _init_annotations(self, annotation_cls: Any = None) -> None:
         # the DebugAnnotation class for the rare annotations decoded one by one; looked up when
-        # the first one comes if not given (building the light classes costs ~0.1 s)
+        # the first one comes if not given (building the light classes is slow: bench/NOTES.md)
         self._annotation_cls = annotation_cls
         # raw debug annotations of the current chunk, and which event and sequence state own them
         self.blobs: list[bytes] = []

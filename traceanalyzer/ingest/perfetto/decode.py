@@ -25,8 +25,8 @@ from traceanalyzer.ingest.perfetto.walker import WALKER_AVAILABLE, WalkDecoder
 __all__ = ["ANNOTATION_KEYS", "UNKNOWN_NAME", "WALKER_AVAILABLE", "DecodeError", "RawTables",
            "decode_stream"]
 
-#: Bytes read from the file per step; a packet larger than this grows the buffer. Measured on a
-#: 50 MB trace, 2 MiB chunks were both faster and lighter than 8 MiB ones (335 vs 488 MB peak).
+#: Bytes read from the file per step; a packet larger than this grows the buffer. Smaller chunks
+#: were both faster and lighter than 8 MiB ones (bench/NOTES.md, Perfetto ingest).
 CHUNK_BYTES = 2 << 20
 
 

@@ -233,7 +233,7 @@ def _wide_annotations(annotations: pl.DataFrame, idx: pl.Series) -> pl.DataFrame
         for part in (ints, strs):
             if part.height:
                 # What pivot(on="key", index="idx", values="v", aggregate_function="first") gives,
-                # at half its time (1.2 M events: 154 vs 323 ms).
+                # at half its time (bench/NOTES.md, Perfetto ingest).
                 keys = part["key"].unique(maintain_order=True).to_list()
                 wide = part.group_by("idx").agg(
                     pl.col("v").filter(pl.col("key") == key).first().alias(key) for key in keys)

@@ -1,11 +1,11 @@
 /* Assemble the canonical frames of a trace whose chunks were reduced as one group.
  *
- * The reference is kineto._assemble's Polars queries: the stable sorts by start time, each
- * runtime call's parent operator, the launch calls' CUDA-graph flag, the GPU activities'
+ * The reference is the Polars assembly of kineto/assemble.py: the stable sorts by start time,
+ * each runtime call's parent operator, the launch calls' CUDA-graph flag, the GPU activities'
  * categories and copy directions per distinct name, and the duplicate check. On a small trace
- * their work is well under a millisecond, but a fresh process pays each kind of Polars query
- * the first time it runs one, 1-3 ms apiece: for a 10 MB trace the assembly took as long as
- * the decoding (bench/NOTES.md, round 15). Here it is one pass of C over the reduced chunks'
+ * their work is small, but a fresh process pays each kind of Polars query the first time it
+ * runs one, which made a small trace's assembly as long as its decoding (bench/NOTES.md,
+ * round 15). Here it is one pass of C over the reduced chunks'
  * buffers, giving the final columns, which Polars takes over as they are.
  *
  * It promises the reference's frames or nothing: it returns None where it is not sure (a GPU
@@ -391,7 +391,7 @@ static uint8_t *cpu_kinds(const Table *cpu, Py_ssize_t *calls) {
     return kind;
 }
 
-/* kineto._parent_ops: for each runtime or driver call, the name of the operator that shares
+/* assemble._parent_ops: for each runtime or driver call, the name of the operator that shares
  * its external id, the latest such operator by start time (file order among equal times);
  * only ids some call carries count. parent[g] is that operator's row, or -1. */
 static int parent_ops(const Table *cpu, const uint8_t *kind, Py_ssize_t calls, int32_t *parent) {
@@ -433,7 +433,7 @@ static int contains_folded(Text s, const char *needle) {
     return 0;
 }
 
-/* ---- what a GPU activity's name says: kineto._name_columns ---- */
+/* ---- what a GPU activity's name says: assemble._name_columns ---- */
 
 typedef struct {
     int category;         /* index of the first kernel pattern that matches, or -1: "other" */
@@ -468,7 +468,8 @@ static void copy_groups(Text s, Text g[3]) {
 }
 
 /* The category patterns, compiled once for the process's reads: a batch worker reads trace after
- * trace, and compiling the patterns' DFAs took 0.25-0.4 ms of each read. Reference-counted (with
+ * trace, and compiling the patterns' DFAs was a part of each read worth saving (bench/NOTES.md,
+ * round 15). Reference-counted (with
  * the GIL held), since a read on another thread may still search with a set that a newer tuple
  * of patterns has replaced. */
 typedef struct {
@@ -686,7 +687,7 @@ done:
 
 /* ---- the frames ---- */
 
-/* Whether two GPU rows hold the same five numbers that kineto._deduplicated_gpu hashes first
+/* Whether two GPU rows hold the same five numbers that assemble._deduplicated_gpu hashes first
  * (nulls equal to nulls). */
 static int same_numbers(const Table *t, Py_ssize_t a, Py_ssize_t b) {
     static const int cols[] = {G_START, G_END, G_DEVICE, G_STREAM, G_CORRELATION};
@@ -754,7 +755,7 @@ static void fill_cpu(Out *o, const Table *cpu, const int32_t *order, const int32
 }
 
 /* The launch call of each correlation id: the first in time (file order among equal times),
- * as kineto._launches keeps it. */
+ * as assemble._launches keeps it. */
 static int launches(const Table *cpu, const int32_t *order, const uint8_t *kind,
                     Py_ssize_t calls, Map *first) {
     if (map_init(first, calls)) return -1;
@@ -909,8 +910,8 @@ static PyObject *assemble(PyObject *self, PyObject *args) {
     for (int k = 0; k < N_TABLES; k++) bytes += table_bytes(OUT_LAYOUT[k], t[k].rows);
     if (!(arena = arena_new(bytes)) || new_frames(&frames, t, arena, label_data)) goto done;
 
-    /* The GPU side on a second thread while this one does the CPU side: on a 2-CPU machine
-     * that halved the assembly's ~2 ms of a fresh 10 MB read. */
+    /* The GPU side on a second thread while this one does the CPU side: they share nothing
+     * but their input, and a small trace's read waits for both (bench/NOTES.md, round 15). */
     NameRules rules = {&m, &copy_words, &memory_words, &labels};
     GpuWork gpu = {&t[T_GPU], &rules, frames.gpu, rank, NULL, 0};
     int cpu_rc;

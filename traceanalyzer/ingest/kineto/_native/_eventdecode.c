@@ -1,8 +1,8 @@
 /* Kineto event decoder: trace events straight into typed columns.
  *
- * Polars' NDJSON reader is the reference (traceanalyzer/ingest/kineto.py falls back to it). It
- * tokenizes every value of every event, and costs about 8 CPU-s per GB of trace; this decoder
- * validates the same JSON but only converts the fields asked for, at a fraction of that.
+ * Polars' NDJSON reader is the reference (traceanalyzer/ingest/kineto/reader.py falls back to
+ * it). It tokenizes every value of every event; this decoder validates the same JSON but only
+ * converts the fields asked for, at a fraction of the CPU (bench/NOTES.md, round 4).
  *
  * Input: complete event objects one after another, either one per line (NDJSON) or as the
  * trace's array holds them (a comma and any whitespace between two events), so a run of events

@@ -1,8 +1,9 @@
 /* Reduce one decoded chunk of Kineto events to the rows of the canonical frames.
  *
- * The reference is kineto._reduce, a handful of Polars queries. On a chunk of a few thousand
- * events those queries cost more than the decoding itself (their fixed cost, and a copy of every
- * column they filter), and they ran on one CPU after all chunks were decoded. This pass runs on
+ * The reference is reduce.reduce_frame (kineto/reduce.py), a handful of Polars queries. On a
+ * chunk of a few thousand events those queries cost more than the decoding itself (their fixed
+ * cost, and a copy of every column they filter), and they ran on one CPU after all chunks were
+ * decoded. This pass runs on
  * the decoding thread, right after the chunk is decoded, and copies only the rows and columns
  * the frames take. Most text is not copied: an output text column holds the input's string
  * views and shares its data buffer (annotation names and sync types excepted, see Made).
@@ -14,8 +15,8 @@
  * None, and the chunk goes through Polars.
  *
  * reduce(rows, args_valid, top, args) -> None | (untimed, negative, tables)
- *   top:  the decoder's columns of kineto.EVENT_SCHEMA (ph, cat, name, pid, tid, ts, dur);
- *   args: its columns of kineto.ARG_FIELDS, in that order;
+ *   top:  the decoder's columns of schema.EVENT_SCHEMA (ph, cat, name, pid, tid, ts, dur);
+ *   args: its columns of schema.ARG_FIELDS, in that order;
  *   a text column is (views, data, valid), a number column (values, valid), with one validity
  *   byte per row. tables: cpu, gpu, annotations, syncs, memory, each (rows, layout, columns)
  *   with a letter of LAYOUT per column; a text column comes back as (views, bitmap, data), a
@@ -61,7 +62,7 @@ typedef struct {
     uint8_t *cat_code;    /* index in CATEGORIES + 1, or 0 */
 } Input;
 
-/* The categories the reference matches after lowercasing ``cat`` (kineto.CPU_CATEGORIES and
+/* The categories the reference matches after lowercasing ``cat`` (schema.CPU_CATEGORIES and
  * GPU_CATEGORIES, in their order; "runtime", "python", "memcpy" and "memset" are PyTorch 1.8's). */
 static const char *const CATEGORIES[] = {
     "cpu_op", "operator", "cuda_runtime", "cuda_driver", "python_function", "runtime", /* CPU */
@@ -140,7 +141,7 @@ static int parse_int(const char *p, Py_ssize_t n, int64_t *out) {
     return 1;
 }
 
-/* kineto.STEP_PATTERN, ^ProfilerStep#([0-9]+)$: 1 and the step (0 if it overflows int64,
+/* schema.STEP_PATTERN, ^ProfilerStep#([0-9]+)$: 1 and the step (0 if it overflows int64,
  * where the reference's cast gives null: *has_step says which), or 0 for no match. */
 static int step_name(Str name, int64_t *step, int *has_step) {
     static const char prefix[] = "ProfilerStep#";
@@ -155,7 +156,7 @@ static int step_name(Str name, int64_t *step, int *has_step) {
 /* Whitespace of the regex class (?-u:\s). */
 static int space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-/* One number of kineto._dims's regex at p[*k], -?[0-9]+, cast to Int64 then Int32 (strict=False):
+/* One number of reduce._dims's regex at p[*k], -?[0-9]+, cast to Int64 then Int32 (strict=False):
  * returns 1 if the digits are there (advancing *k), with *ok set if the value fits. */
 static int dim_number(const char *p, Py_ssize_t n, Py_ssize_t *k, int32_t *value, int *ok) {
     Py_ssize_t at = *k, first;
@@ -170,7 +171,7 @@ static int dim_number(const char *p, Py_ssize_t n, Py_ssize_t *k, int32_t *value
     return 1;
 }
 
-/* kineto._dims: ^\[\s*(-?[0-9]+)(?:\s*,\s*(-?[0-9]+))?(?:\s*,\s*(-?[0-9]+))? */
+/* reduce._dims: ^\[\s*(-?[0-9]+)(?:\s*,\s*(-?[0-9]+))?(?:\s*,\s*(-?[0-9]+))? */
 static void dims(Str s, int32_t out[3], int ok[3]) {
     ok[0] = ok[1] = ok[2] = 0;
     if (!s.valid || s.n < 1 || s.p[0] != '[') return;
@@ -191,7 +192,7 @@ static void dims(Str s, int32_t out[3], int ok[3]) {
 /* Wrapping int64 arithmetic, as Polars' (release build) does. */
 static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 
-/* kineto._ns: floor(us) cast to Int64 (null outside int64) * 1000 + round((us - floor) * 1000),
+/* reduce._ns: floor(us) cast to Int64 (null outside int64) * 1000 + round((us - floor) * 1000),
  * rounding half to even as Polars' round() does. */
 static int ns_of(double us, int64_t *out) {
     double whole = floor(us);
@@ -340,7 +341,7 @@ static const char *const LAYOUT[N_TABLES] = {
 
 /* Text made here, or copied out of the chunk: its own buffer (Made), which the annotation names
  * and sync types share. Annotations are a few rows in many chunks: sharing each chunk's buffer
- * of names would keep every chunk's names alive for the whole read (+200 MiB at 1 GB). */
+ * of names would keep every chunk's names alive for the whole read (bench/NOTES.md, round 8). */
 typedef struct {
     char *p;
     Py_ssize_t len;

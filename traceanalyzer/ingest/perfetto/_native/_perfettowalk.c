@@ -1,7 +1,7 @@
 /* Perfetto packet walker: a TracePacket stream into column buffers, one pass, no Python object
  * per packet or per event.
  *
- * It does what traceanalyzer/ingest/perfetto_decode.py's _Decoder does packet by packet, and
+ * It does what traceanalyzer/ingest/perfetto/packets.py's PacketDecoder does packet by packet, and
  * that Python decoder stays the reference: the same sequence state (interning per
  * trusted_packet_sequence_id, incremental-state resets, packet defaults, sequence-scoped clocks),
  * the same rows and the same counts. Debug annotations are read in the same pass, as the
@@ -32,7 +32,7 @@
 #define SEQ_CLOCK_MIN 64
 #define SEQ_CLOCK_MAX 127
 #define BOOTTIME 6
-#define PAD 16 /* zero bytes after the annotation blobs, as perfetto_wire.concat leaves */
+#define PAD 16 /* zero bytes after the annotation blobs, as wire.concat leaves */
 
 enum { OK = 0, DECLINE = 1, NOMEM = -1 };
 
@@ -197,7 +197,7 @@ typedef struct {
     Buf py_idx, py_key, py_int;               /* correlation_id and legacy durations */
     Buf ct_track, ct_ts, ct_value;            /* counters */
     Buf blob_data, blob_start, blob_end, blob_owner, blob_gen; /* raw debug annotations */
-    /* the annotations read (rows for perfetto_annotations' typed values) and those left to the
+    /* the annotations read (rows for annotations.py's typed values) and those left to the
      * reference's one-by-one decoding */
     Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen;
     Buf sl_start, sl_end, sl_owner, sl_gen;
@@ -1008,7 +1008,7 @@ static int extra_counters(Walker *w, Seq *s, int64_t ts)
 /* The text a sequence interned for iid, or UNKNOWN_NAME (counted) where it never did. */
 static void lookup(Walker *w, Seq *s, Map *map, uint64_t iid, const char **text, Py_ssize_t *n)
 {
-    static const char unknown[] = "<unknown>"; /* perfetto_annotations.UNKNOWN_NAME */
+    static const char unknown[] = "<unknown>"; /* annotations.UNKNOWN_NAME */
     Slot *slot = map_get(map, iid);
     if (!slot) {
         w->unknown_iids++;
@@ -1178,7 +1178,7 @@ static int packet(Walker *w, Slice data)
 
 /* ---- debug annotations -------------------------------------------------------------------
  *
- * What perfetto_annotations.AnnotationDecoding.decode_annotations does with NumPy over a chunk's
+ * What annotations.AnnotationDecoding.decode_annotations does with NumPy over a chunk's
  * annotations, one annotation at a time and to the byte: the same varint reader (10 bytes at most,
  * bounded by the chunk's annotation bytes, not by the annotation), the same first-field shortcut
  * for interned names nobody reads, the same scan of at most 8 fields, the same "slow" annotations
@@ -1192,7 +1192,7 @@ typedef struct {
     uint64_t value;
 } AnnField;
 
-/* perfetto_wire.varints: (value, length), length -1 when not ended in 10 bytes before limit */
+/* wire.varints: (value, length), length -1 when not ended in 10 bytes before limit */
 static int64_t np_varint(const uint8_t *buf, int64_t pos, int64_t limit, uint64_t *value)
 {
     uint64_t v = 0;
