@@ -1,15 +1,25 @@
-"""Build hook: compile the C extensions: the Kineto event decoder
-(``traceanalyzer/ingest/_eventdecode.c``), its reduction (``_eventreduce.c``) and a small trace's
-assembly (``_eventassemble.c``), and the Perfetto packet walker (``_perfettowalk.c``).
+"""Build hook: compile the C extensions of the ingest layer, each next to its source.
+
+- ``traceanalyzer/ingest/kineto/_native/``: the Kineto event decoder (``_eventdecode.c``), its
+  reduction (``_eventreduce.c``), a small trace's assembly (``_eventassemble.c``) and the guard of
+  the scanner's memory maps (``_mapguard.c``);
+- ``traceanalyzer/ingest/perfetto/_native/``: the Perfetto packet walker (``_perfettowalk.c``).
+
+Their shared headers (``_stringview.h``, ``_ascii.h``, ``_heldcolumn.h``, ``_arrowstream.h``,
+``_hugearena.h``, ``_regexlite.h``, ``_columnkinds.h``) lie in ``traceanalyzer/ingest/_native/``,
+which is on the include path. They are compiled with ``-Wall -Wextra``.
 
 Optional by design. Without a C compiler or the Python headers the package installs without
 them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
 2.5x the CPU), or reduces decoded chunks with Polars alone, and Perfetto ingest walks packets
 with the Python decoder (the same tables, at 3-5x the time).
-``traceanalyzer.ingest.eventdecode.AVAILABLE``, ``eventreduce.AVAILABLE`` and
-``traceanalyzer.ingest.perfetto_decode.WALKER_AVAILABLE`` tell which ones a process uses.
-Their headers lie next to them: ``_stringview.h``, ``_ascii.h``, ``_heldcolumn.h``,
-``_arrowstream.h``, ``_hugearena.h`` and ``_regexlite.h``.
+``traceanalyzer.ingest.kineto.decode.AVAILABLE``, ``kineto.reduce.AVAILABLE``,
+``kineto.assemble.AVAILABLE``, ``kineto.mapguard.AVAILABLE`` and
+``traceanalyzer.ingest.perfetto.decode.WALKER_AVAILABLE`` tell which ones a process uses.
+
+``compile_extension`` needs only the standard library (``python -c "import hatch_build as h,
+pathlib; [h.compile_extension(pathlib.Path('.'), s) for s in h.SOURCES]"`` rebuilds them in a
+source tree); hatchling is needed only for the hook itself.
 """
 
 from __future__ import annotations
@@ -21,12 +31,28 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # compile_extension alone, outside a build
+    BuildHookInterface = object  # type: ignore[misc,assignment]
 
-SOURCES = (Path("traceanalyzer") / "ingest" / "_eventdecode.c",
-           Path("traceanalyzer") / "ingest" / "_eventreduce.c",
-           Path("traceanalyzer") / "ingest" / "_eventassemble.c",
-           Path("traceanalyzer") / "ingest" / "_perfettowalk.c")
+INGEST = Path("traceanalyzer") / "ingest"
+#: Each extension's source, and what ingest does without it.
+EXTENSIONS = {
+    INGEST / "kineto" / "_native" / "_eventdecode.c": "Kineto ingest will use Polars alone",
+    INGEST / "kineto" / "_native" / "_eventreduce.c":
+        "Kineto ingest will reduce decoded events with Polars",
+    INGEST / "kineto" / "_native" / "_eventassemble.c":
+        "Kineto ingest will assemble small traces with Polars",
+    INGEST / "kineto" / "_native" / "_mapguard.c":
+        "Kineto ingest will read files instead of mapping them",
+    INGEST / "perfetto" / "_native" / "_perfettowalk.c":
+        "Perfetto ingest will use the Python decoder",
+}
+SOURCES = tuple(EXTENSIONS)
+#: Folders of the headers the sources share.
+INCLUDE_DIRS = (INGEST / "_native",)
+WARNINGS = ("-Wall", "-Wextra")
 
 
 def compile_extension(root: Path, source: Path = SOURCES[0]) -> Path:
@@ -40,7 +66,8 @@ def compile_extension(root: Path, source: Path = SOURCES[0]) -> Path:
     tmp = target.with_name(target.name + ".tmp")
     cmd = [
         *shlex.split(ldshared), *shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC"),
-        "-O2", "-DNDEBUG", f"-I{sysconfig.get_paths()['include']}",
+        "-O2", "-DNDEBUG", *WARNINGS, f"-I{sysconfig.get_paths()['include']}",
+        *(f"-I{root / folder}" for folder in INCLUDE_DIRS),
         str(root / source), "-o", str(tmp),
     ]
     try:
@@ -51,22 +78,18 @@ def compile_extension(root: Path, source: Path = SOURCES[0]) -> Path:
     return target
 
 
-class CustomBuildHook(BuildHookInterface):
+class CustomBuildHook(BuildHookInterface):  # type: ignore[misc,valid-type]
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel" or os.name == "nt":
             return
         root = Path(self.root)
-        fallbacks = {"_eventdecode": "Kineto ingest will use Polars alone",
-                     "_eventreduce": "Kineto ingest will reduce decoded events with Polars",
-                     "_eventassemble": "Kineto ingest will assemble small traces with Polars",
-                     "_perfettowalk": "Perfetto ingest will use the Python decoder"}
-        for source in SOURCES:
+        for source, fallback in EXTENSIONS.items():
             try:
                 target = compile_extension(root, source)
             except (OSError, subprocess.CalledProcessError) as exc:
                 detail = getattr(exc, "stderr", "") or str(exc)
                 self.app.display_warning(
-                    f"traceanalyzer: {source.name} was not built; {fallbacks[source.stem]} "
+                    f"traceanalyzer: {source.name} was not built; {fallback} "
                     f"(same results, slower): {detail.strip()[:500]}"
                 )
                 continue

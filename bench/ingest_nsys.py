@@ -29,7 +29,7 @@ SEED = REPO.parent / "shared" / "traces" / "public" / "nsys" / "nsysai_2gpu_send
 CHILD = r"""
 import json, resource, sys, time
 from traceanalyzer.ingest.nsys import read_nsys
-from traceanalyzer.ingest.sqlite_columns import engine
+from traceanalyzer.ingest.nsys.sqlite_columns import engine
 t0, c0 = time.perf_counter(), time.process_time()
 trace = read_nsys(sys.argv[1])
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0

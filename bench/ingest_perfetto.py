@@ -31,10 +31,10 @@ OUT = HERE / "out"
 CHILD = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts
-from traceanalyzer.ingest import perfetto_decode
+from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 perfetto_decode.WALKER_AVAILABLE = perfetto_decode.WALKER_AVAILABLE and sys.argv[2] == "walker"
-import traceanalyzer.ingest.perfetto_map, perfetto.protos.perfetto.trace.perfetto_trace_pb2  # noqa
+import traceanalyzer.ingest.perfetto.map, perfetto.protos.perfetto.trace.perfetto_trace_pb2  # noqa
 t0, c0 = time.perf_counter(), time.process_time()
 trace = read_perfetto(sys.argv[1])
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -24,11 +24,13 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import functools, resource, sys, threading, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts, as bench/run.py does
-import traceanalyzer.ingest.kineto as kineto
+import traceanalyzer.ingest.kineto.assemble as assemble
+import traceanalyzer.ingest.kineto.reader as kineto
 from traceanalyzer.ingest import read_any
 
-STEPS = ["_decode_chunk", "_reduce", "_reduce_group", "_assemble", "_assemble_compiled",
-         "_cpu_and_gpu_frames"]
+# Each step, wrapped where it is called from.
+STEPS = [(kineto, "_decode_chunk"), (kineto, "reduce_frame"), (kineto, "_reduce_group"),
+         (kineto, "assemble"), (assemble, "assemble_compiled"), (assemble, "_cpu_and_gpu_frames")]
 marks = []
 
 
@@ -38,8 +40,8 @@ def mark(label):
                   r.ru_stime, r.ru_utime))
 
 
-def wrapped(name):
-    step = getattr(kineto, name)
+def wrapped(module, name):
+    step = getattr(module, name)
 
     @functools.wraps(step)
     def run(*args, **kwargs):
@@ -51,8 +53,8 @@ def wrapped(name):
     return run
 
 
-for name in STEPS:
-    setattr(kineto, name, wrapped(name))
+for module, name in STEPS:
+    setattr(module, name, wrapped(module, name))
 cut_chunks = kineto.iter_ndjson_chunks
 
 

@@ -45,7 +45,7 @@ DEFAULT_SIZES = "10MB,100MB,300MB"
 INGEST = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
-import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+import traceanalyzer.ingest.kineto.reader, traceanalyzer.ingest.cache
 RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import read_any
 r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -80,7 +80,7 @@ REPEAT_BELOW, REPEATS, REPEATS_BIG = 150e6, 11, 3
 CACHED_LOAD = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
-import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+import traceanalyzer.ingest.kineto.reader, traceanalyzer.ingest.cache
 RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import load
 t = time.perf_counter()
@@ -92,7 +92,7 @@ print(json.dumps({"wall_s": time.perf_counter() - t, "gpu_rows": trace.gpu.heigh
 STAGES = r"""
 import json, resource, sys, time
 import numpy, polars, pyarrow  # noqa: imported before the clock starts: we time work, not imports
-import traceanalyzer.ingest.kineto, traceanalyzer.ingest.cache
+import traceanalyzer.ingest.kineto.reader, traceanalyzer.ingest.cache
 RSS0 = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20
 from traceanalyzer.ingest import read_any
 from traceanalyzer.analysis import analyze_trace
@@ -280,7 +280,7 @@ def machine() -> dict[str, Any]:
             versions[mod] = __import__(mod).__version__
         except (ImportError, AttributeError):
             versions[mod] = "absent"
-    from traceanalyzer.ingest import eventdecode
+    from traceanalyzer.ingest.kineto import decode as eventdecode
 
     versions["kineto_decoder"] = "C (_eventdecode)" if eventdecode.AVAILABLE else "Polars"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate Nsight Systems' own answers (`nsys stats` / `nsys analyze` CSVs, which
-# tests/test_nsys_parity.py compares with) for exports already in sample_traces/nsys, on a machine
-# with nsys:
+# tests/ingest/nsys/test_parity.py compares with) for exports already in sample_traces/nsys, on a
+# machine with nsys:
 #   bash scripts/nsys_reference.sh STEM ...   -> $OUT/<STEM>/*.csv, to copy to sample_traces/nsys/
 set -uo pipefail
 W=${WORK:-/tmp/ta-reference}

@@ -23,7 +23,7 @@ def kineto() -> KinetoBuilder:
 
 
 def _sqlite_engines() -> list[str]:
-    from traceanalyzer.ingest import sqlite_columns
+    from traceanalyzer.ingest.nsys import sqlite_columns
 
     return ["sqlite3"] + (["connectorx"] if sqlite_columns.engine() == "connectorx" else [])
 

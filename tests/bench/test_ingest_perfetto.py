@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import bench_module
-from traceanalyzer.ingest import perfetto_decode
+from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 
 bench = bench_module("ingest_perfetto")

@@ -49,18 +49,31 @@ DOC = "result.json"
 
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    """Hash of the tool version, the Polars/NumPy versions and every source file of the package
-    (Python, and the C of the event decoder).
+    """Hash of the tool version, the Polars/NumPy versions and every source file of the package:
+    Python, and the C sources and headers of the compiled passes (a header such as
+    ``_regexlite.h`` classifies kernels).
 
-    Reading ~100 small files costs a few milliseconds, once per process.
+    The ingest layer's files are those the registry of formats names
+    (:func:`traceanalyzer.ingest.formats.ingest_sources`). Reading ~150 small files costs a few
+    milliseconds, once per process.
     """
+    return source_hash(Path(__file__).resolve().parents[1])
+
+
+def source_hash(package: Path) -> str:
+    """:func:`code_hash` of the package folder ``package`` (a copy of it, in the tests)."""
     import numpy
+
+    from traceanalyzer.ingest.formats import SOURCE_SUFFIXES, ingest_sources
 
     h = hashlib.blake2b(digest_size=16)
     h.update(f"traceanalyzer {__version__} polars {pl.__version__} numpy {numpy.__version__}\n"
              .encode())
-    package = Path(__file__).resolve().parents[1]
-    for file in sorted([*package.rglob("*.py"), *package.rglob("*.c")]):
+    ingest = package / "ingest"
+    files = {file for suffix in SOURCE_SUFFIXES for file in package.rglob(f"*{suffix}")
+             if ingest not in file.parents}
+    files.update(ingest_sources(ingest))
+    for file in sorted(files):
         h.update(str(file.relative_to(package)).encode() + b"\0")
         try:
             h.update(file.read_bytes())
@@ -139,6 +152,7 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     """
     from traceanalyzer.ingest import load, sniff
     from traceanalyzer.ingest.cache import content_key, default_cache_dir
+    from traceanalyzer.ingest.formats import FORMATS
 
     def read() -> Trace:
         trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
@@ -149,8 +163,7 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
 
     fmt = sniff(path)  # a missing or unreadable file fails here, as without the cache
     entry = None
-    external = fmt == "perfetto" and (trace_processor
-                                      or os.environ.get("TRACEANALYZER_TRACE_PROCESSOR"))
+    external = FORMATS[fmt].reads_externally(trace_processor)
     if use_cache and not external:  # an external reader's output is not what the key names
         try:
             key = result_key(content_key(path), rules=rules, rule_config=rule_config,

@@ -1,8 +1,9 @@
 """Ingest: turn a trace file of any supported format into a canonical :class:`Trace`.
 
-Ingestors are the only code that reads trace files. Each one lives in its own module and exposes
-one function, ``read_<format>(path) -> Trace``. :func:`load` picks the ingestor by sniffing the
-file's first bytes (never by extension alone) and goes through the Parquet cache.
+Ingestors are the only code that reads trace files. Each format is a package (``kineto/``,
+``nsys/``, ``perfetto/``) that exposes ``read_<format>(path) -> Trace``, and an entry of the
+registry in :mod:`.formats`. :func:`load` picks the ingestor by sniffing the file's first bytes
+(never by extension alone) and goes through the Parquet cache (:mod:`.cache`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import zlib
 from pathlib import Path
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.formats import FORMATS, GZIP_MAGIC, expected
 from traceanalyzer.model import Trace
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-GZIP_MAGIC = b"\x1f\x8b"
-NSYS_REP_SUFFIX = ".nsys-rep"
+__all__ = ["load", "read_any", "sniff", "check_memory", "available_memory", "input_size",
+           "MEMORY_PER_BYTE", "BASE_MEMORY", "NO_MEMORY_CHECK_ENV"]
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
-    """Name the format of ``path``: "kineto", "nsys", "nsys-rep" or "perfetto".
+    """Name the format of ``path`` (a key of :data:`~traceanalyzer.ingest.formats.FORMATS`:
+    "kineto", "nsys", "nsys-rep" or "perfetto").
 
     Raises :class:`InputError` for anything that is not a readable trace file.
     """
@@ -35,12 +37,14 @@ def sniff(path: str | os.PathLike[str]) -> str:
             head = fh.read(64)
     except OSError as exc:
         raise InputError(p, f"cannot be read ({exc.strerror or exc})") from None
-    if p.name.endswith(NSYS_REP_SUFFIX):
-        return "nsys-rep"
+    for fmt in FORMATS.values():
+        if fmt.suffix is not None and p.name.endswith(fmt.suffix):
+            return fmt.name
     if not head:
         raise InputError(p, "is empty")
-    if head.startswith(SQLITE_MAGIC):
-        return "nsys"
+    for fmt in FORMATS.values():
+        if fmt.magic is not None and head.startswith(fmt.magic):
+            return fmt.name
     if head.startswith(GZIP_MAGIC):
         try:
             with gzip.open(p, "rb") as fh:
@@ -49,27 +53,17 @@ def sniff(path: str | os.PathLike[str]) -> str:
             raise InputError(p, f"is not a valid gzip file ({exc})") from None
         if not head:
             raise InputError(p, "is an empty gzip file")
-    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
-    if stripped[:1] in (b"{", b"["):
-        return "kineto"
-    if _looks_like_perfetto(head):
-        return "perfetto"
-    raise InputError(p, "is not a trace: expected Kineto/Chrome JSON, an Nsight Systems SQLite "
-                        "export, an .nsys-rep or a Perfetto protobuf trace")
-
-
-def _looks_like_perfetto(head: bytes) -> bool:
-    # A Perfetto trace is a stream of `Trace.packet` fields: field 1, wire type 2 (tag byte 0x0a).
-    return head[:1] == b"\x0a"
+    for fmt in FORMATS.values():
+        if fmt.looks_like is not None and fmt.looks_like(head):
+            return fmt.name
+    raise InputError(p, f"is not a trace: expected {expected()}")
 
 
 #: Peak memory of an analysis per byte of (uncompressed) input, plus the interpreter and
-#: libraries. bench/RESULTS.md measures, at 1-2 GB, Kineto JSON at 0.7-0.8x for the ingest and
-#: 1.3-1.4x for the whole `analyze`, an nsys export at 2.2-2.4x for the ingest. A Perfetto
-#: protobuf file is far denser: the whole `analyze` of a 118 MB rocprofv3-like trace peaked at
-#: 1.24 GB, 7.1x over this base (docs/perfetto.md). The margin is for traces unlike the
-#: benchmark's (long names and stacks, few dropped events, many annotations).
-MEMORY_PER_BYTE = {"kineto": 2.2, "nsys": 3.5, "perfetto": 12.0}
+#: libraries (:data:`BASE_MEMORY`): each format's measured ratio with a margin
+#: (:mod:`.formats`).
+MEMORY_PER_BYTE = {f.name: f.memory_per_byte for f in FORMATS.values()
+                   if f.memory_per_byte is not None}
 BASE_MEMORY = 400 << 20
 NO_MEMORY_CHECK_ENV = "TRACEANALYZER_NO_MEMORY_CHECK"
 
@@ -153,23 +147,10 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
 
 
 def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
-    if fmt == "kineto":
-        from traceanalyzer.ingest.kineto import read_kineto
-
-        return read_kineto(path)
-    if fmt == "nsys":
-        from traceanalyzer.ingest.nsys import read_nsys
-
-        return read_nsys(path)
-    if fmt == "nsys-rep":
-        from traceanalyzer.ingest.nsys_rep import read_nsys_rep
-
-        return read_nsys_rep(path)
-    if fmt == "perfetto":
-        from traceanalyzer.ingest.perfetto import read_perfetto
-
-        return read_perfetto(path)
-    raise InputError(path, f"unknown format {fmt!r}")
+    spec = FORMATS.get(fmt)
+    if spec is None:
+        raise InputError(path, f"unknown format {fmt!r}")
+    return spec.read(path)
 
 
 def _file_state(path: str | os.PathLike[str]) -> tuple[int, int]:
@@ -195,10 +176,8 @@ def load(
     entries hold what the built-in reader made.
     """
     fmt = sniff(path)
-    if fmt == "perfetto" and (trace_processor or os.environ.get("TRACEANALYZER_TRACE_PROCESSOR")):
-        from traceanalyzer.ingest.perfetto import read_perfetto
-
-        return read_perfetto(path, trace_processor=trace_processor)
+    if FORMATS[fmt].reads_externally(trace_processor):
+        return FORMATS[fmt].read(path, trace_processor=trace_processor)
     if not use_cache:
         return read_any(path, fmt)
     from traceanalyzer.ingest.cache import cached_read

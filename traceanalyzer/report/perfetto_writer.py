@@ -1,9 +1,10 @@
 """Write a canonical trace, plus a track of findings, as a Perfetto protobuf trace.
 
 This is the ``--annotate`` output for inputs with no JSON form (Nsight Systems, Perfetto). The
-file opens in ui.perfetto.dev and reads back through :func:`traceanalyzer.ingest.read_perfetto`
-to the same frames (the round-trip test holds us to that). Layout, all on one packet sequence
-with interned names, categories and annotation names:
+file opens in ui.perfetto.dev and reads back through
+:func:`traceanalyzer.ingest.perfetto.read_perfetto` to the same frames (the round-trip test holds
+us to that). Layout, all on one packet sequence with interned names, categories and annotation
+names:
 
 - ``GPU <d>`` track per device, with one child track per stream (``GPU <d> stream <s>``);
   kernels, copies and sets are slices with Kineto's categories (``kernel``, ``gpu_memcpy``,
@@ -31,7 +32,7 @@ from traceanalyzer.model import Trace
 
 FINDINGS_TRACK = "traceanalyzer findings"
 FINDING_CATEGORY = "traceanalyzer_finding"
-META_EVENT = "traceanalyzer.meta"  # read back by traceanalyzer.ingest.perfetto_map
+META_EVENT = "traceanalyzer.meta"  # read back by traceanalyzer.ingest.perfetto.map
 SEQUENCE_ID = 1
 BATCH_PACKETS = 20_000
 

@@ -1,0 +1,1 @@
+"""Tests of the ingest layer (traceanalyzer/ingest), a folder per format."""

@@ -1,0 +1,167 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``) into canonical frames.
+
+Table -> frame mapping (docs/nsys.md has the full story):
+
+- ``CUPTI_ACTIVITY_KIND_KERNEL``/``_MEMCPY``/``_MEMSET`` -> ``gpu``
+- ``CUPTI_ACTIVITY_KIND_RUNTIME`` (and ``_DRIVER`` where present) -> ``cpu`` kinds runtime/driver
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` -> ``syncs``
+- ``NVTX_EVENTS`` -> ``annotations`` (kind "nvtx"; ``ProfilerStep#N`` ranges are kind "step")
+- ``TARGET_INFO_GPU``/``TARGET_INFO_CUDA_DEVICE``, ``PROCESSES``, ``META_DATA_EXPORT`` -> meta
+  (in :mod:`traceanalyzer.ingest.nsys.meta`)
+
+The tables are read by :mod:`.tables`, turned into frames by :mod:`.frames`, and described by
+:mod:`.meta`. Ranks: every process with GPU activity is a rank, numbered by pid (one process ->
+rank 0).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.nsys.frames import (
+    NVTX_TYPES,
+    annotation_frame,
+    cpu_frame,
+    gpu_frame,
+    gpu_rows,
+    nvtx_rows,
+    operator_ranges,
+    rank_map,
+    sync_frame,
+    with_parent_op,
+)
+from traceanalyzer.ingest.nsys.meta import fill_meta
+from traceanalyzer.ingest.nsys.sqlite_columns import engine
+from traceanalyzer.ingest.nsys.tables import (
+    DRIVER,
+    GRAPH,
+    I64,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NSYS_MARKER_TABLES,
+    NVTX,
+    RUNTIME,
+    STR,
+    SYNC,
+    ExportDb,
+    TableReader,
+    sqlite_problem,
+)
+from traceanalyzer.model import Trace, TraceMeta, empty_frame
+
+
+def read_nsys(path: str | os.PathLike[str]) -> Trace:
+    """Read an Nsight Systems SQLite export into a canonical :class:`Trace`."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "is not a file" if p.exists() else "no such file")
+    db = ExportDb(p)
+    try:
+        return _read(db)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(p, sqlite_problem(exc)) from None
+    finally:
+        db.con.close()
+
+
+def _read(db: ExportDb) -> Trace:
+    if not any(t in db.tables for t in NSYS_MARKER_TABLES):
+        raise InputError(
+            db.path,
+            "is a SQLite database but not an Nsight Systems export (no StringIds or "
+            "META_DATA_EXPORT table)",
+        )
+    export = dict(db.rows("SELECT name, value FROM META_DATA_EXPORT"))
+    meta = TraceMeta(path=str(db.path), source_format="nsys")
+    version = export.get("EXPORT_PRODUCT_VERSION")
+    meta.profiler = f"Nsight Systems {version}" if version else "Nsight Systems"
+
+    strings = db.read("StringIds")
+    if strings is None:
+        strings = pl.DataFrame(schema={"id": I64, "value": STR})
+    present = [t for t in (KERNEL, GRAPH, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX)
+               if t in db.tables]
+    nvtx_types = ", ".join(map(str, NVTX_TYPES))
+    # Tables are read on a second thread (its own connection; connectorx and sqlite3 release
+    # the GIL), in the order they are needed, while this thread builds the frames of the
+    # tables already read: reading and building overlap on two cores. The runtime calls are
+    # read last, so that what is left once all is read is short (the CPU frame and an as-of
+    # join); each raw frame is dropped once its canonical frame is built.
+    with TableReader(db) as reader:
+        tables = {t: reader.submit(t) for t in (KERNEL, MEMCPY, MEMSET, GRAPH)}
+        # The event types are tested here, not in SQL: an IN list costs SQLite more per row
+        # than Polars' test (bench/NOTES.md, nsys round 4), and other types are rare.
+        tables[NVTX] = reader.submit(
+            NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
+            sort_by="start", prepare=nvtx_rows,
+        )
+        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
+        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
+        gpu_raw = gpu_rows(strings,
+                            *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
+        ranks = rank_map(gpu_raw)
+        gpu = gpu_frame(gpu_raw, ranks)
+        del gpu_raw
+        ann = annotation_frame(tables.pop(NVTX).result(), strings, ranks, meta)
+        ops = operator_ranges(ann)
+        cpu = cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
+                         ranks)
+        syn = sync_frame(tables.pop(SYNC).result(), cpu, ranks)
+    cpu = with_parent_op(cpu, ops)
+    del ops
+
+    fill_meta(db, meta, export, ranks, gpu)
+    if not present:
+        meta.warnings.append("the export holds no CUDA or NVTX events")
+    if ranks.height == 1 and meta.rank:
+        # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
+        gpu, cpu, ann, syn = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
+                              for f in (gpu, cpu, ann, syn))
+    gpu, cpu, ann, syn = (_no_backwards(f, meta) for f in (gpu, cpu, ann, syn))
+    return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
+                 counters=empty_frame("counters"))
+
+
+def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
+    """Records that end before they start (a corrupt export) become zero-length, with a warning,
+    as in Kineto traces: every analysis may assume end_ns >= start_ns."""
+    bad = frame.select((pl.col("end_ns") < pl.col("start_ns")).sum()).item()
+    if not bad:
+        return frame
+    meta.warnings.append(f"{bad} records end before they start; treated as zero-length")
+    return frame.with_columns(end_ns=pl.max_horizontal("start_ns", "end_ns"))
+
+
+
+def split_by_process(trace: Trace) -> list[Trace]:
+    """One :class:`Trace` per rank of a multi-process export, in rank order.
+
+    Each GPU process is a rank (see the module doc). GPU rows are cut by ``rank``; CPU rows,
+    annotations and syncs by the rank's pid, so processes without GPU activity (launchers,
+    loggers) are left out. A single-process trace comes back as a one-element list.
+    """
+    processes = trace.meta.extra.get("nsys", {}).get("processes", [])
+    if len(processes) <= 1:
+        return [trace]
+    out = []
+    for proc in processes:
+        rank, pid = proc["rank"], proc["pid"]
+        meta = TraceMeta.from_dict(trace.meta.to_dict())
+        meta.rank, meta.world_size = rank, len(processes)
+        meta.extra["nsys"] = {**meta.extra["nsys"], "processes": [proc]}
+        by_pid = pl.col("pid") == pid
+        out.append(Trace(
+            meta=meta,
+            gpu=trace.gpu.filter(pl.col("rank") == rank),
+            cpu=trace.cpu.filter(by_pid),
+            annotations=trace.annotations.filter(by_pid),
+            syncs=trace.syncs.filter(by_pid),
+            counters=trace.counters.filter(by_pid),
+        ))
+    return out
