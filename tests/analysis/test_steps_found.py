@@ -79,7 +79,7 @@ def test_profiler_steps_come_first(tmp_path):
 def test_steps_inferred_from_a_repeating_kernel_sequence(tmp_path):
     b = KinetoBuilder()
     t = 100.0
-    for i in range(6):  # a step: an embedding, three layers of two kernels, an optimizer
+    for _ in range(6):  # a step: an embedding, three layers of two kernels, an optimizer
         for name in ["embed"] + ["gemm", "relu"] * 3 + ["adam"]:
             b.launch(name, t, 5, t + 10, 20)
             t += 30

@@ -11,6 +11,7 @@ import yaml
 
 from tests.support.paths import REPO
 from traceanalyzer.analysis.views import Views
+from traceanalyzer.analysis.window import choose_window
 from traceanalyzer.ingest import read_any
 from traceanalyzer.rules import RuleConfig, evaluate
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @functools.cache
 def fired(path: Path) -> frozenset[str]:
-    findings, outcomes = evaluate(Views(read_any(path)), RuleConfig())
+    findings, outcomes = evaluate(Views(choose_window(read_any(path))), RuleConfig())
     assert not [o for o in outcomes if o.status == "error"]
     return frozenset(f.slug for f in findings)
 

@@ -18,6 +18,7 @@ import yaml
 
 from tests.support.paths import REPO
 from traceanalyzer.analysis import analyze_trace
+from traceanalyzer.analysis.window import choose_window
 from traceanalyzer.ingest import load
 from traceanalyzer.rules import load_rules
 
@@ -51,7 +52,7 @@ def _path(entry: dict[str, Any]) -> Path:
 @functools.cache
 def _findings(path: Path) -> tuple:
     # No cache: the analysis must not write beside the checked-in traces.
-    result = analyze_trace(load(path, use_cache=False))
+    result = analyze_trace(choose_window(load(path, use_cache=False)))  # as a user runs it
     for o in result.rule_outcomes:
         assert o.status != "error", (o.slug, o.reason)
     return tuple(result.findings)

@@ -33,10 +33,11 @@ BASE_COLUMNS: dict[str, pl.DataType] = {
 
 
 def metric_columns() -> dict[str, pl.DataType]:
-    """The JSON schema's metrics, in its order: integers as Int64, the rest as Float64."""
+    """The JSON schema's metrics, in its order: integers as Int64, text as String, the rest as
+    Float64."""
     props = JSON_SCHEMA["properties"]["metrics"]["properties"]
-    return {name: pl.Int64() if spec.get("type") == "integer" else pl.Float64()
-            for name, spec in props.items()}
+    kinds = {"integer": pl.Int64(), "string": pl.String()}
+    return {name: kinds.get(str(spec.get("type")), pl.Float64()) for name, spec in props.items()}
 
 
 def finding_column(slug: str) -> str:
