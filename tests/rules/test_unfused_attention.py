@@ -57,3 +57,19 @@ def test_unfused_attention_ignores_the_loss_log_softmax_in_training():
             s.kernel(name, t, 50, launch=t - 10, op=op)
             t += 52
     assert "unfused-attention" not in run(s)[0]
+
+
+def test_unfused_attention_counts_a_block_with_two_softmax_kernels_once():
+    # A softmax that runs as two kernels between the same two GEMMs is one attention block.
+    s = Synth()
+    t = 0.0
+    for _ in range(4):
+        for name, dur in (("ampere_bf16_s16816gemm_bf16_128x64", 50),
+                          ("softmax_max_kernel", 30),
+                          ("softmax_sum_kernel", 30),
+                          ("ampere_bf16_s16816gemm_bf16_64x64", 50)):
+            s.kernel(name, t, dur, launch=t - 10)
+            t += dur + 2
+    f = run(s)[0]["unfused-attention"]
+    assert "4 attention blocks" in f.message
+    assert f.impact_ns == 4 * 60 * US

@@ -13,6 +13,7 @@ import polars as pl
 from traceanalyzer.analysis import intervals
 from traceanalyzer.analysis.idle import idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
+from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import OUTLIER_FACTOR
@@ -24,6 +25,7 @@ UTILIZATION_BUCKETS = 100
 
 def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) -> AnalysisResult:
     """Compute metrics, summaries and (unless ``rules`` is False) rule findings for ``trace``."""
+    check_analysis_memory(trace)
     views = Views(trace)
     metrics = views.metrics
     window = trace.meta.extra.get("window")

@@ -100,10 +100,14 @@ def overlap_ns(
     by = [k for k in ("rank", "device") if k in items.columns and k in cover.columns]
     parts = []
     indexed = items.with_row_index("_row")
+    # The cover split once by key, not filtered once per key: a job's many ranks would make that
+    # ranks x rows. A null key (an unknown device) is its own part, covered by kernels of the same
+    # unknown device.
+    cover = cover.select(*by, "start_ns", "end_ns")
+    covers = cover.partition_by(by, as_dict=True) if by else {(): cover}
+    empty = cover.clear()
     for key, group in indexed.group_by(by, maintain_order=True):
-        # eq_missing: an unknown device (null) is covered by kernels of the same unknown device
-        mask = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(by, key, strict=True)) if by else pl.lit(True)
-        merged = merge(cover.filter(mask))
+        merged = merge(covers.get(tuple(key), empty))
         covered = covered_between(
             merged, group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
         )

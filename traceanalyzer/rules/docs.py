@@ -84,7 +84,8 @@ query: |
 Parameter names end with their unit: `_ns`, `_us`, `_ms`, `_s`, `_pct`, `_count`, `_bytes`,
 `_ratio`. Message templates accept only plain `{name}` and `{name:.1f}`-style fields.
 @ALIASES@Adding a built-in rule (a detector, its proof traces and its tests):
-[adding-a-rule.md](adding-a-rule.md).
+[adding-a-rule.md](adding-a-rule.md). What each rule and view costs as a trace grows, and the
+test that keeps every one of them linear: [complexity.md](complexity.md).
 
 ## The built-in rules
 

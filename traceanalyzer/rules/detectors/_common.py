@@ -134,14 +134,18 @@ def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",
     indexed = calls.with_row_index("_row")
     if frames.height == 0 or indexed.height == 0:
         return calls.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
+    # A range join on the two times (an IEJoin), then the thread: its output is each call's
+    # enclosing frames on any thread, a few stacks deep. Joining on the thread first would pair
+    # every call with every frame of its thread before filtering.
     pairs = (
         indexed.select("_row", "rank", pl.col(tid).alias("_tid"), pl.col(start).alias("_s"),
                        pl.col(end).alias("_e"))
-        .join(frames.select("rank", pl.col("tid").alias("_tid"), pl.col("name").alias("_src"),
-                            pl.col("start_ns").alias("_ps"), pl.col("end_ns").alias("_pe")),
-              on=["rank", "_tid"], how="inner")
-        .filter((pl.col("_ps") <= pl.col("_s")) & (pl.col("_pe") >= pl.col("_e")))
-        .sort("_ps", descending=True)
+        .join_where(frames.select(pl.col("rank").alias("_prank"), pl.col("tid").alias("_ptid"),
+                                  pl.col("name").alias("_src"), pl.col("start_ns").alias("_ps"),
+                                  pl.col("end_ns").alias("_pe")),
+                    pl.col("_ps") <= pl.col("_s"), pl.col("_pe") >= pl.col("_e"))
+        .filter(pl.col("_prank") == pl.col("rank"), pl.col("_ptid") == pl.col("_tid"))
+        .sort(["_ps", "_pe"], descending=[True, False])
         .group_by("_row")
         .agg(pl.col("_src").first().alias("source"))
     )

@@ -71,18 +71,25 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
     ).drop("_ndim")
     if soft.height == 0:
         return None
-    # The kernels strictly between the two GEMMs work on the materialized scores.
-    spans = soft.select(*keys, pl.col("_prev_gemm").alias("_lo"), pl.col("_next_gemm").alias("_hi"),
-                        pl.col("name").alias("softmax"), pl.col("external_id").alias("_ext"),
-                        pl.col("op_name").alias("op"), "step")
-    members = k.join(spans, on=keys, how="inner").filter(
-        pl.col("_idx") >= pl.col("_lo"), pl.col("_idx") <= pl.col("_hi")
+    # The kernels from one GEMM to the other work on the materialized scores. Two softmaxes
+    # between the same GEMMs are one block. Each block holds at most 2 * max_distance_count + 1
+    # kernels: listing their indices and joining on (stream, index) is linear in the trace.
+    spans = soft.sort(*keys, "_idx").unique([*keys, "_prev_gemm", "_next_gemm"], keep="first",
+                                            maintain_order=True).select(
+        *keys, pl.col("_prev_gemm").alias("_lo"), pl.col("_next_gemm").alias("_hi"),
+        pl.col("name").alias("softmax"), pl.col("external_id").alias("_ext"),
+        pl.col("op_name").alias("op"),
+    )
+    members = spans.with_columns(_idx=pl.int_ranges("_lo", pl.col("_hi") + 1)).explode("_idx").join(
+        k.select(*keys, "_idx", "start_ns", "end_ns", "dur", "_gemm", "step"),
+        on=[*keys, "_idx"], how="inner",
     )
     per = members.group_by(*keys, "_lo", "_hi").agg(
         start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max(),
         score_ns=pl.col("dur").filter(~pl.col("_gemm")).sum(),
         total_ns=pl.col("dur").sum(), softmax=pl.col("softmax").first(),
-        op=pl.col("op").first(), step=pl.col("step").first(), _ext=pl.col("_ext").first(),
+        op=pl.col("op").first(), step=pl.col("step").sort_by("_idx").first(),
+        _ext=pl.col("_ext").first(),
     )
     window = window_length(views)
     score = int(per["score_ns"].sum() or 0)
@@ -92,7 +99,10 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         "rank", pl.col("external_id").alias("_ext"),
         pl.col("last_dim").alias("seq_len"),
     )
-    per = per.join(shapes, on=["rank", "_ext"], how="left").sort("score_ns", descending=True)
+    # Ties (a tiled or very regular trace repeats its blocks) broken by time and stream: the
+    # report must not change from one run to the next.
+    per = per.join(shapes, on=["rank", "_ext"], how="left").sort(
+        ["score_ns", "start_ns", "stream"], descending=[True, False, False])
     evidence = per.select(
         "start_ns", "end_ns", "stream", "step", "softmax", "op", "seq_len",
         (pl.col("score_ns") / NS_PER_US).alias("score_us"),

@@ -1,0 +1,73 @@
+"""The analysis stops before it runs out of memory: a one-line message and exit code 2, with the
+ingest's override (issue 28). Available memory is patched; nothing big is allocated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.synth import Synth, busy_loop
+from traceanalyzer.analysis import analyze_trace, memory_check
+from traceanalyzer.cli.main import main
+from traceanalyzer.errors import EXIT_BAD_INPUT, InputError
+from traceanalyzer.ingest import NO_MEMORY_CHECK_ENV
+
+SAMPLE = REPO / "sample_traces" / "torch" / "unfused_attention_bad.json.gz"
+
+
+def _trace():
+    s = Synth()
+    busy_loop(s, n=50)
+    return s.trace()
+
+
+def test_need_grows_with_the_frames() -> None:
+    small, big = Synth(), Synth()
+    busy_loop(small, n=10)
+    busy_loop(big, n=1000)
+    need_small = memory_check.analysis_memory(small.trace())
+    need_big = memory_check.analysis_memory(big.trace())
+    assert memory_check.ANALYSIS_BASE_MEMORY < need_small < need_big
+    size = memory_check.frames_size(big.trace())
+    assert need_big == memory_check.ANALYSIS_BASE_MEMORY + int(
+        size * memory_check.ANALYSIS_MEMORY_PER_BYTE)
+
+
+def test_too_little_memory_stops_before_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = _trace()
+    need = memory_check.analysis_memory(trace)
+    monkeypatch.delenv(NO_MEMORY_CHECK_ENV, raising=False)
+    monkeypatch.setattr(memory_check, "available_memory", lambda: need - 1)
+    with pytest.raises(InputError) as exc:
+        analyze_trace(trace)
+    message = str(exc.value)
+    assert "\n" not in message and message.startswith("synthetic: ")
+    assert "GiB" in message and "--steps" in message and NO_MEMORY_CHECK_ENV in message
+    monkeypatch.setattr(memory_check, "available_memory", lambda: need)
+    assert analyze_trace(trace).findings is not None
+
+
+def test_override_and_unknown_memory_let_it_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = _trace()
+    monkeypatch.setattr(memory_check, "available_memory", lambda: 1)
+    monkeypatch.setenv(NO_MEMORY_CHECK_ENV, "1")
+    memory_check.check_analysis_memory(trace)
+    monkeypatch.delenv(NO_MEMORY_CHECK_ENV)
+    monkeypatch.setattr(memory_check, "available_memory", lambda: None)  # no /proc/meminfo
+    memory_check.check_analysis_memory(trace)
+
+
+def test_cli_says_it_in_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv(NO_MEMORY_CHECK_ENV, raising=False)
+    # the ingest's own check still sees the real figure; only the analysis's sees too little
+    monkeypatch.setattr(memory_check, "available_memory", lambda: 64 << 20)
+    out = tmp_path / "r.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(SAMPLE), "--no-cache", "--json", str(out)])
+    assert exc.value.code == EXIT_BAD_INPUT
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert str(SAMPLE) in line and "memory to analyze" in line and NO_MEMORY_CHECK_ENV in line
+    assert not out.exists()
