@@ -104,3 +104,22 @@ def test_warm_up_steps_and_gpu_work_launched_before_the_window(tmp_path):
 def test_bad_window_is_a_usage_error(text):
     with pytest.raises(UsageError):
         parse_window(text)
+
+
+def test_a_graph_capture_trace_says_what_it_holds():
+    trace = choose_window(read_any(PROGRAMS / "torch" / "cudagraph_capture.json.gz"))
+    (capture,) = [w for w in trace.meta.warnings if "capture of a CUDA/HIP graph" in w]
+    assert "192 of 194 kernel launches were captured and ran no kernel" in capture
+    assert "2 graph launches" in capture
+
+
+def test_a_span_that_is_mostly_one_gap_is_said(tmp_path):
+    b = KinetoBuilder()
+    b.launch("early", 0, 5, 10, 10)
+    for i in range(5):
+        b.launch("gemm", 10_000 + i * 100, 5, 10_010 + i * 100, 90)
+    trace = choose_window(read_any(b.write(tmp_path / "t.json")))
+    assert any("one GPU idle gap" in w and "1 GPU activity before it, 5 after" in w
+               for w in trace.meta.warnings)
+    steady = choose_window(read_any(PROGRAMS / "nsys" / "gpt_bf16_whole.sqlite"))
+    assert not any("one GPU idle gap" in w for w in steady.meta.warnings)

@@ -138,6 +138,8 @@ MIN_STEPS_FOR_WARMUP = 3
 #: A later step slower than this multiple of the median is named as an outlier.
 OUTLIER_FACTOR = 1.5
 PROFILER_START, PROFILER_STOP = r"^cu(da)?ProfilerStart", r"^cu(da)?ProfilerStop"
+#: Runtime and driver calls that launch one kernel.
+LAUNCH_CALLS = r"^(cuda|hip|cu)(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel|LaunchKernelExC|LaunchKernelEx)"
 
 
 @dataclass
@@ -323,8 +325,49 @@ def choose_window(trace: Trace, requested: str = "steps",
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())
             mine = kept.filter(pl.col("rank") == kept["rank"].min())
             window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
+    trace.meta.warnings.extend(_not_what_it_seems(trace, window))
     trace.meta.extra["window"] = window.to_dict()
     return trace
+
+
+#: A single GPU idle gap this large a share of the span makes the span mostly one wait.
+LONE_GAP_SHARE = 0.5
+CAPTURE_BEGIN = r"^(cuda|hip)StreamBeginCapture"
+
+
+def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
+    """Warnings for traces whose headline would mislead: the capture of a CUDA/HIP graph
+    (launches recorded while capturing run no kernel), and a span that is mostly one gap (one
+    early kernel long before the rest)."""
+    from traceanalyzer.report._common import fmt_ns
+
+    out = []
+    calls = trace.cpu.filter(pl.col("kind").is_in(API_KINDS))
+    begins = calls.filter(pl.col("name").str.contains(CAPTURE_BEGIN))
+    if begins.height:
+        launches = calls.filter(pl.col("name").str.contains(LAUNCH_CALLS),
+                                pl.col("correlation").is_not_null())
+        ran = trace.gpu.select("rank", "correlation").unique()
+        idle = launches.join(ran, on=["rank", "correlation"], how="anti").height
+        graphs = calls.filter(pl.col("name").str.contains(r"GraphLaunch")).height
+        out.append(f"the trace records the capture of a CUDA/HIP graph: {idle} of "
+                   f"{launches.height} kernel launches were captured and ran no kernel; what ran "
+                   f"is {graphs} graph launch{'es' if graphs != 1 else ''} and the work outside "
+                   "the graph. Profile the replays (steps after the capture) to judge the loop")
+    gpu = trace.gpu.sort("start_ns")
+    if gpu.height >= 2:
+        ends = gpu["end_ns"].cum_max()
+        gaps = (gpu["start_ns"].slice(1) - ends.slice(0, gpu.height - 1)).clip(lower_bound=0)
+        span = int(ends.max()) - int(gpu["start_ns"].min())  # type: ignore[arg-type]
+        worst = int(gaps.max() or 0)  # type: ignore[arg-type]
+        if span > 0 and worst >= LONE_GAP_SHARE * span:
+            at = int(gaps.arg_max() or 0)
+            before = at + 1
+            out.append(f"one GPU idle gap of {fmt_ns(worst)} is {100 * worst / span:.0f}% of the "
+                       f"GPU span ({before} GPU activit{'y' if before == 1 else 'ies'} before it, "
+                       f"{gpu.height - before} after): the span's busy and idle figures mostly "
+                       "measure that wait; --window START:END judges one side of it")
+    return out
 
 
 def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
