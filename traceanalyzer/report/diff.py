@@ -98,6 +98,35 @@ class DiffResult:
     resolved: list[FindingDelta] = field(default_factory=list)
     new: list[FindingDelta] = field(default_factory=list)
     unchanged: list[FindingDelta] = field(default_factory=list)
+    #: What each side measured and why figures may not compare (diff_notes).
+    notes: list[str] = field(default_factory=list)
+
+
+def diff_notes(before: AnalysisResult, after: AnalysisResult) -> list[str]:
+    """Say what each side measured: its profiler and window, when they differ the warning that
+    the figures do not compare like with like, and how to read busy % against step time."""
+    out = []
+    for side, r in (("before", before), ("after", after)):
+        what = r.meta.profiler or r.meta.source_format
+        window = r.window.describe() if r.window is not None else "the whole trace"
+        out.append(f"{side}: {what}; {window}")
+    if before.meta.source_format != after.meta.source_format:
+        out.append(f"the two traces come from different profilers ({before.meta.source_format} "
+                   f"and {after.meta.source_format}): each slows the CPU side differently, so "
+                   "step times and idle shares are not measured alike")
+    wb = before.window.kind if before.window is not None else "all"
+    wa = after.window.kind if after.window is not None else "all"
+    if wb != wa:
+        out.append(f"the windows differ ({wb} and {wa}): compare with the same --window")
+    mb, ma = before.metrics, after.metrics
+    if (mb.step_time_mean_ns and ma.step_time_mean_ns and ma.step_time_mean_ns < mb.step_time_mean_ns
+            and ma.busy_pct < mb.busy_pct):
+        out.append("GPU busy fell while the step got faster: the GPU work per step shrank more "
+                   "than the step, which is now bound by something else (often the CPU); busy % "
+                   "is a share of each window, not a goal in itself")
+    out.append("step times are as profiled (a profiler slows the CPU side); a program's own "
+               "CUDA-event timing without a profiler can differ")
+    return out
 
 
 def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
@@ -138,8 +167,13 @@ def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
         MetricDelta("launch_delay_p50_ns", "Launch→start delay (p50)", "ns",
                     mb.launch_delay_p50_ns, ma.launch_delay_p50_ns),
     ]
+    faster = bool(mb.step_time_mean_ns and ma.step_time_mean_ns
+                  and ma.step_time_mean_ns < mb.step_time_mean_ns and ma.busy_pct < mb.busy_pct)
     for r in rows:
         r.before, r.after = finite(r.before), finite(r.after)
+        # A faster step that leaves the GPU busy a smaller share of it: no verdict on busy.
+        if faster and r.name in ("busy_pct", "idle_pct", "idle_host_wait_pct"):
+            r.lower_is_better = None
     return rows
 
 
@@ -218,7 +252,7 @@ def diff_results(before: AnalysisResult, after: AnalysisResult) -> DiffResult:
         before=before.meta, after=after.meta, metrics=_metric_rows(before, after),
         categories=categories, kernels=kernels, basis="per step" if per_step else "total",
         resolved=sorted(resolved, key=key), new=sorted(new, key=key),
-        unchanged=sorted(unchanged, key=key),
+        unchanged=sorted(unchanged, key=key), notes=diff_notes(before, after),
     )
 
 
@@ -258,7 +292,9 @@ def _fdelta(d: FindingDelta) -> str:
 
 def render_terminal(diff: DiffResult, top: int = 10) -> str:
     lines = [f"before: {terminal_safe(diff.before.path)}",
-             f"after:  {terminal_safe(diff.after.path)}", ""]
+             f"after:  {terminal_safe(diff.after.path)}"]
+    lines += [f"  note: {terminal_safe(n)}" for n in diff.notes]
+    lines.append("")
     rows = [[m.label, _val(m.unit, m.before), _val(m.unit, m.after),
              _delta(m.unit, m.delta, m.delta_pct), m.verdict] for m in diff.metrics
             if m.before is not None or m.after is not None]
@@ -306,6 +342,7 @@ def to_json_dict(diff: DiffResult) -> dict[str, Any]:
         "before": meta_dict(diff.before),
         "after": meta_dict(diff.after),
         "basis": diff.basis,
+        "notes": list(diff.notes),
         "metrics": [{"name": m.name, "before": clean(m.before), "after": clean(m.after),
                      "delta": clean(m.delta), "delta_pct": clean(m.delta_pct),
                      "verdict": m.verdict} for m in diff.metrics],
@@ -327,8 +364,9 @@ def write_json(diff: DiffResult, path: str | os.PathLike[str]) -> None:
 def render_markdown(diff: DiffResult, top: int = 10) -> str:
     b = PurePath(diff.before.path).name
     a = PurePath(diff.after.path).name
-    lines = [f"### traceanalyzer diff: {md_escape(b)} → {md_escape(a)}", "",
-             "| Metric | Before | After | Delta |", "|---|---:|---:|---:|"]
+    lines = [f"### traceanalyzer diff: {md_escape(b)} → {md_escape(a)}", ""]
+    lines += [f"- {md_escape(n)}" for n in diff.notes]
+    lines += ["", "| Metric | Before | After | Delta |", "|---|---:|---:|---:|"]
     marks = {"better": " ✅", "worse": " ❌", "": ""}
     for m in diff.metrics:
         if m.before is None and m.after is None:
@@ -381,7 +419,8 @@ def render_html(diff: DiffResult, top: int = TOP_KERNELS) -> str:
         f"<h1>{_e(PurePath(b.path).name)} → {_e(PurePath(a.path).name)}</h1>"
         f'<dl class="meta"><dt>Before</dt><dd class="mono break">{_e(b.path)} '
         f"({_e(b.source_format)})</dd><dt>After</dt><dd class=\"mono break\">{_e(a.path)} "
-        f"({_e(a.source_format)})</dd><dt>Kernel times</dt><dd>{_e(unit)}</dd></dl></header>",
+        f"({_e(a.source_format)})</dd><dt>Kernel times</dt><dd>{_e(unit)}</dd></dl>"
+        + "".join(f'<p class="muted">{_e(n)}</p>' for n in diff.notes) + "</header>",
         '<section id="metrics"><h2>Headline</h2><table><thead><tr><th>Metric</th>'
         '<th class="num">Before</th><th class="num">After</th><th class="num">Delta</th>'
         "<th></th></tr></thead><tbody>",
