@@ -12,3 +12,17 @@ def test_terminal_escapes_hostile_names(tmp_path):
     out = run_cli("analyze", str(b.write(tmp_path / "t.json")), "--no-cache")
     assert out.returncode == 0, out.stderr
     assert "\x1b" not in out.stdout and "\x07" not in out.stdout
+
+
+def test_a_file_of_several_ranks_lists_them_all(public_dir):
+    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.window import choose_window
+    from traceanalyzer.ingest import read_any
+    from traceanalyzer.report.markdown import render_markdown
+    from traceanalyzer.report.terminal import render_summary
+
+    path = public_dir / "nsys" / "nsysai_2gpu_sendrecv_before.sqlite"
+    result = analyze_trace(choose_window(read_any(path)), rules=False)
+    text = render_summary(result)
+    assert "Ranks in this file (2;" in text and "0 *" in text
+    assert "**Ranks in this file** (2;" in render_markdown(result)

@@ -192,6 +192,25 @@ def costs_nothing(finding: Finding) -> bool:
     return finding.severity == "info" and not finding.impact_ns
 
 
+def rank_rows(result: Any) -> list[dict[str, Any]]:
+    """Per rank of a file that holds several (one process per GPU in one export): step time,
+    busy, host wait, compute, communication and exposed communication (% of the rank's span)."""
+    ranks = result.ranks
+    if ranks is None or ranks.is_empty():
+        return []
+    out = []
+    for r in ranks.sort("rank").to_dicts():
+        span = r.get("span_ns") or 0
+        out.append({"rank": r["rank"], "step_p50_ns": r.get("step_time_p50_ns"),
+                    "busy_pct": pct_of(r.get("busy_ns"), span),
+                    "host_wait_pct": pct_of(r.get("idle_host_wait_ns"), span),
+                    "compute_pct": pct_of(r.get("compute_ns"), span),
+                    "communication_pct": pct_of(r.get("communication_ns"), span),
+                    "exposed_pct": pct_of(r.get("exposed_communication_ns"), span),
+                    "headline": r["rank"] == result.metrics.rank})
+    return out
+
+
 #: Steps listed in the terminal and Markdown; the HTML and JSON list all of them.
 MAX_STEP_ROWS = 20
 

@@ -14,6 +14,7 @@ from traceanalyzer.report._common import (
     fmt_ns,
     fmt_pct,
     pct_of,
+    rank_rows,
     sorted_findings,
     step_rows,
     write_text_atomic,
@@ -70,6 +71,17 @@ def render_markdown(result: AnalysisResult) -> str:
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     lines.append("")
+    ranks = rank_rows(result)
+    if ranks:
+        lines += [f"**Ranks in this file** ({len(ranks)}; the figures above and the findings are "
+                  f"rank {result.metrics.rank}'s)", "",
+                  "| Rank | Step p50 | Busy | Host wait | Compute | Comm. | Exposed |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['rank']} | {fmt_ns(r['step_p50_ns'])} | {fmt_pct(r['busy_pct'])} | "
+                  f"{fmt_pct(r['host_wait_pct'])} | {fmt_pct(r['compute_pct'])} | "
+                  f"{fmt_pct(r['communication_pct'])} | {fmt_pct(r['exposed_pct'])} |"
+                  for r in ranks]
+        lines.append("")
     steps, total = step_rows(result)
     if steps:
         shown = "" if len(steps) == total else f", the {len(steps)} slowest shown"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
-from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, step_rows
+from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, rank_rows, step_rows
 
 if TYPE_CHECKING:
     import polars as pl
@@ -79,6 +79,19 @@ def _cell(value: object) -> str:
 # -- one analysis (``traceanalyzer analyze``) -----------------------------------------------------
 
 
+def _ranks_table(result: AnalysisResult) -> list[str]:
+    rows = rank_rows(result)
+    if not rows:
+        return []
+    body = [[str(r["rank"]) + (" *" if r["headline"] else ""), fmt_ns(r["step_p50_ns"]),
+             fmt_pct(r["busy_pct"]), fmt_pct(r["host_wait_pct"]), fmt_pct(r["compute_pct"]),
+             fmt_pct(r["communication_pct"]), fmt_pct(r["exposed_pct"])] for r in rows]
+    return ["", f"Ranks in this file ({len(rows)}; the headline above and the findings are rank "
+            f"{result.metrics.rank}'s, marked *; `traceanalyzer job` compares ranks):",
+            table(body, ["rank", "step p50", "busy", "host wait", "compute", "comm", "exposed"],
+                  right={1, 2, 3, 4, 5, 6})]
+
+
 def _steps_table(result: AnalysisResult) -> list[str]:
     rows, total = step_rows(result)
     if not rows:
@@ -135,6 +148,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if m.launch_overhead_pct is not None:
         rows.append(["launch API time", "", fmt_pct(m.launch_overhead_pct)])
     lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
+    lines += _ranks_table(result)
     lines += _steps_table(result)
     if not result.kernels.is_empty():
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
