@@ -123,3 +123,15 @@ def test_a_span_that_is_mostly_one_gap_is_said(tmp_path):
                for w in trace.meta.warnings)
     steady = choose_window(read_any(PROGRAMS / "nsys" / "gpt_bf16_whole.sqlite"))
     assert not any("one GPU idle gap" in w for w in steady.meta.warnings)
+
+
+def test_a_schedule_with_repeat_is_judged_on_one_window(tmp_path):
+    b = KinetoBuilder()
+    # two profiler windows: steps 2-4 and 8-11, with unrecorded steps between them
+    for i, step in enumerate([2, 3, 4, 8, 9, 10, 11]):
+        t0 = i * 1000 + (5000 if step >= 8 else 0)
+        b.step(step, t0, 950)
+        b.launch("gemm", t0 + 10, 5, t0 + 20, 900)
+    result, window = _analyzed(b.write(tmp_path / "t.json"))
+    assert result.steps["step"].to_list() == [8, 9, 10, 11]
+    assert "2 profiler windows" in window.describe()

@@ -227,7 +227,8 @@ class Window:
             left.append(f"{fmt_ns(self.after_ns)} after the last step" if self.kind == "steps"
                         else f"{fmt_ns(self.after_ns)} after it")
         tail = f"; left out {', '.join(left)}" if left else ""
-        return f"{captured}; {analyzed}{tail}."
+        why = f" ({self.reason})" if self.reason else ""
+        return f"{captured}; {analyzed}{tail}{why}."
 
     def _what(self) -> str:
         if self.kind in ("steps", "selection") and self.steps_analyzed:
@@ -312,6 +313,10 @@ def choose_window(trace: Trace, requested: str = "steps",
             window.reason = "no steps found"
             _fill_bounds(window, trace)
         else:
+            steps, other_windows = _one_recording_window(steps)
+            if other_windows:
+                window.reason = (f"the trace holds {other_windows + 1} profiler windows "
+                                 "(a schedule with repeat=); analyzed the one with the most steps")
             kept, warmup, median = _steady_steps(steps)
             bounds = kept.group_by("rank").agg(lo=pl.col("start_ns").min(),
                                                hi=pl.col("wall_end_ns").max())
@@ -368,6 +373,30 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
                        f"{gpu.height - before} after): the span's busy and idle figures mostly "
                        "measure that wait; --window START:END judges one side of it")
     return out
+
+
+def _one_recording_window(steps: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The steps of one profiler window, and how many other windows were left out.
+
+    A torch.profiler schedule with ``repeat=`` (and ``acc_events=True``) records several windows
+    of consecutive ``ProfilerStep`` numbers with unrecorded steps between them; their gaps are
+    not the program's idle time. The window with the most steps is kept (ties: the last)."""
+    numbered = steps.sort("rank", "step").with_columns(
+        group=(pl.col("step").diff().over("rank").fill_null(1) != 1).cum_sum().over("rank"))
+    groups = numbered.filter(pl.col("rank") == numbered["rank"].min()).group_by("group").agg(
+        n=pl.len()).sort(["n", "group"], descending=True)
+    if groups.height <= 1:
+        return steps, 0
+    best = int(groups["group"][0])
+    kept = numbered.filter(pl.col("group") == best).drop("group").sort("rank", "start_ns")
+    # The window's first step follows an unrecorded gap: it starts as a rank's first step does
+    # (analysis.steps.with_wall_times).
+    first = pl.int_range(pl.len()).over("rank") == 0
+    alone = pl.col("wall_end_ns") - pl.max_horizontal(pl.col("end_ns") - pl.col("start_ns"),
+                                                      pl.col("gpu_end_ns") - pl.col("gpu_start_ns"))
+    kept = kept.with_columns(wall_start_ns=pl.when(first).then(alone)
+                             .otherwise(pl.col("wall_start_ns")))
+    return kept, groups.height - 1
 
 
 def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
