@@ -429,13 +429,33 @@ def test_cli_rules_docs_matches_file():
 
 
 @pytest.mark.parametrize(("rule", "impact_pct", "expected"), [
-    ("high", 45.0, "high"), ("high", 10.0, "high"), ("high", 9.9, "medium"),
-    ("high", 3.0, "medium"), ("high", 0.4, "low"), ("medium", 45.0, "medium"),
-    ("critical", 30.0, "critical"), ("critical", 12.0, "high"), ("low", 80.0, "low"),
-    ("info", 80.0, "info"), ("info", 0.0, "info"),
+    ("critical", 50.0, "critical"), ("critical", 40.0, "critical"), ("critical", 39.9, "high"),
+    ("critical", 10.0, "high"), ("critical", 9.9, "medium"), ("critical", 3.0, "medium"),
+    ("critical", 0.4, "low"), ("high", 45.0, "high"), ("high", 9.9, "medium"),
+    ("medium", 45.0, "medium"), ("low", 80.0, "low"), ("info", 80.0, "info"), ("info", 0.0, "info"),
 ])
-def test_a_findings_severity_is_its_rules_lowered_by_its_impact(rule, impact_pct, expected):
+def test_a_findings_severity_follows_its_impact_up_to_its_rules(rule, impact_pct, expected):
     assert severity_of(rule, impact_pct) == expected
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_builtin_rule_can_reach_critical(slug):
+    # The help and docs say severity follows impact: no built-in rule caps it below critical.
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    assert rule.severity in ("critical", "info")
+
+
+def test_a_gpu_idle_half_the_window_is_critical_and_findings_rank_by_impact():
+    s = Synth()
+    t = 0
+    for _ in range(20):  # 100 µs kernels with 100 µs host gaps between them: idle 50%
+        s.kernel("void at::native::vectorized_elementwise_kernel<4>", t, 100)
+        t += 200
+    findings, _ = run(s)
+    f = findings["gpu-idle-gaps"]
+    assert f.impact_pct >= 40 and f.severity == "critical"
+    ordered = list(findings.values())
+    assert [x.impact_ns for x in ordered] == sorted((x.impact_ns for x in ordered), reverse=True)
 
 
 def test_a_high_rule_with_a_small_impact_reports_low():
@@ -508,3 +528,18 @@ def test_every_output_shows_a_rule_error_as_the_tools(crashing_small_grid, tmp_p
     assert 'class="status-error">error in traceanalyzer<' in html
     # an error may be transient (memory): the result is not cached
     assert not list((tmp_path / "cache").rglob("result.json"))
+
+
+def test_fail_on_says_which_findings_failed_the_build():
+    from traceanalyzer.cli.analyze import analyze
+
+    trace = REPO / "sample_traces" / "torch" / "hidden_sync_bad.json.gz"
+    result = CliRunner().invoke(analyze, [str(trace), "--no-cache", "--fail-on", "medium"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("fail-on: ")]
+    assert lines and any("hidden-sync (TA002) is " in line for line in lines)
+    assert all("at or above --fail-on medium" in line and "% of the window" in line
+               for line in lines)
+    passed = CliRunner().invoke(analyze, [str(trace), "--no-cache", "--fail-on", "critical"])
+    if passed.exit_code == 0:
+        assert "fail-on:" not in passed.stderr
