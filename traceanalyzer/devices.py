@@ -65,15 +65,15 @@ class HostLink:
     #: What copies from or to pinned memory reach in practice, GB/s per direction (an H200 on
     #: PCIe Gen5 x16 copied 128 MiB from pinned memory at 55 GB/s).
     practical_gbps: float
-    nominal_gbps: float  # the link's rate per direction
+    nominal_gbps: float  # the link's rate per direction, which no copy exceeds
     #: True when the trace does not say which GPU it is and the link is a guess.
     assumed: bool = False
 
 
 PCIE = {
-    3: HostLink("PCIe Gen3 x16", 12.0, 15.8),
-    4: HostLink("PCIe Gen4 x16", 25.0, 31.5),
-    5: HostLink("PCIe Gen5 x16", 50.0, 63.0),
+    3: HostLink("PCIe Gen3 x16", 13.0, 15.8),
+    4: HostLink("PCIe Gen4 x16", 26.0, 31.5),
+    5: HostLink("PCIe Gen5 x16", 55.0, 63.0),
 }
 NVLINK_C2C = HostLink("NVLink-C2C", 400.0, 450.0)
 #: An APU whose CPU and GPU share one HBM: a "host" copy moves data within it.
@@ -84,7 +84,7 @@ _LINK_BY_NAME: tuple[tuple[str, HostLink], ...] = (
     (r"\bg[hb][0-9]{3}\b", NVLINK_C2C),  # Grace Hopper GH200, Grace Blackwell GB200/GB300
     (r"\bmi300a\b", SHARED_HBM),
     (r"\bmi3[0-9]{2}|\bb[12]00\b|\bh[12]00\b|\bh20\b|\brtx 50[0-9]{2}|rtx pro 6000", PCIE[5]),
-    (r"\bmi[12][0-9]{2}\b|\ba[0-9]{2,3}\b|\brtx 30[0-9]{2}|\brtx 40[0-9]{2}|\bl40|\bl4\b", PCIE[4]),
+    (r"\bmi[12][0-9]{2}|\ba[0-9]{2,3}\b|\brtx 30[0-9]{2}|\brtx 40[0-9]{2}|\bl40|\bl4\b", PCIE[4]),
     (r"\bv100|\bt4\b|\bp100|rtx 20[0-9]{2}|titan v|quadro rtx", PCIE[3]),
 )
 
