@@ -66,3 +66,22 @@ def test_the_table_is_what_cxxfilt_prints():
     out = subprocess.run(["c++filt", "--no-recurse-limit", *mangled], capture_output=True,
                          text=True, check=True).stdout.splitlines()
     assert out == [e for _, e in CASES]
+
+
+def test_a_gpu_frame_gets_demangled_names_and_their_categories():
+    from traceanalyzer.demangle import demangle_gpu
+    from traceanalyzer.model import conform
+
+    fmha = "_ZN7ck_tile6kentryILi2ENS_13FmhaFwdKernelIfEEJNS2_5KargsEiEEEvDpT1_"
+    gpu = conform(pl.DataFrame({
+        "rank": [0, 0, 0], "device": [0, 0, 0], "stream": [1, 1, 1],
+        "kind": ["kernel", "kernel", "memcpy"], "name": [fmha, "nvjet_sm90_tst", "Memcpy HtoD"],
+        "category": ["other", "gemm", "memcpy"], "start_ns": [0, 10, 20], "end_ns": [5, 15, 25],
+    }), "gpu")
+    out = demangle_gpu(gpu)
+    assert out.schema == gpu.schema and out.height == 3
+    assert out["name"].to_list()[0].startswith("void ck_tile::kentry<2, ck_tile::FmhaFwdKernel<float>")
+    assert out["category"].cast(pl.String).to_list() == ["attention", "gemm", "memcpy"]
+    assert out["name"].to_list()[1:] == ["nvjet_sm90_tst", "Memcpy HtoD"]
+    plain = gpu.filter(pl.col("kind") == "memcpy")
+    assert demangle_gpu(plain) is plain

@@ -474,3 +474,35 @@ def demangled(name: pl.Expr) -> pl.Expr:
         .then(name.map_elements(display_name, return_dtype=pl.String, skip_nulls=True))
         .otherwise(name)
     )
+
+
+def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
+    """A canonical GPU frame with its mangled kernel names demangled and those kernels'
+    categories taken from the demangled names; the frame itself when no name is mangled.
+
+    Meant for the ingestors, after they build the frame (names are set at ingest): the work is
+    one pass over the distinct names.
+    """
+    import polars as pl
+
+    from traceanalyzer.categories import kernel_category
+
+    if gpu.height == 0 or "name" not in gpu.columns:
+        return gpu
+    names = gpu.select(pl.col("name").cast(pl.String).unique()).to_series()
+    mangled = [n for n in names.to_list() if n and n.startswith("_Z")]
+    mapping = {n: d for n in mangled if (d := demangle(n)) is not None}
+    if not mapping:
+        return gpu
+    table = pl.DataFrame({"_mangled": list(mapping), "_demangled": list(mapping.values())},
+                         schema={"_mangled": pl.String, "_demangled": pl.String})
+    dtype, cat_dtype = gpu.schema["name"], gpu.schema.get("category")
+    out = gpu.with_columns(pl.col("name").cast(pl.String).alias("_mangled")).join(
+        table, on="_mangled", how="left", maintain_order="left")
+    changed = pl.col("_demangled").is_not_null()
+    columns = [pl.coalesce("_demangled", "_mangled").cast(dtype).alias("name")]
+    if cat_dtype is not None:
+        recat = pl.when(changed & (pl.col("kind").cast(pl.String) == "kernel")).then(
+            kernel_category(pl.col("_demangled"))).otherwise(pl.col("category").cast(pl.String))
+        columns.append(recat.cast(cat_dtype).alias("category"))
+    return out.with_columns(columns).drop("_mangled", "_demangled")
