@@ -2,6 +2,11 @@
 
 The patterns are checked in order and the first match wins, so the more specific families
 (communication, attention, optimizer) come before the generic ones (gemm, elementwise).
+``tests/test_categories.py`` holds real kernel names from every kind of trace the project has
+with the category each must get; the C reader compiles the same patterns (``_regexlite.h``'s
+subset: no look-around), so an exclusion is written as a character class (``fbgemm`` is not a
+GEMM: ``(^|[^b]|[^f]b)gemm``; torchrec's fused embedding backward ``..._codegen_adam_...`` is
+not an optimizer step: ``(^|[^_]|[^n]_)adam``).
 Communication follows HTA's convention (``^nccl``, ``ncclKernel``, ``ncclDevKernel``, ``^hccl``,
 ``^rccl``) so that communication time agrees with HTA on the same trace.
 """
@@ -14,13 +19,13 @@ import polars as pl
 # (``[0-9]``, ``(?-u:\b)``): Unicode ones cost milliseconds to compile in every process, and a
 # Unicode ``\b`` keeps the regex engine off its fast path for every name.
 KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("communication", r"^nccl|ncclkernel|nccldevkernel|^hccl|^rccl|^void nccl|cross_device_reduce|all_?reduce_kernel|allgather|reduce_?scatter"),
-    ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|softmax_warp|xformers|cutlass.*mem_eff"),
-    ("optimizer", r"adam|sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer"),
-    ("norm", r"norm|rms|welford"),
-    ("gemm", r"gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem"),
-    ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy_kernel|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu"),
+    ("communication", r"^nccl|ncclkernel|nccldevkernel|^hccl|^rccl|^void nccl|cross_device_reduce|all_?reduce_kernel|allgather|reduce_?scatter|all_?to_?all|alltoall|deep_ep"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|xformers|cutlass.*mem_eff"),
+    ("optimizer", r"(^|[^_]|[^n]_)adam|(^|[^_]|[^n]_)sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer|rmsprop"),
+    ("norm", r"norm([^iot]|$)|rms|welford|gammabeta"),
+    ("gemm", r"(^|[^b]|[^f]b)gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem|scudnn|winograd|wgrad_alg"),
+    ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per|softmax|max_?pool|avg_?pool|average_?pool"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu|permute|transpose|bucketize|jagged|quant|fbgemm|offsets_range|bounds_check|to_dense"),
 )
 
 

@@ -33,23 +33,46 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
-#: The least share of the window a finding's impact must reach for each severity.
-SEVERITY_MIN_IMPACT_PCT: dict[str, float] = {"critical": 25.0, "high": 10.0, "medium": 3.0,
+#: The least share of the window a finding's impact must reach for each severity. A finding's
+#: severity follows its impact: a problem that costs 40% of the window or more is critical, one
+#: that costs a tenth of it high, 3% medium, less than that low (docs/rules.md says the same).
+SEVERITY_MIN_IMPACT_PCT: dict[str, float] = {"critical": 40.0, "high": 10.0, "medium": 3.0,
                                              "low": 0.0}
 
 
-def severity_of(rule_severity: str, impact_pct: float) -> str:
-    """A finding's severity: its rule's, lowered to what its measured impact earns.
+def impact_severity(impact_pct: float) -> str:
+    """The severity a measured impact (in % of the window) earns."""
+    return next(s for s, least in SEVERITY_MIN_IMPACT_PCT.items() if impact_pct >= least)
 
-    The rule's severity is the most its findings can get (a symptom such as low utilization is
-    declared lower than its causes); the impact decides how much of it a finding keeps, so a
-    problem costing 0.5% of the window is not reported, or failed in CI, as high. An ``info``
-    rule stays ``info``.
+
+def severity_of(rule_severity: str, impact_pct: float) -> str:
+    """A finding's severity: what its measured impact earns (:func:`impact_severity`), at most
+    its rule's ``severity``.
+
+    Every built-in rule declares ``critical`` (a test checks it), so for them severity is the
+    impact alone: a GPU idle half the window is critical whichever rule says so, and a problem
+    costing 0.5% of the window is low. A rule file of one's own may declare less to keep its
+    findings below a level (``--fail-on``); an ``info`` rule's findings stay ``info``.
     """
     if rule_severity == "info":
         return rule_severity
-    earned = next(s for s, least in SEVERITY_MIN_IMPACT_PCT.items() if impact_pct >= least)
-    return min(rule_severity, earned, key=severity_rank)
+    return min(rule_severity, impact_severity(impact_pct), key=severity_rank)
+
+
+def failing(findings: list[Finding], fail_on: str) -> list[Finding]:
+    """The findings at or above ``fail_on``, the ones that make ``--fail-on`` exit 1."""
+    least = severity_rank(fail_on)
+    return [f for f in findings if severity_rank(f.severity) >= least]
+
+
+def fail_on_reason(findings: list[Finding], fail_on: str, where: str = "") -> list[str]:
+    """One line per finding that makes ``--fail-on`` fail, for stderr: which rule, its
+    severity and impact, and where (``where``: the trace, for a command given several)."""
+    prefix = f"{where}: " if where else ""
+    return [f"{prefix}{f.slug} ({f.rule_id}) is {f.severity}, at or above --fail-on {fail_on}: "
+            f"impact {f.impact_pct:.1f}% of the window"
+            + (f" (rank {f.rank})" if f.rank is not None else "")
+            for f in failing(findings, fail_on)]
 
 
 @dataclass

@@ -281,6 +281,19 @@ BAD_FILES = [
                                             parameters={"min_x_pct": {"default": 1.0, "unit": "pct", "description": "d"}}),
      r"field 'parameters': do not match detector 'sync_memcpy' \(missing min_blocked_pct; unknown min_x_pct\)"),
     ("unknown frame in requires", yaml_of(requires=["nowhere.column"]), r"field 'requires': unknown frame"),
+    ("devices not a list", yaml_of(devices={"vendor": "amd"}), r"field 'devices': must be a list"),
+    ("device variant without text", yaml_of(devices=[{"when": {"vendor": "amd"}}]),
+     r"field 'devices\[0\]': needs a message or a fix"),
+    ("unknown vendor", yaml_of(devices=[{"when": {"vendor": "intel"}, "fix": "f"}]),
+     r"field 'devices\[0\]\.when\.vendor': must be one of nvidia, amd"),
+    ("unknown condition", yaml_of(devices=[{"when": {"gpu": "v100"}, "fix": "f"}]),
+     r"field 'devices\[0\]\.when': must be a mapping of one or more of vendor"),
+    ("bad capability", yaml_of(devices=[{"when": {"compute_capability_below": "volta"}, "fix": "f"}]),
+     r"field 'devices\[0\]\.when\.compute_capability_below': must be a compute capability"),
+    ("capability for amd", yaml_of(devices=[{"when": {"vendor": "amd", "compute_capability_below": "9.0"},
+                                             "fix": "f"}]), r"compute capabilities are NVIDIA's"),
+    ("variant message field", yaml_of(devices=[{"when": {"vendor": "amd"}, "message": "{nope}"}]),
+     r"field 'devices\[0\].message': template field \{nope\}"),
 ]
 
 
@@ -429,13 +442,33 @@ def test_cli_rules_docs_matches_file():
 
 
 @pytest.mark.parametrize(("rule", "impact_pct", "expected"), [
-    ("high", 45.0, "high"), ("high", 10.0, "high"), ("high", 9.9, "medium"),
-    ("high", 3.0, "medium"), ("high", 0.4, "low"), ("medium", 45.0, "medium"),
-    ("critical", 30.0, "critical"), ("critical", 12.0, "high"), ("low", 80.0, "low"),
-    ("info", 80.0, "info"), ("info", 0.0, "info"),
+    ("critical", 50.0, "critical"), ("critical", 40.0, "critical"), ("critical", 39.9, "high"),
+    ("critical", 10.0, "high"), ("critical", 9.9, "medium"), ("critical", 3.0, "medium"),
+    ("critical", 0.4, "low"), ("high", 45.0, "high"), ("high", 9.9, "medium"),
+    ("medium", 45.0, "medium"), ("low", 80.0, "low"), ("info", 80.0, "info"), ("info", 0.0, "info"),
 ])
-def test_a_findings_severity_is_its_rules_lowered_by_its_impact(rule, impact_pct, expected):
+def test_a_findings_severity_follows_its_impact_up_to_its_rules(rule, impact_pct, expected):
     assert severity_of(rule, impact_pct) == expected
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_every_builtin_rule_can_reach_critical(slug):
+    # The help and docs say severity follows impact: no built-in rule caps it below critical.
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    assert rule.severity in ("critical", "info")
+
+
+def test_a_gpu_idle_half_the_window_is_critical_and_findings_rank_by_impact():
+    s = Synth()
+    t = 0
+    for _ in range(20):  # 100 µs kernels with 100 µs host gaps between them: idle 50%
+        s.kernel("void at::native::vectorized_elementwise_kernel<4>", t, 100)
+        t += 200
+    findings, _ = run(s)
+    f = findings["gpu-idle-gaps"]
+    assert f.impact_pct >= 40 and f.severity == "critical"
+    ordered = list(findings.values())
+    assert [x.impact_ns for x in ordered] == sorted((x.impact_ns for x in ordered), reverse=True)
 
 
 def test_a_high_rule_with_a_small_impact_reports_low():
@@ -496,7 +529,10 @@ def test_every_output_shows_a_rule_error_as_the_tools(crashing_small_grid, tmp_p
     args = ["analyze", str(trace), "--cache-dir", str(tmp_path / "cache"), "--json",
             str(out["json"]), "--markdown", str(out["md"]), "--html", str(out["html"])]
     res = CliRunner().invoke(cli, args + ["--fail-on", "critical"], catch_exceptions=False)
-    assert res.exit_code == 0  # an error is no finding: the exit code is the findings'
+    # an error is no finding: the exit code is the findings' (odd-matmul-shape costs 60% here)
+    assert res.exit_code == 1
+    failed = [line for line in res.stderr.splitlines() if line.startswith("fail-on: ")]
+    assert len(failed) == 1 and failed[0].startswith("fail-on: odd-matmul-shape (TA010) is critical")
     assert "warning:" in res.stderr and "rule small-grid failed (ZeroDivisionError" in res.stderr
     assert ("Rule errors (bugs in traceanalyzer, not verdicts on this trace): small-grid "
             "(ZeroDivisionError: float division by zero)") in res.stdout
@@ -508,3 +544,100 @@ def test_every_output_shows_a_rule_error_as_the_tools(crashing_small_grid, tmp_p
     assert 'class="status-error">error in traceanalyzer<' in html
     # an error may be transient (memory): the result is not cached
     assert not list((tmp_path / "cache").rglob("result.json"))
+
+
+def test_fail_on_says_which_findings_failed_the_build():
+    from traceanalyzer.cli.analyze import analyze
+
+    trace = REPO / "sample_traces" / "torch" / "hidden_sync_bad.json.gz"
+    result = CliRunner().invoke(analyze, [str(trace), "--no-cache", "--fail-on", "medium"])
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("fail-on: ")]
+    assert lines and any("hidden-sync (TA002) is " in line for line in lines)
+    assert all("at or above --fail-on medium" in line and "% of the window" in line
+               for line in lines)
+    passed = CliRunner().invoke(analyze, [str(trace), "--no-cache", "--fail-on", "critical"])
+    if passed.exit_code == 0:
+        assert "fail-on:" not in passed.stderr
+
+
+# --- advice that fits the device ------------------------------------------------------------------
+
+
+def test_device_variants_pick_the_message_and_fix_for_the_analyzed_gpu(tmp_path):
+    from traceanalyzer.model import Device
+
+    text = yaml_of(devices=[
+        {"when": {"vendor": "nvidia", "compute_capability_below": "8.0"}, "fix": "volta fix"},
+        {"when": {"vendor": "amd"}, "message": "amd: {count}", "fix": "amd fix"},
+        {"when": {"vendor": "nvidia", "compute_capability_at_least": "8.9"}, "message": "fp8: {count}"},
+    ])
+    config = load_config([str(write(tmp_path, "r.yaml", text))], [], None, use_project_config=False)
+    seen = {}
+    for key, device in {
+        "v100": Device(0, "Tesla V100-SXM2-16GB", 80, None, "7.0", "nvidia"),
+        "a100": Device(0, "NVIDIA A100", 108, None, "8.0", "nvidia"),
+        "h100": Device(0, "NVIDIA H100", 132, None, "9.0", "nvidia"),
+        "mi250": Device(0, "AMD Radeon Graphics", 104, None, "9.0", "amd"),
+        "unknown": Device(0, None, None, None, None, None),
+    }.items():
+        s = memset_trace()
+        s.devices = [device]
+        findings, _ = evaluate(Views(s.trace()), config)
+        (f,) = [f for f in findings if f.slug == "my-rule"]
+        seen[key] = (f.message.split(" ")[0], f.fix)
+    assert seen["v100"][1] == "volta fix" and seen["mi250"] == ("amd:", "amd fix")
+    assert seen["h100"][0] == "fp8:" and seen["h100"][1] == seen["a100"][1] == seen["unknown"][1]
+    assert seen["a100"][0] == seen["unknown"][0] != "fp8:"  # an MI250's "9.0" is no capability
+
+
+def test_device_variants_are_in_the_docs():
+    rule = {r.slug: r for r in load_rules([])}["fp32-matmul"]
+    text = rules_markdown([rule])
+    assert "*On NVIDIA GPUs of compute capability below 8.0:*" in text
+    assert "*On AMD GPUs (ROCm):*" in text
+
+
+#: What users read must not point into this repository or its workspace.
+INTERNAL = re.compile(r"sample_traces|held[- ]out|holdout|\.\./|shared/(docs|traces)|good twin|"
+                      r"reference workload|tests/|scripts/|_bad\b|_good\b|workloads?/", re.I)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_no_user_facing_text_names_repository_internals(slug):
+    rule = {r.slug: r for r in load_rules([])}[slug]
+    texts = {"title": rule.title, "message": rule.message, "quiet": rule.quiet,
+             "rationale": rule.rationale, "fix": rule.fix}
+    texts |= {f"parameters.{p.name}": p.description for p in rule.parameters.values()}
+    texts |= {r.need: r.reason for r in rule.requires}
+    for i, v in enumerate(rule.variants):
+        texts |= {f"devices[{i}].message": v.message or "", f"devices[{i}].fix": v.fix or ""}
+    bad = {key: INTERNAL.search(text).group(0) for key, text in texts.items() if INTERNAL.search(text)}
+    assert not bad, bad
+
+
+def test_no_detector_text_names_repository_internals():
+    # The strings detectors put into messages (verdicts, notes), not their comments or docstrings.
+    import ast
+
+    folder = REPO / "traceanalyzer" / "rules" / "detectors"
+    paths = sorted(folder.glob("*.py")) + [REPO / "traceanalyzer" / "findings.py"]
+    found = []
+    for path in paths:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings and INTERNAL.search(node.value)):
+                found.append(f"{path.name}:{node.lineno}: {node.value[:60]}")
+    assert not found, found
+
+
+def test_rules_show_and_list_say_what_users_need():
+    out = CliRunner().invoke(rules_group, ["show", "nccl-not-overlapped"])
+    assert out.exit_code == 0 and "sample_traces" not in out.output and "shared/" not in out.output
+    listed = CliRunner().invoke(rules_group, ["list"])
+    assert listed.exit_code == 0 and "parameters" in listed.output.splitlines()[0]
+    assert "min_gap_us=100" in listed.output

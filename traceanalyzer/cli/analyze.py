@@ -15,7 +15,7 @@ from traceanalyzer.cli.common import (
 )
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
-from traceanalyzer.findings import SEVERITIES, severity_rank
+from traceanalyzer.findings import SEVERITIES, fail_on_reason, severity_rank
 from traceanalyzer.report.terminal import render_summary, safe
 
 
@@ -26,7 +26,8 @@ from traceanalyzer.report.terminal import render_summary, safe
               help="Write the trace plus a findings track (Chrome JSON or Perfetto) here.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
               help="Exit with code 1 when a finding has this severity or worse (for CI gating); "
-                   "a finding's severity follows its impact (high: 10% of the window or more).")
+                   "a finding's severity follows its impact (critical: 40% of the window or "
+                   "more, high: 10%, medium: 3%, else low).")
 @click.option("--top", default=10, show_default=True, help="Kernels to list in the summary.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @window_option
@@ -64,7 +65,7 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
     for out in outputs:  # a report written over the trace would destroy the input
         if _same_file(traces[0], out):
             raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
-    worst = -1
+    worst, reasons = -1, []
     for path in traces:
         # Through the result cache: a re-run with the same trace, rules and selection skips
         # the analysis (traceanalyzer/analysis/result_cache.py says what the key covers).
@@ -82,7 +83,11 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
                        annotate_path, timeline=done.timeline)
         for finding in result.findings:
             worst = max(worst, severity_rank(finding.severity))
+        if fail_on is not None:
+            reasons += fail_on_reason(result.findings, fail_on, safe(path) if len(traces) > 1 else "")
     if fail_on is not None and worst >= severity_rank(fail_on):
+        for line in reasons:  # say which findings failed the build, where CI logs look
+            click.echo(f"fail-on: {line}", err=True)
         raise SystemExit(EXIT_FINDINGS)
 
 

@@ -56,7 +56,7 @@ def rules() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @_config_options
 def list_rules(as_json: bool, rule_config: Any) -> None:
-    """List the rules: id, slug, severity, on/off and title."""
+    """List the rules: id, slug, severity, on/off, title and parameters (values in effect)."""
     rows = []
     for rule in rule_config.rules():
         rows.append({
@@ -80,7 +80,7 @@ def show_rule(slug: str, rule_config: Any) -> None:
 
     for rule in rule_config.rules():
         if slug in (rule.slug, rule.id):
-            text = rule_markdown(rule, level=1)
+            text = rule_markdown(rule, level=1, examples=False)
             current = _params(rule_config, rule.slug)
             changed = {k: v for k, v in current.items() if v != rule.parameters[k].default}
             if changed:

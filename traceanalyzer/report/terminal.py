@@ -266,9 +266,10 @@ def render_batch(result: BatchResult) -> str:
 
 def render_rules(rows: list[dict[str, Any]]) -> str:
     """The rule list as a table: one row per rule (``id``, ``slug``, ``severity``, ``enabled``,
-    ``title``)."""
+    ``title``, and the parameters in effect)."""
     return table(
         [[r["id"], safe(r["slug"]), r["severity"], "on" if r["enabled"] else "off",
-          safe(r["title"], 70)] for r in rows],
-        ["id", "slug", "severity", "state", "title"],
+          safe(r["title"], 60), safe(" ".join(f"{k}={v}" for k, v in r["parameters"].items()))]
+         for r in rows],
+        ["id", "slug", "severity", "state", "title", "parameters"],
     )

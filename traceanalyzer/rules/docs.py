@@ -16,10 +16,14 @@ _HEADER = """\
 traceanalyzer's findings come from rules: one YAML file per rule in the top-level `rules/`
 folder (shipped in the wheel). Each rule has a stable slug and id, a severity, a message filled
 with measured numbers, its rationale, the fix, and parameters with units in their names.
-The rule's severity is the most its findings can get: a finding keeps it only if its impact is
-large enough (critical: 25% of the window or more, high: 10%, medium: 3%; below that, low), so
-`--fail-on high` fails a build for a problem that costs a tenth of the run, not for one that
-costs 0.5%.
+A finding's severity follows its impact, the share of the analyzed window it costs: **critical**
+at 40% or more, **high** at 10%, **medium** at 3%, **low** below that. So `--fail-on high` fails a
+build for a problem that costs a tenth of the run, not for one that costs 0.5%, and a GPU idle
+half the window is critical. Findings are listed by impact, largest first, so severity and order
+agree. A rule file's `severity` is the most its findings can get: every built-in rule says
+`critical` (whatever its impact earns), a rule of your own may say less to keep its findings
+below a level, and an `info` rule's findings stay `info`. When `--fail-on` makes `analyze` exit
+with 1, it prints on stderr the findings that did it.
 A rule that cannot judge a trace (for example shapes were not recorded) reports
 *not applicable* with the reason, instead of staying silent. A rule that crashes reports
 *error* with the exception in one line: a bug in traceanalyzer, not a verdict on the trace.
@@ -27,7 +31,8 @@ The reports show it, `analyze` also warns on stderr, and the exit code stays wha
 make it (`TRACEANALYZER_DEBUG=1` lets the exception through instead).
 
 This page is generated from the rule files: `traceanalyzer rules docs > docs/rules.md`.
-`traceanalyzer rules list` lists the rules and `traceanalyzer rules show SLUG` prints one.
+`traceanalyzer rules list` lists the rules with their parameters (the values in effect) and
+`traceanalyzer rules show SLUG` prints one.
 
 ## Tuning and switching rules
 
@@ -87,6 +92,29 @@ Parameter names end with their unit: `_ns`, `_us`, `_ms`, `_s`, `_pct`, `_count`
 [adding-a-rule.md](adding-a-rule.md). What each rule and view costs as a trace grows, and the
 test that keeps every one of them linear: [complexity.md](complexity.md).
 
+## Advice that fits the device
+
+A fix that holds on one GPU can be wrong on another (BF16 and TF32 need compute capability 8.0,
+FP8 8.9; ROCm has its own names and knobs). A rule file may give a message or a fix for some
+devices under `devices:`; the engine takes the device the analyzed rank ran on (the recorded
+GPU with the most activity) and, for the message and for the fix each, the first variant that
+matches and has one, else the rule's own text, which must hold on any device (it says where
+devices differ: the trace may not say which GPU it is).
+
+```yaml
+devices:
+  - when: {vendor: nvidia, compute_capability_below: "8.0"}   # Volta, Turing
+    fix: Train with torch.autocast(dtype=torch.float16) and a GradScaler ...
+  - when: {vendor: amd}
+    message: "... matrix cores were available."
+    fix: ...
+```
+
+`when` takes `vendor` (`nvidia` or `amd`), `compute_capability_at_least` and
+`compute_capability_below` (NVIDIA's compute capability, as text: `"8.9"`; they never match an
+AMD GPU, whose traces record a gfx version in the same field, nor a GPU whose capability was not
+recorded). Every key given must hold. A variant's message may use the same fields as the rule's.
+
 ## The built-in rules
 
 """
@@ -101,8 +129,16 @@ def _param_table(rule: Rule) -> list[str]:
     return lines
 
 
-def rule_markdown(rule: Rule, level: int = 3) -> str:
-    """One rule's documentation in Markdown."""
+def _variants(rule: Rule, key: str) -> list[str]:
+    """The rule's ``devices:`` variants of ``key`` (message or fix), one paragraph each."""
+    return [f"*On {v.when.words()}:* {getattr(v, key)}" for v in rule.variants
+            if getattr(v, key)]
+
+
+def rule_markdown(rule: Rule, level: int = 3, *, examples: bool = True) -> str:
+    """One rule's documentation in Markdown. ``examples``: list the repository's traces the
+    rule fires on and stays silent on (docs/rules.md; not ``rules show``, whose readers have
+    the installed package, not the repository)."""
     h = "#" * level
     how = f"built-in detector `{rule.detector}`" if rule.detector else "SQL query"
     lines = [
@@ -114,12 +150,14 @@ def rule_markdown(rule: Rule, level: int = 3) -> str:
         "**Why it matters.** " + rule.rationale,
         "",
         "**Fix.** " + rule.fix,
+        *[line for text in _variants(rule, "fix") for line in ("", text)],
         "",
         "**Parameters.**",
         "",
         *_param_table(rule),
         "",
         f"**Message.** {rule.message}",
+        *[line for text in _variants(rule, "message") for line in ("", text)],
         "",
         f"**When nothing is found.** {rule.quiet}",
     ]
@@ -127,7 +165,7 @@ def rule_markdown(rule: Rule, level: int = 3) -> str:
         lines += ["", "**Not applicable when:** " + "; ".join(r.reason for r in rule.requires) + "."]
     if rule.query:
         lines += ["", "**Query.**", "", "```sql", rule.query.strip(), "```"]
-    if rule.examples_fire or rule.examples_silent:
+    if examples and (rule.examples_fire or rule.examples_silent):
         lines += [""]
         if rule.examples_fire:
             lines.append("Fires on: " + ", ".join(f"`{e}`" for e in rule.examples_fire) + ".")

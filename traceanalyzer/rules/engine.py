@@ -21,6 +21,7 @@ from traceanalyzer.findings import Finding, RuleOutcome, severity_of, severity_r
 from traceanalyzer.rules.detectors import Detection, NotApplicable, get_detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_MS,
+    analyzed_device,
     source_line,
     step_count,
     window_length,
@@ -31,6 +32,7 @@ from traceanalyzer.rules.schema import ENGINE_FIELDS, Rule, render, template_fie
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
+    from traceanalyzer.model import Device
 
 _MAX_TEXT = 400
 
@@ -75,11 +77,13 @@ def check_rule(rule: Rule) -> None:
                            eager=False)
         schema = result.collect_schema()
         allowed |= _query_field_names(schema)
-    for key in ("message", "quiet"):
-        template = getattr(rule, key)
-        quiet_allowed = set(rule.parameters) | {"step_count", "window_ms"}
+    quiet_allowed = set(rule.parameters) | {"step_count", "window_ms"}
+    templates = [("message", rule.message, allowed), ("quiet", rule.quiet, quiet_allowed)]
+    templates += [(f"devices[{i}].message", v.message, allowed)
+                  for i, v in enumerate(rule.variants) if v.message]
+    for key, template, names in templates:
         for name in template_fields(template, where(key)):
-            if name not in (allowed if key == "message" else quiet_allowed):
+            if name not in names:
                 raise RuleError(f"{where(key)}: template field {{{name}}} is not a measured "
                                 "field or parameter of this rule")
 
@@ -127,8 +131,10 @@ def evaluate(
     outcomes: list[RuleOutcome] = []
     window = window_length(views)
     steps = step_count(views)
+    device = analyzed_device(views)
     for rule, params in config.active():
-        finding, outcome = _run_rule(rule, params, views, window, steps, config.max_evidence)
+        finding, outcome = _run_rule(rule, params, views, window, steps, config.max_evidence,
+                                     device)
         outcomes.append(outcome)
         if finding is not None:
             findings.append(finding)
@@ -138,8 +144,10 @@ def evaluate(
 
 def _run_rule(
     rule: Rule, params: dict[str, int | float], views: Views, window: int, steps: int,
-    max_evidence: int,
+    max_evidence: int, device: Device | None = None,
 ) -> tuple[Finding | None, RuleOutcome]:
+    """One rule on ``views``: its finding (message and fix chosen for ``device``, the analyzed
+    GPU, from the rule file's ``devices:`` variants) and its outcome."""
     missing = missing_requirement(rule, views)
     if missing is not None:
         return None, RuleOutcome(rule.slug, rule.id, "not_applicable", missing)
@@ -167,14 +175,15 @@ def _run_rule(
         "impact_pct": impact_pct,
         "per_step_ms": per_step / NS_PER_MS if per_step is not None else None,
     }
-    message = render(rule.message, values, f"{rule.path}: rule {rule.slug!r}: field 'message'")
+    message = render(rule.message_for(device), values,
+                     f"{rule.path}: rule {rule.slug!r}: field 'message'")
     finding = Finding(
         slug=rule.slug,
         rule_id=rule.id,
         severity=severity_of(rule.severity, impact_pct),
         title=rule.title,
         message=message,
-        fix=rule.fix,
+        fix=rule.fix_for(device),
         impact_ns=impact,
         impact_pct=impact_pct,
         impact_per_step_ns=per_step,

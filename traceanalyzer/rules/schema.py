@@ -14,6 +14,9 @@ One rule per YAML file, flat keys (the semgrep / ruff model)::
     parameters:
       min_gap_us: {default: 100, unit: us, description: ...}
     requires: [gpu]                # or {need: cpu.input_dims, reason: "..."}
+    devices:                       # message or fix for some devices (first match wins)
+      - when: {vendor: nvidia, compute_capability_below: "8.0"}
+        fix: ...
     examples: {fires: [...], silent: [...]}
     detector: idle_gaps            # a registered Python detector, or:
     query: "SELECT ... FROM gpu WHERE ... > :min_gap_us"    # Polars SQL over the views
@@ -31,12 +34,16 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from traceanalyzer.devices import VENDORS, DeviceCondition, parse_capability
 from traceanalyzer.errors import RuleError
 from traceanalyzer.findings import SEVERITIES
+
+if TYPE_CHECKING:
+    from traceanalyzer.model import Device
 
 SLUG_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 ID_RE = re.compile(r"^[A-Z]{2,8}[0-9]{3,4}$")
@@ -59,7 +66,11 @@ ENGINE_FIELDS: tuple[str, ...] = ("impact_ms", "impact_pct", "per_step_ms", "ste
 REQUIRED_KEYS = ("slug", "id", "severity", "title", "message", "quiet", "rationale", "fix")
 OPTIONAL_KEYS = (
     "references", "parameters", "requires", "examples", "detector", "query", "enabled",
+    "devices",
 )
+#: The keys of one ``devices:`` variant, and of its ``when:`` condition.
+VARIANT_KEYS = ("when", "message", "fix")
+WHEN_KEYS = ("vendor", "compute_capability_at_least", "compute_capability_below")
 PARAM_KEYS = {"default", "unit", "description", "min", "max"}
 TEXT_KEYS = ("title", "message", "quiet", "rationale", "fix")
 
@@ -115,6 +126,15 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A message or fix for the devices ``when`` names, in place of the rule's own."""
+
+    when: DeviceCondition
+    message: str | None = None
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
 class Rule:
     slug: str
     id: str
@@ -133,9 +153,21 @@ class Rule:
     detector: str | None = None
     query: str | None = None
     enabled: bool = True
+    #: Messages and fixes for some devices (the first variant that matches and has one wins).
+    variants: tuple[Variant, ...] = ()
 
     def defaults(self) -> dict[str, int | float]:
         return {name: p.default for name, p in self.parameters.items()}
+
+    def message_for(self, device: Device | None) -> str:
+        """The message template for ``device``: its variant's, else the rule's own."""
+        return next((v.message for v in self.variants if v.message and v.when.matches(device)),
+                    self.message)
+
+    def fix_for(self, device: Device | None) -> str:
+        """The fix for ``device``: its variant's, else the rule's own (which must hold on any
+        device, saying where it differs)."""
+        return next((v.fix for v in self.variants if v.fix and v.when.matches(device)), self.fix)
 
 
 #: Default reasons for common requirements, in the words a user understands.
@@ -248,6 +280,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         check_template(data[key], where(key))
     if "\n" in data["message"].strip() or "\n" in data["title"].strip():
         raise RuleError(f"{where('message')}: message and title must be one line")
+    variants = _parse_variants(data.get("devices") or [], where)
 
     return Rule(
         slug=slug,
@@ -267,6 +300,7 @@ def parse_rule(data: Any, path: str) -> Rule:
         detector=detector.strip() if has_detector else None,
         query=query if has_query else None,
         enabled=enabled,
+        variants=variants,
     )
 
 
@@ -330,6 +364,59 @@ def _parse_requires(raw: Any, where: _Where) -> tuple[Requirement, ...]:
             raise RuleError(f"{where('requires')}: {need!r} is not 'frame' or 'frame.column'")
         out.append(Requirement(need, reason or DEFAULT_REASONS.get(need, f"{need} was not recorded")))
     return tuple(out)
+
+
+def _parse_variants(raw: Any, where: _Where) -> tuple[Variant, ...]:
+    shape = "a list of {when: {...}, message: ..., fix: ...}"
+    if not isinstance(raw, list):
+        raise RuleError(f"{where('devices')}: must be {shape}")
+    out = []
+    for i, item in enumerate(raw):
+        key = f"devices[{i}]"
+        if not isinstance(item, dict) or set(item) - set(VARIANT_KEYS):
+            raise RuleError(f"{where(key)}: must be a mapping of {', '.join(VARIANT_KEYS)}")
+        when = _parse_when(item.get("when"), key, where)
+        texts: dict[str, str | None] = {}
+        for name in ("message", "fix"):
+            text = item.get(name)
+            if text is not None and (not isinstance(text, str) or not text.strip()):
+                raise RuleError(f"{where(f'{key}.{name}')}: must be non-empty text")
+            texts[name] = text.strip() if text else None
+        if not texts["message"] and not texts["fix"]:
+            raise RuleError(f"{where(key)}: needs a message or a fix")
+        if texts["message"]:
+            check_template(texts["message"], where(f"{key}.message"))
+            if "\n" in texts["message"]:
+                raise RuleError(f"{where(f'{key}.message')}: must be one line")
+        out.append(Variant(when, texts["message"], texts["fix"]))
+    return tuple(out)
+
+
+def _parse_when(raw: Any, variant: str, where: _Where) -> DeviceCondition:
+    key = f"{variant}.when"
+    w = where(key)
+    if not isinstance(raw, dict) or not raw or set(raw) - set(WHEN_KEYS):
+        raise RuleError(f"{w}: must be a mapping of one or more of {', '.join(WHEN_KEYS)}")
+    vendor = raw.get("vendor")
+    if vendor is not None and vendor not in VENDORS:
+        raise RuleError(f"{where(key + '.vendor')}: must be one of {', '.join(VENDORS)}, "
+                        f"got {vendor!r}")
+    caps = {}
+    for name in ("compute_capability_at_least", "compute_capability_below"):
+        value = raw.get(name)
+        if value is None:
+            continue
+        cap = parse_capability(value) if not isinstance(value, bool) else None
+        if cap is None:
+            raise RuleError(f"{where(f'{variant}.when.{name}')}: must be a compute capability "
+                            f"such as \"8.0\", got {value!r}")
+        caps[name] = cap
+    if vendor == "amd" and caps:
+        raise RuleError(f"{w}: compute capabilities are NVIDIA's; an AMD condition cannot use them")
+    low, high = caps.get("compute_capability_at_least"), caps.get("compute_capability_below")
+    if low and high and low >= high:
+        raise RuleError(f"{w}: compute_capability_at_least must be below compute_capability_below")
+    return DeviceCondition(vendor, low, high)
 
 
 def _parse_examples(raw: Any, where: _Where) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -14,6 +14,7 @@ import polars as pl
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
+    from traceanalyzer.model import Device
 
 #: Frames of the Python stack that are library code, not the user's: skipped when naming the
 #: source line of an event.
@@ -121,6 +122,26 @@ def own_rank(views: Views, frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     rank = views.metrics.rank
     return frame.filter(pl.col("rank") == rank)
+
+
+def analyzed_device(views: Views) -> Device | None:
+    """The GPU the analyzed rank ran on: the recorded device with the most GPU time, else the
+    first device the trace describes (by name or capability); None when it describes none."""
+    meta = getattr(views, "meta", None)
+    devices = list(getattr(meta, "devices", None) or [])
+    if not devices:
+        return None
+    gpu = own_rank(views, views.gpu)
+    if gpu.height and "device" in gpu.columns:
+        busy = (gpu.filter(pl.col("device").is_not_null())
+                .group_by("device").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
+                .sort(["t", "device"], descending=[True, False]))
+        for device_id in busy["device"].to_list():
+            dev = meta.device(device_id)
+            if dev is not None:
+                return dev
+    described = [d for d in devices if d.name or d.compute_capability]
+    return (described or devices)[0]
 
 
 def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",

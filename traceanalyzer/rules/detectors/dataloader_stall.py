@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 #: with a data/batch/load word in its name ("load_batch", "data", "get_batch", "wait_for_batch").
 DATALOADER_OP = r"(?i)dataloader"
 DATALOADER_RANGE = r"(?i)(^|[^a-z])(data|batch|batches|load|loader|loading|dataloader|prefetch)([^a-z]|$)|dataloader"
+#: ...but not ranges that only contain such a word: communication of input data (torchrec's
+#: ``## sparse_data_dist ##`` and ``## all2all_data:lengths ##`` are all-to-alls of the batch's
+#: sparse features between ranks, not loading), data or model parallelism, metadata, and loading
+#: a model or checkpoint.
+NOT_LOADING_RANGE = (
+    r"(?i)all_?2_?all|all_?to_?all|all_?reduce|all_?gather|reduce_?scatter|broadcast|"
+    r"(^|[^a-z])(dist|comm|nccl|rccl|gloo|collective|send|recv|isend|irecv)([^a-z]|$)|"
+    r"parallel|metadata|checkpoint|ckpt|state_dict|weights|model|save"
+)
 #: Python frames (``with_stack=True``) that build batches: a data set's ``__getitem__``, a collate
 #: function, or the DataLoader iterator, for loops that load data without a DataLoader.
 DATALOADER_FRAME = r"\): (__getitem__|__getitems__|_?collate\w*|fetch)$|dataloader\.py\(\d+\): __next__$"
@@ -29,6 +38,7 @@ def loader_ranges(views: Views) -> pl.DataFrame:
     """Host ranges spent loading data: rank, name, start_ns, end_ns."""
     ann = views.annotations.filter(
         pl.col("kind").is_in(["user", "nvtx"]), pl.col("name").str.contains(DATALOADER_RANGE),
+        ~pl.col("name").str.contains(NOT_LOADING_RANGE) | pl.col("name").str.contains(DATALOADER_OP),
         pl.col("end_ns") > pl.col("start_ns"),
     ).select("rank", "name", "start_ns", "end_ns")
     is_op = pl.col("kind").is_in(["op", "other"]) & pl.col("name").str.contains(DATALOADER_OP)

@@ -1,0 +1,150 @@
+"""What a GPU is, from what the profiler recorded about it: vendor, NVIDIA compute capability,
+and the link to the host, so that advice and bandwidth figures fit the device in the trace.
+
+The rules read this through the rule files' ``devices:`` variants (docs/rules.md) and the
+memcpy-bound rule through :func:`host_link`. Nothing here guesses silently: an unknown device
+gives None or a link marked ``assumed``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traceanalyzer.model import Device
+
+VENDORS = ("nvidia", "amd")
+
+
+def vendor_of(device: Device | None) -> str | None:
+    """``nvidia`` or ``amd``, from the recorded vendor or, failing that, the name."""
+    if device is None:
+        return None
+    if device.vendor in VENDORS:
+        return device.vendor
+    name = (device.name or "").lower()
+    if re.search(r"nvidia|tesla|geforce|quadro|rtx", name):
+        return "nvidia"
+    if re.search(r"\bamd\b|radeon|instinct|\bmi[0-9]{3}", name):
+        return "amd"
+    return None
+
+
+def parse_capability(text: str | float | None) -> tuple[int, int] | None:
+    """``"8.9"`` -> (8, 9), ``"10.0"`` -> (10, 0); None for anything else."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9]{1,2})(?:\.([0-9]{1,2}))?\s*", str(text))
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def compute_capability(device: Device | None) -> tuple[int, int] | None:
+    """An NVIDIA GPU's compute capability; None when unknown or not an NVIDIA GPU (ROCm traces
+    record a gfx version in the same field, which is not comparable)."""
+    if device is None or vendor_of(device) != "nvidia":
+        return None
+    return parse_capability(device.compute_capability)
+
+
+def describe(device: Device | None) -> str:
+    """The device in a few words for a message: "NVIDIA H200 (compute capability 9.0)"."""
+    if device is None:
+        return "an unrecorded GPU"
+    name = device.name or f"GPU {device.id}"
+    cc = compute_capability(device)
+    return f"{name} (compute capability {cc[0]}.{cc[1]})" if cc else name
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The link between a GPU and its host, with the bandwidth one direction reaches."""
+
+    name: str  # "PCIe Gen5 x16", "NVLink-C2C"
+    #: What copies from or to pinned memory reach in practice, GB/s per direction (an H200 on
+    #: PCIe Gen5 x16 copied 128 MiB from pinned memory at 55 GB/s).
+    practical_gbps: float
+    nominal_gbps: float  # the link's rate per direction, which no copy exceeds
+    #: True when the trace does not say which GPU it is and the link is a guess.
+    assumed: bool = False
+
+
+PCIE = {
+    3: HostLink("PCIe Gen3 x16", 13.0, 15.8),
+    4: HostLink("PCIe Gen4 x16", 26.0, 31.5),
+    5: HostLink("PCIe Gen5 x16", 55.0, 63.0),
+}
+NVLINK_C2C = HostLink("NVLink-C2C", 400.0, 450.0)
+#: An APU whose CPU and GPU share one HBM: a "host" copy moves data within it.
+SHARED_HBM = HostLink("shared HBM (APU)", 400.0, 450.0)
+
+#: Names that say which host link the GPU has (checked in order).
+_LINK_BY_NAME: tuple[tuple[str, HostLink], ...] = (
+    (r"\bg[hb][0-9]{3}\b", NVLINK_C2C),  # Grace Hopper GH200, Grace Blackwell GB200/GB300
+    (r"\bmi300a\b", SHARED_HBM),
+    (r"\bmi3[0-9]{2}|\bb[12]00\b|\bh[12]00\b|\bh20\b|\brtx 50[0-9]{2}|rtx pro 6000", PCIE[5]),
+    (r"\bmi[12][0-9]{2}|\ba[0-9]{2,3}\b|\brtx 30[0-9]{2}|\brtx 40[0-9]{2}|\bl40|\bl4\b", PCIE[4]),
+    (r"\bv100|\bt4\b|\bp100|rtx 20[0-9]{2}|titan v|quadro rtx", PCIE[3]),
+)
+
+
+def host_link(device: Device | None) -> HostLink:
+    """The host link of ``device``: from its name, else from its NVIDIA compute capability,
+    else PCIe Gen4 x16, marked ``assumed``."""
+    name = ((device.name if device else None) or "").lower()
+    for pattern, link in _LINK_BY_NAME:
+        if re.search(pattern, name):
+            return link
+    cc = compute_capability(device)
+    if cc is not None:
+        gen = 3 if cc < (8, 0) else 4 if cc < (9, 0) else 5
+        return HostLink(PCIE[gen].name, PCIE[gen].practical_gbps, PCIE[gen].nominal_gbps,
+                        assumed=True)
+    base = PCIE[4]
+    return HostLink(base.name, base.practical_gbps, base.nominal_gbps, assumed=True)
+
+
+# --- conditions of the rule files' ``devices:`` variants --------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceCondition:
+    """Which devices a rule file's variant is for; every field given must hold.
+
+    ``compute_capability_at_least`` / ``_below`` are NVIDIA's compute capability: they never hold
+    for an AMD GPU, nor for a GPU whose capability the trace does not record.
+    """
+
+    vendor: str | None = None
+    compute_capability_at_least: tuple[int, int] | None = None
+    compute_capability_below: tuple[int, int] | None = None
+
+    def matches(self, device: Device | None) -> bool:
+        if device is None:
+            return False
+        if self.vendor is not None and vendor_of(device) != self.vendor:
+            return False
+        if self.compute_capability_at_least or self.compute_capability_below:
+            cc = compute_capability(device)
+            if cc is None:
+                return False
+            if self.compute_capability_at_least and cc < self.compute_capability_at_least:
+                return False
+            if self.compute_capability_below and cc >= self.compute_capability_below:
+                return False
+        return True
+
+    def words(self) -> str:
+        """The condition for the docs: "NVIDIA GPUs of compute capability below 8.0"."""
+        who = {"nvidia": "NVIDIA GPUs", "amd": "AMD GPUs (ROCm)"}.get(self.vendor or "", "GPUs")
+        parts = []
+        if self.compute_capability_at_least:
+            major, minor = self.compute_capability_at_least
+            parts.append(f"{major}.{minor} or higher")
+        if self.compute_capability_below:
+            major, minor = self.compute_capability_below
+            parts.append(f"below {major}.{minor}")
+        if parts:
+            who = "NVIDIA GPUs of compute capability " + " and ".join(parts)
+        return who
