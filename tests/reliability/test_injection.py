@@ -343,3 +343,10 @@ def test_summary_csv_cells_are_not_formulas(tmp_path: Path) -> None:
     back = pl.read_csv(csv)
     assert back["device"].to_list()[:6] == ["'" + v for v in frame["device"].to_list()[:6]]
     assert back["device"][6] == "ok" and back["n"].to_list() == frame["n"].to_list()
+
+
+def test_terminal_safe_covers_c0_c1_del_and_bidi() -> None:
+    from traceanalyzer.report.terminal import safe
+
+    hostile = "a\x1b]0;t\x07\r\x7f\x9b\x85\u202e\u2066\u200fb"
+    assert safe(hostile) == "a?]0;t" + "?" * 8 + "b"
