@@ -329,3 +329,24 @@ def test_rule_values_from_trace_are_not_templates(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "o.json").read_text(encoding="utf-8"))
     assert any("{window_ms.__class__}" in f["message"] for f in data["findings"])
 
+
+
+def test_summary_csv_cells_are_not_formulas(tmp_path: Path) -> None:
+    """OWASP CSV injection: a device name ``=HYPERLINK(...)`` is text in summary.csv."""
+    import polars as pl
+
+    from traceanalyzer.batch.summary import write_summary
+
+    frame = pl.DataFrame({"device": ['=HYPERLINK("http://x")', "+1", "-1", "@a", "\tx", "\rx",
+                                     "ok"], "n": [1, -2, 3, 4, 5, 6, 7]})
+    _, csv = write_summary(frame, tmp_path)
+    back = pl.read_csv(csv)
+    assert back["device"].to_list()[:6] == ["'" + v for v in frame["device"].to_list()[:6]]
+    assert back["device"][6] == "ok" and back["n"].to_list() == frame["n"].to_list()
+
+
+def test_terminal_safe_covers_c0_c1_del_and_bidi() -> None:
+    from traceanalyzer.report.terminal import safe
+
+    hostile = "a\x1b]0;t\x07\r\x7f\x9b\x85\u202e\u2066\u200fb"
+    assert safe(hostile) == "a?]0;t" + "?" * 8 + "b"

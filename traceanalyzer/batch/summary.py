@@ -96,5 +96,14 @@ def write_summary(frame: pl.DataFrame, out_dir: str | os.PathLike[str]) -> tuple
     out = Path(out_dir)
     parquet, csv = out / "summary.parquet", out / "summary.csv"
     atomic_write(parquet, lambda fh: frame.write_parquet(fh, statistics=False))
-    write_text_atomic(csv, frame.write_csv())
+    write_text_atomic(csv, _no_formulas(frame).write_csv())
     return parquet, csv
+
+
+def _no_formulas(frame: pl.DataFrame) -> pl.DataFrame:
+    """Text cells starting with ``= + - @``, tab or CR get a leading ``'`` (the OWASP rule against
+    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text."""
+    text = [n for n, t in frame.schema.items() if t == pl.String]
+    return frame.with_columns(
+        pl.when(pl.col(n).str.contains(r"^[=+\-@\t\r]")).then("'" + pl.col(n))
+        .otherwise(pl.col(n)).alias(n) for n in text)

@@ -1,0 +1,1 @@
+SELECT * FROM gpu JOIN cpu ON true, read_ipc('/tmp/x.arrow')

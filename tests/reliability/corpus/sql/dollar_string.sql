@@ -1,0 +1,1 @@
+SELECT $$x$$ AS a FROM gpu

@@ -1,0 +1,1 @@
+SELECT E'\'' AS a, * FROM read_csv('/etc/passwd') --'

@@ -1,0 +1,1 @@
+SELECT * FROM gpu JOIN read_json('/etc/passwd') ON true

@@ -1,0 +1,1 @@
+COPY gpu TO '/tmp/out.csv'

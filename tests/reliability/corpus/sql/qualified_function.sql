@@ -1,0 +1,1 @@
+SELECT pg_catalog.read_csv('/etc/passwd') FROM gpu

@@ -1,0 +1,1 @@
+SELECT read_csv('/etc/passwd') AS x FROM gpu

@@ -1,0 +1,2 @@
+SELECT * FROM gpu -- x
+; DROP TABLE gpu

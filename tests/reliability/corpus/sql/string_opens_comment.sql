@@ -1,0 +1,1 @@
+SELECT '/*' AS a, * FROM read_parquet('/tmp/x.parquet') -- */

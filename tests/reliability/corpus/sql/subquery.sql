@@ -1,0 +1,1 @@
+SELECT * FROM gpu WHERE name IN (SELECT column_1 FROM read_csv('/etc/passwd'))

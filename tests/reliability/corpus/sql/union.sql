@@ -1,0 +1,1 @@
+SELECT name FROM gpu UNION ALL SELECT * FROM read_csv('/etc/passwd')

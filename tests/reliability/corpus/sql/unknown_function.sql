@@ -1,0 +1,1 @@
+SELECT system('id') FROM gpu

@@ -1,0 +1,1 @@
+SELECT * FROM UNNEST([1, 2])

@@ -1,0 +1,1 @@
+SELECT * FROM READ_CSV ('/etc/passwd')
