@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,11 @@ from traceanalyzer.report.terminal import render_summary, safe
 @click.command()
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
 @report_options
+@click.option("--quiet", "-q", "quiet", count=True,
+              help="Print only the findings; -qq prints nothing but errors.")
+@click.option("--verbose", "-v", "verbose", count=True,
+              help="Also say (on stderr) where the cache is, whether the result came from it, "
+                   "and how long each step took.")
 @click.option("--annotate", "annotate_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the trace plus a findings track (Chrome JSON or Perfetto) here.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
@@ -40,12 +47,16 @@ from traceanalyzer.report.terminal import render_summary, safe
 @trace_processor_option
 @cache_options
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
-            markdown_path: Path | None, annotate_path: Path | None, fail_on: str | None,
+            markdown_path: Path | None, quiet: int, verbose: int, annotate_path: Path | None, fail_on: str | None,
             top: int, no_rules: bool, window: str, steps: str | None, time_window: str | None,
             ranks: str | None, rule_config: Any, trace_processor: Path | None, use_cache: bool,
             cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
-    GPU time went and what to fix."""
+    GPU time went and what to fix.
+
+    --json -, --markdown - or --html - write that report to standard output; the summary then
+    goes to standard error.
+    """
     from traceanalyzer.analysis.result_cache import analyze_path
     from traceanalyzer.analysis.window import (
         Selection,
@@ -56,31 +67,60 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
 
     selection = Selection(steps=parse_steps(steps), time_window_ns=parse_time_window(time_window),
                           ranks=parse_ranks(ranks))
+    for path in traces:
+        if path.is_dir():
+            raise UsageError(_folder_hint(path))
     outputs = [p for p in (json_path, html_path, markdown_path, annotate_path) if p]
     if len(traces) > 1 and outputs:
-        raise UsageError("--json/--html/--markdown/--annotate take one trace; use `traceanalyzer "
-                         "batch` for many")
-    from traceanalyzer.report.annotate import _same_file
+        raise UsageError("--json/--html/--markdown/--annotate take one trace; for independent "
+                         f"traces run `traceanalyzer batch {_args(traces)} --out REPORTS`, for the "
+                         f"ranks of one run `traceanalyzer job {_args(traces)}`")
+    dashes = [p for p in (json_path, html_path, markdown_path) if p is not None and str(p) == "-"]
+    if len(dashes) > 1:
+        raise UsageError("only one of --json/--html/--markdown can write to standard output (-)")
+    if annotate_path is not None and str(annotate_path) == "-":
+        raise UsageError("--annotate needs a file name (.json, .json.gz, .pftrace or "
+                         ".perfetto-trace), not -")
+    from traceanalyzer.report.annotate import _same_file, check_annotate_path
 
+    if annotate_path is not None:  # before the analysis: a wrong name costs nothing
+        check_annotate_path(annotate_path, traces[0])
     for out in outputs:  # a report written over the trace would destroy the input
-        if _same_file(traces[0], out):
+        if str(out) != "-" and _same_file(traces[0], out):
             raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
+    to_stderr = bool(dashes)  # standard output carries the report: everything else to stderr
     worst, reasons = -1, []
     for path in traces:
+        t0 = time.perf_counter()
+        show_progress = quiet == 0 and sys.stderr.isatty() and _size(path) >= PROGRESS_BYTES
+        if show_progress:  # only on a terminal: a log or a pipe gets no carriage returns
+            click.echo(f"reading {safe(path.name)} ({_size(path) / 1e6:.0f} MB)...", err=True,
+                       nl=False)
         # Through the result cache: a re-run with the same trace, rules and selection skips
         # the analysis (traceanalyzer/analysis/result_cache.py says what the key covers).
         done = analyze_path(path, selection=selection, window=window, rule_config=rule_config,
                             rules=not no_rules, use_cache=use_cache, cache_dir=cache_dir,
                             trace_processor=trace_processor, need_trace=annotate_path is not None)
+        if show_progress:
+            click.echo("\r\033[K", err=True, nl=False)
         result = done.result
-        click.echo(render_summary(result, top=top))
+        if verbose:
+            _say_cache(path, done, use_cache, cache_dir, time.perf_counter() - t0)
+        if quiet == 0:
+            click.echo(render_summary(result, top=top), err=to_stderr)
+        elif quiet == 1:
+            click.echo(_findings_only(result, path), err=to_stderr, nl=False)
         for o in result.rule_outcomes:
             if o.status == "error":  # a bug, not a verdict: say so where scripts look
                 click.echo(f"warning: {safe(path)}: rule {o.slug} failed ({safe(o.reason)}) and "
                            "gave no verdict; please report it (TRACEANALYZER_DEBUG=1 shows the "
                            "traceback)", err=True)
+        t1 = time.perf_counter()
         _write_outputs(result, done.trace, path, json_path, html_path, markdown_path,
-                       annotate_path, timeline=done.timeline)
+                       annotate_path, timeline=done.timeline, say=quiet == 0,
+                       err=to_stderr)
+        if verbose and outputs:
+            click.echo(f"reports written in {time.perf_counter() - t1:.2f} s", err=True)
         for finding in result.findings:
             worst = max(worst, severity_rank(finding.severity))
         if fail_on is not None:
@@ -91,25 +131,84 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
         raise SystemExit(EXIT_FINDINGS)
 
 
+#: Traces at least this big show a "reading..." line while they load (on a terminal only).
+PROGRESS_BYTES = 100 << 20
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _args(paths: Any) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(str(p)) for p in paths)
+
+
+def _folder_hint(path: Path) -> str:
+    """What to run instead of ``analyze FOLDER``."""
+    arg = _args([path])
+    return (f"{path}: is a folder; `analyze` takes trace files. For the ranks of one distributed "
+            f"run: `traceanalyzer job {arg}`; for independent traces: `traceanalyzer batch {arg} "
+            f"--out {_args([path.with_name(path.name + '-reports')])}`")
+
+
+def _say_cache(path: Path, done: Any, use_cache: bool, cache_dir: Path | None,
+               seconds: float) -> None:
+    from traceanalyzer.ingest.cache import default_cache_dir
+
+    if not use_cache:
+        where = "cache: not used (--no-cache)"
+    else:
+        root = cache_dir or default_cache_dir(path)
+        state = "result from the cache" if done.cached else "computed, not from the cache"
+        where = f"cache: {safe(path)}: {state} ({safe(root)})"
+    click.echo(where, err=True)
+    click.echo(f"{'loaded' if done.cached else 'analyzed'} in {seconds:.2f} s", err=True)
+
+
+def _findings_only(result: Any, path: Path) -> str:
+    """-q: one line per finding (nothing when there is none)."""
+    lines = [f"{safe(path)}: {f.severity}: {safe(f.title)}" for f in result.findings]
+    return "".join(line + "\n" for line in lines)
+
+
 def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
                    html_path: Path | None, markdown_path: Path | None,
-                   annotate_path: Path | None, timeline: Any = None) -> None:
+                   annotate_path: Path | None, timeline: Any = None, say: bool = True,
+                   err: bool = False) -> None:
+    def stdout(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
     if json_path:
-        from traceanalyzer.report.jsonout import write_json
+        from traceanalyzer.report.jsonout import render_json, write_json
 
-        write_json(result, json_path)
+        if str(json_path) == "-":
+            stdout(render_json(result))
+        else:
+            write_json(result, json_path)
     if html_path:
-        from traceanalyzer.report.html import write_html
+        from traceanalyzer.report.html import render_html, write_html
 
-        write_html(result, html_path, trace=trace, timeline=timeline)
+        if str(html_path) == "-":
+            stdout(render_html(result, trace=trace, timeline=timeline))
+        else:
+            write_html(result, html_path, trace=trace, timeline=timeline)
     if markdown_path:
-        from traceanalyzer.report.markdown import write_markdown
+        from traceanalyzer.report.markdown import render_markdown, write_markdown
 
-        write_markdown(result, markdown_path)
+        if str(markdown_path) == "-":
+            stdout(render_markdown(result))
+        else:
+            write_markdown(result, markdown_path)
     if annotate_path:
         from traceanalyzer.report.annotate import write_annotated
 
         write_annotated(path, trace, result, annotate_path)
     for out in (json_path, html_path, markdown_path, annotate_path):
-        if out:
-            click.echo(f"wrote {safe(out)}")
+        if out and str(out) != "-" and say:
+            click.echo(f"wrote {safe(out)}", err=err)

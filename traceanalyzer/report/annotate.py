@@ -6,8 +6,10 @@ process "traceanalyzer findings" (one thread per finding) and one complete ("X")
 evidence row that has a time range. The input is streamed, never parsed into Python objects, so
 multi-GB traces cost one pass of I/O. A ``.gz`` output name gives a gzip file.
 
-Other inputs (Nsight Systems, Perfetto) have no JSON to extend; they are written as a Perfetto
-protobuf trace by :mod:`traceanalyzer.report.perfetto_writer`.
+The output name picks the format (:func:`annotate_format`): ``.json``/``.json.gz`` is Chrome
+JSON, ``.pftrace``/``.perfetto-trace`` a Perfetto protobuf trace written by
+:mod:`traceanalyzer.report.perfetto_writer` (from any input). Other inputs (Nsight Systems,
+Perfetto) have no JSON to extend, so a JSON name for them is refused, as is any other extension.
 
 Open the result in https://ui.perfetto.dev or chrome://tracing (see docs/report.md).
 """
@@ -43,6 +45,39 @@ _WS = b" \t\r\n"
 _KEY_BEFORE = re.compile(rb'(?<!\\)"traceEvents"\s*:\s*$')
 
 
+#: Output name endings and the format each names.
+ANNOTATE_FORMATS = {".json": "json", ".json.gz": "json", ".pftrace": "perfetto",
+                    ".perfetto-trace": "perfetto"}
+
+
+def annotate_format(out_path: str | os.PathLike[str],
+                    trace_path: str | os.PathLike[str] | None = None) -> str:
+    """``json`` or ``perfetto``: the format the name ``out_path`` asks for. Raises
+    :class:`UsageError` for another extension, or for JSON from an input that is not Chrome JSON
+    (when ``trace_path`` is given)."""
+    name = Path(out_path).name.lower()
+    fmt = next((f for ext, f in ANNOTATE_FORMATS.items() if name.endswith(ext)), None)
+    if fmt is None:
+        raise UsageError(f"--annotate {out_path}: name the format by the extension: .json or "
+                         ".json.gz (Chrome JSON, Kineto inputs) or .pftrace or .perfetto-trace "
+                         "(Perfetto protobuf, any input)")
+    if fmt == "json" and trace_path is not None:
+        from traceanalyzer.ingest import sniff
+
+        kind = sniff(trace_path)
+        if kind != "kineto":
+            stem = Path(out_path).name
+            for ext in (".json.gz", ".json"):
+                if stem.lower().endswith(ext):
+                    stem = stem[: -len(ext)]
+            raise UsageError(f"--annotate {out_path}: a {kind} input can be annotated as a "
+                             f"Perfetto trace only; use a .pftrace name (e.g. {stem}.pftrace)")
+    return fmt
+
+
+check_annotate_path = annotate_format
+
+
 def write_annotated(trace_path: str | os.PathLike[str], trace: Trace, result: AnalysisResult,
                     out_path: str | os.PathLike[str]) -> None:
     """Write ``trace_path`` plus a findings track to ``out_path`` (never over the input)."""
@@ -51,9 +86,7 @@ def write_annotated(trace_path: str | os.PathLike[str], trace: Trace, result: An
         if _same_file(original, out):
             raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     findings = sorted_findings(result.findings)
-    from traceanalyzer.ingest import sniff
-
-    if sniff(src) != "kineto":
+    if annotate_format(out, src) == "perfetto":
         from traceanalyzer.report.perfetto_writer import write_perfetto_annotated
 
         # The writer streams into the path it is given; point it at a temp name and rename, so
