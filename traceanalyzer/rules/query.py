@@ -245,7 +245,7 @@ def check_sql(sql: str, where: str) -> str:
     # WITH name [(columns)] AS [[NOT] MATERIALIZED] (query) [, ...]: the names a query defines
     ctes: set[str] = set()
     not_calls: set[int] = set()  # "(" after a CTE name: its column list
-    for k, t in enumerate(sig):
+    for k in range(len(sig)):
         if not is_word(k, "with"):
             continue
         j = k + 1
