@@ -236,7 +236,7 @@ def measure_size(size: int, a: argparse.Namespace, hta_py: Path | None) -> dict[
 
 
 def nsys_available() -> bool:
-    return (REPO / "traceanalyzer" / "ingest" / "nsys.py").exists()
+    return (REPO / "traceanalyzer" / "ingest" / "nsys" / "reader.py").exists()
 
 
 def measure_batch(a: argparse.Namespace) -> dict[str, Any] | None:

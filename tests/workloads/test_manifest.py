@@ -157,5 +157,7 @@ def test_corpus_stays_small() -> None:
     files = [p for p in ROOT.rglob("*")
              if p.is_file() and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
     assert max(p.stat().st_size for p in files) < 20 * 2**20
-    # 42 MiB with the rank_imbalance traces (2026-11-30); the clone should stay well under 50
-    assert sum(p.stat().st_size for p in files) < 48 * 2**20
+    # 42 MiB with the rank_imbalance traces (2026-11-30); 78 MiB with the steady-state, copy-bound
+    # and memory recordings of programs/ and Nsight Compute's reports of kernel pairs in ncu/
+    # (2026-12-01), each a proof input of its issue; the clone should stay under 100 MiB
+    assert sum(p.stat().st_size for p in files) < 84 * 2**20
