@@ -19,9 +19,10 @@ The schemas are documented for users in ``docs/canonical-model.md``; keep the tw
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, TypeAlias
 
 import polars as pl
+from polars.datatypes import DataTypeClass
 
 #: Kernel categories, in the order reports list them.
 CATEGORIES: tuple[str, ...] = (
@@ -47,6 +48,10 @@ API_KINDS: tuple[str, ...] = ("runtime", "driver")
 
 #: Kinds of annotation.
 ANNOTATION_KINDS: tuple[str, ...] = ("step", "user", "gpu_user", "nvtx")
+
+#: A column's dtype as the package writes it: a class (``pl.Int64``) or an instance
+#: (``pl.Struct(...)``). Polars accepts both wherever a schema is given.
+DType: TypeAlias = pl.DataType | DataTypeClass
 
 #: Memory copy directions, named as Nsight Systems and Kineto name them.
 COPY_KINDS: tuple[str, ...] = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other")
@@ -232,7 +237,7 @@ class Trace:
 #: The Polars engine of every query the package collects. ``collect()``'s default ("auto") picks
 #: the streaming engine, whose start-up dominates the many small queries of an ingest or an
 #: analysis; the in-memory engine measured faster at every size here (bench/NOTES.md, round 5).
-COLLECT_ENGINE = "in-memory"
+COLLECT_ENGINE: Final = "in-memory"
 
 
 def empty_frame(name: str) -> pl.DataFrame:
@@ -242,7 +247,7 @@ def empty_frame(name: str) -> pl.DataFrame:
 
 def conform_lazy(frame: pl.DataFrame | pl.LazyFrame, name: str,
                  exclude: tuple[str, ...] = (),
-                 dtypes: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:
+                 dtypes: dict[str, DType] | None = None) -> pl.LazyFrame:
     """Select and cast ``frame``'s columns into the canonical schema of ``name``, lazily.
 
     Columns the frame lacks are added as nulls, so an ingestor only builds what its format has.

@@ -23,8 +23,8 @@ def compute_metrics(rank: int, launches: pl.DataFrame, cpu: pl.DataFrame, gaps: 
     """Metrics of one rank; every frame given must already be filtered to that rank."""
     m = Metrics(rank=rank)
     if not launches.is_empty():
-        m.window_start_ns = int(launches["start_ns"].min())
-        m.window_end_ns = int(launches["end_ns"].max())
+        m.window_start_ns = int(launches["start_ns"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+        m.window_end_ns = int(launches["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
         m.span_ns = m.window_end_ns - m.window_start_ns
         m.busy_ns = intervals.union_length(launches)
         m.idle_ns = m.span_ns - m.busy_ns
@@ -57,9 +57,9 @@ def compute_metrics(rank: int, launches: pl.DataFrame, cpu: pl.DataFrame, gaps: 
     if not steps.is_empty():
         durations = steps["end_ns"] - steps["start_ns"]
         m.step_count = steps.height
-        m.step_time_mean_ns = float(durations.mean())  # type: ignore[arg-type]
-        m.step_time_p50_ns = float(durations.quantile(0.5, "nearest"))  # type: ignore[arg-type]
-        m.step_time_p95_ns = float(durations.quantile(0.95, "nearest"))  # type: ignore[arg-type]
+        m.step_time_mean_ns = float(durations.mean())
+        m.step_time_p50_ns = float(durations.quantile(0.5, "nearest"))
+        m.step_time_p95_ns = float(durations.quantile(0.95, "nearest"))
         in_steps = launches.filter(pl.col("kind") == "kernel", pl.col("step").is_not_null()).height
         m.kernels_per_step = in_steps / steps.height
     window = _cpu_window(m, cpu)
@@ -77,5 +77,5 @@ def _cpu_window(m: Metrics, cpu: pl.DataFrame) -> tuple[int, int] | None:
         return m.window_start_ns, m.window_end_ns
     if cpu.is_empty():
         return None
-    start, end = int(cpu["start_ns"].min()), int(cpu["end_ns"].max())
+    start, end = int(cpu["start_ns"].min()), int(cpu["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     return (start, end) if end > start else None

@@ -165,7 +165,7 @@ class Views:
             return m.window_start_ns, m.window_end_ns
         if self.cpu.is_empty():
             return None
-        return int(self.cpu["start_ns"].min()), int(self.cpu["end_ns"].max())
+        return int(self.cpu["start_ns"].min()), int(self.cpu["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
 
     def device_sm_count(self, device: int | None) -> int | None:
         dev = self.meta.device(device)

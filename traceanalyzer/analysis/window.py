@@ -324,10 +324,10 @@ def choose_window(trace: Trace, requested: str = "steps",
             window.warmup = warmup
             window.median_step_ns = median
             window.startup = start_up(views, first, meta.rank)
-            window.first_step_start_ns = int(first["lo"].min())
+            window.first_step_start_ns = int(first["lo"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             trace = narrow_to(trace, bounds)
             _fill_steps(window, views, kept)
-            window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())
+            window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             mine = kept.filter(pl.col("rank") == kept["rank"].min())
             window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
     trace.meta.warnings.extend(_not_what_it_seems(trace, window))
@@ -430,7 +430,7 @@ def _fill_steps(window: Window, views: Any, kept: pl.DataFrame | None) -> None:
         return
     mine = kept.filter(pl.col("rank") == kept["rank"].min())
     window.steps_analyzed = mine.height
-    window.first_step, window.last_step = int(mine["step"].min()), int(mine["step"].max())
+    window.first_step, window.last_step = int(mine["step"].min()), int(mine["step"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
 
 
 def _fill_bounds(window: Window, trace: Trace) -> None:

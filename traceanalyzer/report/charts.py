@@ -60,8 +60,8 @@ def utilization_svg(util: pl.DataFrame | None) -> str:
         u = (u.with_row_index("i").group_by(pl.col("i") // k, maintain_order=True)
              .agg(pl.col("bucket_start_ns").min(), pl.col("bucket_end_ns").max(),
                   pl.col("busy_pct").mean()))
-    t0 = int(u["bucket_start_ns"].min())
-    span = max(int(u["bucket_end_ns"].max()) - t0, 1)
+    t0 = int(u["bucket_start_ns"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    span = max(int(u["bucket_end_ns"].max()) - t0, 1)  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
 
     def x_of(t: int) -> float:

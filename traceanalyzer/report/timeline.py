@@ -36,7 +36,7 @@ def timeline_data(result: AnalysisResult, trace: Trace | None) -> dict[str, Any]
     if trace is None or trace.gpu.is_empty():
         return None
     gpu = trace.gpu  # every rank the trace holds: a peer's stream explains a wait
-    origin = int(result.metrics.window_start_ns or gpu["start_ns"].min())
+    origin = int(result.metrics.window_start_ns or gpu["start_ns"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     names = _Names()
     windows = []
     for label, w0, w1 in _choose_windows(result, gpu):
@@ -146,7 +146,7 @@ def _choose_windows(result: AnalysisResult, gpu: pl.DataFrame) -> list[tuple[str
         s, e = rows[0]
         pad = max(3 * (e - s), 50_000)
         out.append((f"{f.rule_id} {f.title}: top occurrence", s - pad, e + pad))
-    lo, hi = int(gpu["start_ns"].min()), int(gpu["end_ns"].max())
+    lo, hi = int(gpu["start_ns"].min()), int(gpu["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     out.append(("Whole trace", lo, hi))
     return out[:MAX_WINDOWS]
 
@@ -239,7 +239,7 @@ def _gaps(acts: pl.DataFrame, w0: int, w1: int) -> list[list[int]]:
     covered = iv.with_columns(prev_end=pl.col("end_ns").cum_max().shift(1).fill_null(w0))
     gaps = covered.filter(pl.col("start_ns") > pl.col("prev_end")).select(
         s=pl.col("prev_end"), e=pl.col("start_ns"))
-    tail_end = int(iv["end_ns"].max())
+    tail_end = int(iv["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     if tail_end < w1:
         gaps = pl.concat([gaps, pl.DataFrame({"s": [tail_end], "e": [w1]})], how="vertical_relaxed")
     min_gap = max(1, (w1 - w0) // 2000)

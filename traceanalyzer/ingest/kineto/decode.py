@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.ingest.column_codes import KIND_OF, ColumnKind
+from traceanalyzer.model import DType
 
 try:
     from traceanalyzer.ingest.kineto._native import _eventdecode
@@ -61,7 +62,7 @@ class DecodeArgs(NamedTuple):
 
 
 @cache
-def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> Spec:
+def _spec(schema: tuple[tuple[str, DType], ...]) -> Spec:
     top, struct_name, inner = [], None, []
     for name, dtype in schema:
         if isinstance(dtype, pl.Struct):
@@ -75,7 +76,7 @@ def _spec(schema: tuple[tuple[str, pl.DataType], ...]) -> Spec:
 
 
 def decode(
-    chunk: bytes | memoryview, schema: dict[str, pl.DataType],
+    chunk: bytes | memoryview, schema: dict[str, DType],
     keep: tuple[str, Sequence[str]] | None = None, arena_bytes: int = 0,
 ) -> pl.DataFrame | None:
     """Events of a chunk as a frame of ``schema``, or None (use Polars' reader).
@@ -89,7 +90,7 @@ def decode(
 
 
 def decode_raw(
-    chunk: bytes | memoryview, schema: dict[str, pl.DataType],
+    chunk: bytes | memoryview, schema: dict[str, DType],
     keep: tuple[str, Sequence[str]] | None = None, arena_bytes: int = 0,
 ) -> Raw | None:
     """:func:`decode`'s columns as the decoder leaves them, for :func:`to_frame` or the
@@ -124,7 +125,7 @@ class Raw(NamedTuple):
     inner: tuple[tuple[Any, ...], ...]
 
 
-def to_frame(raw: Raw, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def to_frame(raw: Raw, schema: dict[str, DType]) -> pl.DataFrame:
     """The decoder's columns as a frame of ``schema``, without a copy."""
     top, _, inner = _spec(tuple(schema.items()))
     top_arrays = iter(_arrays(raw.rows, top, raw.top))

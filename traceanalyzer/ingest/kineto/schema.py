@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import polars as pl
 
-ARG_FIELDS: dict[str, pl.DataType] = {
+from traceanalyzer.model import DType
+
+ARG_FIELDS: dict[str, DType] = {
     "External id": pl.Int64,
     "correlation": pl.Int64,
     "device": pl.Int64,
@@ -32,7 +34,7 @@ ARG_FIELDS: dict[str, pl.DataType] = {
     "Device Id": pl.Int64,
 }
 
-EVENT_SCHEMA: dict[str, pl.DataType] = {
+EVENT_SCHEMA: dict[str, DType] = {
     "ph": pl.String,
     "cat": pl.String,
     "name": pl.String,

@@ -24,6 +24,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.cpus import usable_cpus
+from traceanalyzer.model import DType
 
 #: Rows per parallel connectorx query; smaller tables are read in one query. Small enough that
 #: the 10^5-row tables of 10-300 MB exports are split too, instead of read on one core while the
@@ -59,7 +60,7 @@ def read_table(
     con: sqlite3.Connection,
     path: Path,
     table: str,
-    columns: Mapping[str, pl.DataType],
+    columns: Mapping[str, DType],
     where: str = "",
     exprs: Mapping[str, str] | None = None,
 ) -> pl.DataFrame | None:

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.ingest.perfetto.annotations import UNKNOWN_NAME
+from traceanalyzer.model import DType
 
 #: Internal event type for legacy complete events (phase 'X' with a duration).
 TYPE_COMPLETE = 9
@@ -52,7 +53,7 @@ ANNOTATION_SCHEMA = {"idx": pl.UInt32, "key": pl.String, "int_value": pl.Int64,
 COUNTER_SCHEMA = {"track": pl.UInt64, "ts": pl.Int64, "value": pl.Float64}
 
 
-def rows_frame(columns: dict[str, list[Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def rows_frame(columns: dict[str, list[Any]], schema: dict[str, DType]) -> pl.DataFrame:
     """A frame of ``schema`` from Python lists (text through :func:`_string_series`)."""
     return pl.DataFrame({
         name: _string_series(columns[name]) if dtype == pl.String

@@ -28,7 +28,7 @@ from traceanalyzer.ingest.perfetto.tables import (
     TYPE_COMPLETE,
     RawTables,
 )
-from traceanalyzer.model import Trace, TraceMeta
+from traceanalyzer.model import DType, Trace, TraceMeta
 
 TRACKS_SQL = """
 SELECT t.id AS uuid, t.parent_id AS parent_uuid, t.name AS name,
@@ -150,7 +150,7 @@ def raw_tables(tables: dict[str, pl.DataFrame], warnings: list[str]) -> RawTable
     return RawTables(tracks, events, annotations, counters, [], 0)
 
 
-def _cast(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def _cast(frame: pl.DataFrame, schema: dict[str, DType]) -> pl.DataFrame:
     return frame.select(
         [
             (pl.col(c) if c in frame.columns else pl.lit(None)).cast(t, strict=False).alias(c)

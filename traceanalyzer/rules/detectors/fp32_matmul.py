@@ -81,7 +81,7 @@ def fp32_matmul(views: Views, p: Params) -> Detection | None:
             "fp32_ms": ms(fp32_ns),
             "fp32_pct": pct(fp32_ns, total),
             "kernel_count": fp32.height,
-            "tf32_pct": pct(fp32.filter("tf32")["dur"].sum(), fp32_ns),
+            "tf32_pct": pct(fp32.filter("tf32")["dur"].sum(), fp32_ns),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "top_kernel": by_name["name"][0],
             "top_op": ops["input_op"][0] if ops.height else "an unrecorded operator",
         },

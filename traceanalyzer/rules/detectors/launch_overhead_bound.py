@@ -66,13 +66,13 @@ def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
         fields={
             "flagged_steps": flagged.height,
             "steps_seen": per_step.height,
-            "kernels_per_step": float(flagged["kernels"].mean()),
-            "short_kernel_pct": pct(flagged["short"].sum(), flagged["kernels"].sum()),
+            "kernels_per_step": float(flagged["kernels"].mean()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "short_kernel_pct": pct(flagged["short"].sum(), flagged["kernels"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "launch_overhead_pct": pct(gap_ns, span),
             "median_kernel_us": float((kernels["end_ns"] - kernels["start_ns"]).median() or 0)
             / NS_PER_US,
             "gap_ms": ms(gap_ns),
-            "run_ms": ms(flagged["run_ns"].sum()),
+            "run_ms": ms(flagged["run_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
         },
         evidence=evidence,
     )

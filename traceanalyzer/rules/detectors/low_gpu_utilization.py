@@ -51,7 +51,7 @@ def low_gpu_utilization(views: Views, p: Params) -> Detection | None:
             "low_chunks": low.height,
             "chunks": chunks,
             "mean_util_pct": float(100.0 * busy.sum() / width.sum()),
-            "worst_util_pct": float(low["util_pct"].min()),
+            "worst_util_pct": float(low["util_pct"].min()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "low_idle_ms": ms(idle),
         },
         evidence=evidence,

@@ -98,8 +98,8 @@ def pageable_memcpy(views: Views, p: Params) -> Detection | None:
             "waited_ms": ms(waited),
             "idle_after_ms": ms(idle_after),
             "lost_ms": ms(lost),
-            "htod_ms": ms(htod_copies["dur"].sum()),
-            "exposed_htod_ms": ms(htod_copies["exposed_ns"].sum()),
+            "htod_ms": ms(htod_copies["dur"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "exposed_htod_ms": ms(htod_copies["exposed_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
             "top_op": ops["op_name"][0] if ops.height else "an unrecorded operator",
         },

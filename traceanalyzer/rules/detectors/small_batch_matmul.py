@@ -94,7 +94,7 @@ def small_batch_matmul(views: Views, p: Params) -> Detection | None:
             "gemm_count": small.height,
             "gemm_ms": ms(small_ns),
             "gemm_pct": pct(small_ns, total),
-            "rows": int(small["rows"].max()),
+            "rows": int(small["rows"].max()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "top_shape": top["shape"],
             "top_op": top["op"] or top["kernel"],
             "intensity": top["intensity"],

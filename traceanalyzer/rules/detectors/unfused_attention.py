@@ -114,9 +114,9 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         fields={
             "pattern_count": per.height,
             "score_ms": ms(score),
-            "attention_ms": ms(per["total_ns"].sum()),
+            "attention_ms": ms(per["total_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "top_softmax": per["softmax"][0],
-            "seq_len": int(seq.max()) if seq.len() else None,
+            "seq_len": int(seq.max()) if seq.len() else None,  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
         },
         evidence=evidence,
     )

@@ -137,9 +137,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         fields={
             "chain_count": chains.height,
             "kernel_count": int(chains["n"].sum()),
-            "chain_ms": ms(chains["run_ns"].sum()),
+            "chain_ms": ms(chains["run_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "saving_ms": ms(saving),
-            "longest_chain": int(chains["n"].max()),
+            "longest_chain": int(chains["n"].max()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "hbm_unfused_gb": unfused_gb,
             "hbm_fused_gb": fused_gb,
             "hbm": (f" HBM traffic {unfused_gb:.2f} GB now against {fused_gb:.2f} GB fused."

@@ -66,10 +66,10 @@ def unfused_optimizer(views: Views, p: Params) -> Detection | None:
         impact_ns=int(flagged["lost_ns"].sum()),
         fields={
             "steps_flagged": flagged.height,
-            "kernels_per_step": float(flagged["kernels"].mean()),
-            "batched_kernels_per_step": float(flagged["batched"].mean()),
-            "kernel_ms": ms(flagged["run_ns"].sum()),
-            "optimizer_ms": ms(flagged["wall_ns"].sum()),
+            "kernels_per_step": float(flagged["kernels"].mean()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "batched_kernels_per_step": float(flagged["batched"].mean()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "kernel_ms": ms(flagged["run_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "optimizer_ms": ms(flagged["wall_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "top_range": names["name"][0] if names.height else None,
         },
         evidence=evidence,
