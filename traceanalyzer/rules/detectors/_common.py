@@ -137,7 +137,7 @@ def analyzed_device(views: Views) -> Device | None:
                 .group_by("device").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
                 .sort(["t", "device"], descending=[True, False]))
         for device_id in busy["device"].to_list():
-            dev = meta.device(device_id)
+            dev = meta.device(device_id) if meta is not None else None
             if dev is not None:
                 return dev
     described = [d for d in devices if d.name or d.compute_capability]
