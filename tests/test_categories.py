@@ -1,7 +1,7 @@
 """Kernel categories on real kernel names: each name below was recorded in a trace of the kind
 its comment says (the repository's H200 traces, the public A100/V100/H100/MI250/vLLM traces,
 torchrec and FBGEMM kernels), with the category it must get. The same patterns run in C at
-ingest (tests/test_core_regexlite.py checks the two matchers agree on these names too)."""
+ingest (tests/ingest/kineto/test_regexlite.py checks the two matchers agree on these names too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer.categories import KERNEL_PATTERNS, kernel_category
-from traceanalyzer.ingest import eventassemble
+from traceanalyzer.ingest.kineto import assemble as eventassemble
 
 CASES: list[tuple[str, str]] = [
     # --- not GEMMs, though their names say fbgemm (torchrec / FBGEMM, A100 DLRM trace) --------
