@@ -50,6 +50,7 @@ LOW = {
     "collective-wait": {"min_wait_pct": 0},
     "dataloader-stall": {"min_stall_pct": 0},
     "fp32-matmul": {"min_gpu_time_pct": 0, "min_impact_pct": 0},
+    "memcpy-bound": {"min_copy_share_pct": 0, "min_impact_pct": 0},
     "gpu-idle-gaps": {"min_idle_pct": 0},
     "gpus-take-turns": {"min_device_share_pct": 0, "min_impact_pct": 0},
     "hidden-sync": {"min_impact_pct": 0},
