@@ -24,7 +24,7 @@ from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
 #: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
 #: (see content_key), so editing a pattern never serves stale categories.
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"
 FULL_HASH_LIMIT = 64 << 20
 SAMPLE_COUNT = 256
 SAMPLE_BYTES = 64 << 10
