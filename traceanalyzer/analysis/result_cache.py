@@ -41,9 +41,10 @@ from traceanalyzer.ingest.cache import publish_dir
 from traceanalyzer.model import Trace, TraceMeta
 
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
-RESULT_CACHE_VERSION = "1"
+RESULT_CACHE_VERSION = "2"
 RESULTS_DIR = "results"
-FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks")
+FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
+          "memory", "memory_holders", "memory_timeline")
 DOC = "result.json"
 
 
@@ -220,7 +221,9 @@ def _read(entry: Path, path: str | os.PathLike[str]
         meta=meta, metrics=Metrics(**doc["metrics"]),
         steps=frames["steps"], kernels=frames["kernels"], categories=frames["categories"],
         operators=frames["operators"], utilization=frames["utilization"],
-        streams=frames["streams"], ranks=frames.get("ranks"),
+        streams=frames["streams"], ranks=frames.get("ranks"), memory=frames.get("memory"),
+        memory_holders=frames.get("memory_holders"),
+        memory_timeline=frames.get("memory_timeline"),
         findings=[Finding(**f) for f in doc["findings"]],
         rule_outcomes=[RuleOutcome(**o) for o in doc["rule_outcomes"]],
     )

@@ -35,6 +35,8 @@ _FRAME_ORDER: dict[str, list[tuple[str, bool]]] = {
     "streams": [("device", False), ("stream", False)],
     "utilization": [("bucket_start_ns", False)],
     "ranks": [("rank", False)],
+    "memory": [("rank", False), ("device", False)],
+    "memory_holders": [("rank", False), ("device", False), ("bytes", True)],
 }
 
 
@@ -147,6 +149,15 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "streams": frame_rows(result.streams, "streams"),
         "utilization": frame_rows(result.utilization, "utilization"),
         "ranks": frame_rows(result.ranks, "ranks") if result.ranks is not None else None,
+        **memory_dict(result),
+    }
+
+
+def memory_dict(result: AnalysisResult) -> dict[str, Any]:
+    """Device memory (analysis.memory): per device, and the operators holding it at the peak."""
+    return {
+        "memory": frame_rows(result.memory, "memory"),
+        "memory_holders": frame_rows(result.memory_holders, "memory_holders"),
     }
 
 
@@ -190,7 +201,8 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "launch_delay_mean_ns", "launch_delay_p50_ns", "launch_delay_p95_ns",
                 "launch_overhead_pct", "busy_pct", "idle_pct", "idle_host_wait_pct",
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
-                "exposed_communication_pct", "memory_pct"]
+                "exposed_communication_pct", "memory_pct", "peak_memory_allocated_bytes",
+                "peak_memory_reserved_bytes"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
     {
@@ -248,6 +260,19 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                               "bucket_end_ns": {"type": "integer"}, "busy_pct": _NUM},
                              ["bucket_start_ns", "bucket_end_ns", "busy_pct"]),
         "ranks": {"type": ["array", "null"], "items": {"type": "object"}},
+        "memory": _rows({"rank": {"type": "integer"}, "device": {"type": "integer"},
+                         "source": {"type": "string"}, "peak_allocated_bytes": _INT,
+                         "peak_allocated_ns": _INT, "peak_allocated_step": _INT,
+                         "peak_allocated_pct": _NUM, "peak_reserved_bytes": _INT,
+                         "peak_reserved_ns": _INT, "peak_reserved_step": _INT,
+                         "peak_reserved_pct": _NUM, "capacity_bytes": _INT,
+                         "events": {"type": "integer"}},
+                        ["rank", "device", "source", "peak_allocated_bytes",
+                         "peak_reserved_bytes"]),
+        "memory_holders": _rows({"rank": {"type": "integer"}, "device": {"type": "integer"},
+                                 "operator": {"type": "string"}, "bytes": {"type": "integer"},
+                                 "allocations": _INT, "pct_of_peak": _NUM},
+                                ["rank", "device", "operator", "bytes"]),
     }
 )
 
