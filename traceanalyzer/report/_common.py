@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+import polars as pl
+
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding, severity_rank
 
@@ -96,6 +98,17 @@ def fmt_ns(ns: Any) -> str:
     if a < 1e9:
         return f"{v / 1e6:.3g} ms" if a < 1e8 else f"{v / 1e6:.0f} ms"
     return f"{v / 1e9:.3g} s"
+
+
+def fmt_bytes(n: Any) -> str:
+    """Bytes in binary units (1.97 GiB), as the memory figures are shown everywhere."""
+    x = finite(n)
+    if x is None:
+        return "–"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{int(x)} B"
 
 
 def fmt_pct(p: Any, digits: int = 1) -> str:
@@ -246,3 +259,38 @@ def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict
         keep = {r["step"] for r in sorted(out, key=lambda r: -r["duration_ns"])[:limit]}
         out = [r for r in out if r["step"] in keep]
     return out, len(rows)
+
+
+#: Operators named in the terminal and Markdown memory sections.
+MEMORY_HOLDERS_SHOWN = 3
+
+
+def memory_lines(result: Any) -> list[str]:
+    """The memory section of the terminal and Markdown reports, as plain text lines (callers
+    escape them): per device of the headline rank its peaks, and who held the allocated peak."""
+    summary = getattr(result, "memory", None)
+    if summary is None or summary.is_empty():
+        return []
+    rank = result.metrics.rank
+    out = []
+    for r in summary.filter(pl.col("rank") == rank).iter_rows(named=True):
+        parts = []
+        for kind in ("allocated", "reserved"):
+            peak = r[f"peak_{kind}_bytes"]
+            if peak is None:
+                continue
+            share = f", {fmt_pct(r[f'peak_{kind}_pct'])} of the GPU" \
+                if r[f"peak_{kind}_pct"] is not None else ""
+            step = f", step {r[f'peak_{kind}_step']}" if r[f"peak_{kind}_step"] is not None else ""
+            parts.append(f"peak {kind} {fmt_bytes(peak)}{share}{step}")
+        source = "" if r["source"] == "allocator" else " (driver allocations)"
+        line = f"device {r['device']}{source}: " + "; ".join(parts)
+        holders = getattr(result, "memory_holders", None)
+        if holders is not None and not holders.is_empty():
+            held = holders.filter(pl.col("rank") == rank, pl.col("device") == r["device"]).head(
+                MEMORY_HOLDERS_SHOWN)
+            if held.height:
+                line += "; held at the peak by " + ", ".join(
+                    f"{h['operator']} {fmt_bytes(h['bytes'])}" for h in held.iter_rows(named=True))
+        out.append(line)
+    return out

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.analysis.memory import headline as memory_headline
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import OUTLIER_FACTOR
 from traceanalyzer.findings import Finding
@@ -32,6 +33,7 @@ from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
     finite,
+    fmt_bytes,
     fmt_ns,
     fmt_pct,
     pct_of,
@@ -81,6 +83,7 @@ def render_html(result: AnalysisResult, trace: Trace | None = None, *,
         _findings(findings, result.notes(), tl is not None, result.metrics.window_start_ns),
         _timeline(tl),
         _charts(result),
+        _memory(result),
         _tables(result),
         _rules(result),
         _warnings(result),
@@ -178,7 +181,7 @@ def _id_ranges(ids: list[int]) -> str:
 
 def _nav() -> str:
     links = [("headline", "Headline"), ("findings", "Findings"), ("timeline", "Timeline"),
-             ("charts", "Charts"), ("kernels", "Kernels"), ("operators", "Operators"),
+             ("charts", "Charts"), ("memory", "Memory"), ("kernels", "Kernels"), ("operators", "Operators"),
              ("rules", "Rules"), ("warnings", "Warnings")]
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
 
@@ -342,6 +345,39 @@ def _charts(result: AnalysisResult) -> str:
         + "<h3>GPU time by category</h3>" + charts.categories_bar(result.categories)
         + "</section>"
     )
+
+
+def _memory(result: AnalysisResult) -> str:
+    """Device memory: the timeline of the busiest device, its peaks, who held memory then."""
+    head = '<section id="memory"><h2>Device memory</h2>'
+    summary = result.memory
+    if summary is None or summary.is_empty():
+        return head + charts.memory_svg(None, None, None) + "</section>"
+    rank = result.metrics.rank
+    peak = memory_headline(summary, rank)
+    def td(value: Any) -> str:
+        return f"<td>{esc('–' if value is None else value)}</td>"
+
+    rows = [[td(r["device"]), td(r["source"]), _num(fmt_bytes(r["peak_allocated_bytes"])),
+             _num(fmt_pct(r["peak_allocated_pct"])), _num(fmt_bytes(r["peak_reserved_bytes"])),
+             _num(fmt_pct(r["peak_reserved_pct"])),
+             td(r["peak_allocated_step"] if r["peak_allocated_step"] is not None
+                else r["peak_reserved_step"])]
+            for r in summary.filter(pl.col("rank") == rank).iter_rows(named=True)]
+    out = [head, "<p class=\"legend\">allocated: solid; reserved: dashed; the dot marks the "
+           "peak; dotted lines mark the steps' starts</p>",
+           charts.memory_svg(result.memory_timeline, result.steps, peak),
+           _table([("device", ""), ("from", ""), ("peak allocated", "num"), ("% of GPU", "num"),
+                   ("peak reserved", "num"), ("% of GPU", "num"), ("peak in step", "")], rows)]
+    holders = result.memory_holders
+    if holders is not None and not holders.is_empty() and peak is not None:
+        held = holders.filter(pl.col("rank") == rank, pl.col("device") == peak["device"])
+        out.append("<h3>Held at the allocated peak</h3>" + _table(
+            [("operator", ""), ("bytes", "num"), ("% of peak", "num"), ("allocations", "num")],
+            [[td(r["operator"]), _num(fmt_bytes(r["bytes"])), _num(fmt_pct(r["pct_of_peak"])),
+              _num("–" if r["allocations"] is None else str(r["allocations"]))]
+             for r in held.iter_rows(named=True)]))
+    return "".join(out) + "</section>"
 
 
 def _table(head: list[tuple[str, str]], rows: list[list[str]], fold: str | None = None,

@@ -13,6 +13,7 @@ from traceanalyzer.report._common import (
     costs_nothing,
     fmt_ns,
     fmt_pct,
+    memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
@@ -93,6 +94,7 @@ def render_markdown(result: AnalysisResult) -> str:
                   f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
                   for r in steps]
         lines.append("")
+    lines += _memory_section(result)
     findings = sorted_findings(result.findings)
     if findings:
         lines.append(f"**Findings** ({len(findings)}, most costly first)")
@@ -125,6 +127,13 @@ def render_markdown(result: AnalysisResult) -> str:
     if meta.warnings:
         lines += ["", f"⚠️ {len(meta.warnings)} trace warning(s); see the full report."]
     return "\n".join(lines) + "\n"
+
+
+def _memory_section(result: AnalysisResult) -> list[str]:
+    lines = memory_lines(result)
+    if not lines:
+        return []
+    return ["**Device memory**", "", *(f"- {md_escape(line)}" for line in lines), ""]
 
 
 def _code(text: Any) -> str:

@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
-from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, rank_rows, step_rows
+from traceanalyzer.report._common import (
+    INFORMATIONAL,
+    costs_nothing,
+    memory_lines,
+    rank_rows,
+    step_rows,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -150,6 +156,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
     lines += _ranks_table(result)
     lines += _steps_table(result)
+    lines += _memory_section(result)
     if not result.kernels.is_empty():
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
@@ -176,6 +183,11 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
                      + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
     return "\n".join(lines)
+
+
+def _memory_section(result: AnalysisResult) -> list[str]:
+    lines = memory_lines(result)
+    return ["", "Device memory:", *(f"  {safe(line)}" for line in lines)] if lines else []
 
 
 def _first_sentence(text: str, limit: int = 200) -> str:
