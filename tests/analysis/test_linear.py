@@ -152,6 +152,10 @@ def _training_step(s: Synth, ids: _Clock, step: int, t: float) -> float:
              dst_kind="device")
     s.cpu[-1]["end_ns"] = int((t + 10) * 1000)
     t += 12
+    # torch.cuda.empty_cache() and the allocation after it: the GPU idles meanwhile
+    s.api("cudaFree", t, 40)
+    s.api("cudaMalloc", t + 42, 25)
+    t += 70
     # an optimizer step with per-parameter kernels
     s.annotation("Optimizer.step#AdamW.step", t, 8 * 12 + 10)
     for j in range(8):

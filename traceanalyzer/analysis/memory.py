@@ -25,6 +25,8 @@ TOP_HOLDERS = 5
 #: The holder of memory allocated before the window (weights, optimizer state made earlier).
 BEFORE_WINDOW = "(allocated before the window)"
 OUTSIDE_OPERATORS = "(outside any operator)"
+#: The live allocations of the operators past the top ones, so that the rows add up to the peak.
+OTHER_OPERATORS = "(other operators)"
 
 SUMMARY_SCHEMA = {
     "rank": pl.Int32,
@@ -168,20 +170,22 @@ def holders_at_peak(
         .head(top)
     )
     held = live.group_by("rank", "device").agg(_held=pl.col("bytes").sum())
-    before = (
-        at.join(held, on=["rank", "device"], how="left")
-        .select(
-            "rank",
-            "device",
-            operator=pl.lit(BEFORE_WINDOW),
-            bytes=pl.col("_peak_bytes") - pl.col("_held").fill_null(0),
-            allocations=pl.lit(None, pl.Int64),
-        )
+    shown = ranked.group_by("rank", "device").agg(_shown=pl.col("bytes").sum())
+    none = pl.lit(None, pl.Int64)
+    rest = (
+        held.join(shown, on=["rank", "device"], how="left")
+        .select("rank", "device", operator=pl.lit(OTHER_OPERATORS),
+                bytes=pl.col("_held") - pl.col("_shown").fill_null(0), allocations=none)
         .filter(pl.col("bytes") > 0)
     )
-    out = pl.concat(
-        [ranked.cast({"bytes": pl.Int64}), before.cast({"bytes": pl.Int64})], how="vertical_relaxed"
+    before = (
+        at.join(held, on=["rank", "device"], how="left")
+        .select("rank", "device", operator=pl.lit(BEFORE_WINDOW),
+                bytes=pl.col("_peak_bytes") - pl.col("_held").fill_null(0), allocations=none)
+        .filter(pl.col("bytes") > 0)
     )
+    out = pl.concat([f.cast({"bytes": pl.Int64}) for f in (ranked, rest, before)],
+                    how="vertical_relaxed")
     return (
         out.join(at, on=["rank", "device"])
         .with_columns(pct_of_peak=100.0 * pl.col("bytes") / pl.col("_peak_bytes"))
