@@ -25,8 +25,9 @@ pytestmark = pytest.mark.browser
 
 ARTIFACTS = REPO / "tests" / "artifacts"
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
-SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "kernels", "operators",
-            "rules", "warnings"]
+SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "memory", "kernels",
+            "operators", "rules", "warnings"]
+EMPTY_CACHE = REPO / "sample_traces" / "programs" / "torch" / "empty_cache_bad_torch.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,28 @@ def test_report_renders_without_errors_or_requests(browser, tmp_path):
         "getComputedStyle(document.documentElement).getPropertyValue('--bg').trim()") == "#14171d"
     browser.screenshot(ARTIFACTS / "report_dark.png")
     assert (ARTIFACTS / "report_dark.png").stat().st_size > 10_000
+
+
+def test_memory_chart_renders(browser, tmp_path):
+    """The device memory chart of a profile_memory=True recording: both lines, the steps and
+    the peak, whose hover names it."""
+    import traceanalyzer as ta
+
+    result = ta.analyze(EMPTY_CACHE, use_cache=False)
+    report = tmp_path / "memory.html"
+    write_html(result, report)
+    browser.open(report)
+    assert problems(browser, report) == []
+    chart = "document.getElementById('memory-chart')"
+    assert browser.evaluate(f"{chart}.querySelectorAll('polyline').length") == 2
+    assert browser.evaluate(f"{chart}.querySelectorAll('line.mem-step').length") == result.steps.height
+    peak = browser.evaluate(f"{chart}.querySelector('circle.mem-peak title').textContent")
+    assert peak.startswith("peak allocated: 1.97 GiB at") and "step" in peak
+    assert browser.evaluate(f"{chart}.getBoundingClientRect().width") > 300
+    assert "aten::" in browser.evaluate("document.getElementById('memory').textContent")
+    browser.evaluate(f"{chart}.scrollIntoView()")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "report_memory.png")
 
 
 def test_injection_runs_no_script(browser, tmp_path):

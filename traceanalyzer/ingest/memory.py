@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.model import COLLECT_ENGINE
+from traceanalyzer.model import COLLECT_ENGINE, conform, empty_frame
 
 _KEYS = ["pid", "tid"]
 
@@ -134,3 +134,22 @@ def innermost_operator(events: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
 DRIVER_RESERVED = pl.when(pl.col("device").is_not_null()).then(
     pl.col("bytes").cum_sum().over("rank", "device")
 )
+
+
+#: Counter tracks that hold a GPU's memory in use: Perfetto's ``GPU Memory`` (Android's
+#: gpu_mem_total), ``gpu_memory``, ``mem.gpu`` and the like.
+GPU_MEMORY_COUNTER = r"(?i)^(gpu[ _.]?mem(ory)?( total| usage| used)?|mem\.gpu)$"
+
+
+def counter_memory(counters: pl.DataFrame) -> pl.DataFrame:
+    """Driver memory rows from a trace's GPU memory counters (a counters frame): each sample's
+    value as ``reserved_bytes``, its change as ``bytes``; on device 0 where the counter names
+    none."""
+    rows = counters.filter(pl.col("name").str.contains(GPU_MEMORY_COUNTER))
+    if rows.is_empty():
+        return empty_frame("memory")
+    rows = rows.sort("ts_ns").select(
+        "rank", "pid", "ts_ns", device=pl.col("device").fill_null(0),
+        source=pl.lit("driver"), reserved_bytes=pl.col("value").round().cast(pl.Int64),
+    ).with_columns(bytes=pl.col("reserved_bytes").diff().over("rank", "device"))
+    return conform(rows, "memory")

@@ -205,8 +205,11 @@ def memory_svg(timeline: pl.DataFrame | None, steps: pl.DataFrame | None,
         return '<p class="muted">No memory events (torch.profiler: profile_memory=True; ' \
                'Nsight Systems: --cuda-memory-usage=true).</p>'
     t = timeline.sort("ts_ns")
-    t0 = int(t["ts_ns"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
-    span = max(int(t["ts_ns"].max()) - t0, 1)  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    times = [int(x) for x in (t["ts_ns"].min(), t["ts_ns"].max()) if x is not None]  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    if steps is not None and not steps.is_empty():  # the x axis covers the steps too
+        times += [int(x) for x in (steps["start_ns"].min(), steps["end_ns"].max()) if x is not None]  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    t0 = min(times)
+    span = max(max(times) - t0, 1)
     top = max(finite(t["reserved_bytes"].max()) or 0.0, finite(t["allocated_bytes"].max()) or 0.0,
               1.0)
     iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
@@ -226,6 +229,8 @@ def memory_svg(timeline: pl.DataFrame | None, steps: pl.DataFrame | None,
                 pts.append(f"{x_of(ts):.1f},{y_of(last):.1f}")
             pts.append(f"{x_of(ts):.1f},{y_of(b):.1f}")
             last = b
+        if last is not None:  # the total holds until the end of the window
+            pts.append(f"{x_of(t0 + span):.1f},{y_of(last):.1f}")
         return f'<polyline class="{cls}" points="{" ".join(pts)}"/>' if pts else ""
 
     axis = "".join(
