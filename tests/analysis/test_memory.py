@@ -27,8 +27,9 @@ def _record(name: str) -> dict:
 
 @pytest.mark.parametrize("variant", ["bad", "good"])
 def test_torch_profiler_peaks_match_the_record(variant: str):
-    result = ta.analyze(PROGRAMS / "torch" / f"empty_cache_{variant}_torch.json.gz",
-                        use_cache=False)
+    result = ta.analyze(
+        PROGRAMS / "torch" / f"empty_cache_{variant}_torch.json.gz", use_cache=False
+    )
     record = _record(f"empty_cache_{variant}_torch")
     m = result.metrics
     assert m.peak_memory_allocated_bytes == pytest.approx(record["max_memory_allocated"], rel=0.05)
@@ -44,8 +45,7 @@ def test_torch_profiler_peaks_match_the_record(variant: str):
 
 @pytest.mark.parametrize("variant", ["bad", "good"])
 def test_nsys_peak_is_the_drivers_total(variant: str):
-    result = ta.analyze(PROGRAMS / "nsys" / f"empty_cache_{variant}_range.sqlite",
-                        use_cache=False)
+    result = ta.analyze(PROGRAMS / "nsys" / f"empty_cache_{variant}_range.sqlite", use_cache=False)
     record = _record(f"empty_cache_{variant}_range")
     m = result.metrics
     assert m.peak_memory_allocated_bytes is None  # the driver does not see the allocator's use
@@ -58,18 +58,28 @@ def test_nsys_peak_is_the_drivers_total(variant: str):
 def _allocator(rows: list[tuple[int, int, int, str | None]]) -> pl.DataFrame:
     """Rows of (ts_ns, bytes, address, operator) on device 0, with the running totals."""
     frame = pl.DataFrame(rows, schema=["ts_ns", "bytes", "address", "operator"], orient="row")
-    frame = frame.with_columns(rank=pl.lit(0), device=pl.lit(0), source=pl.lit("allocator"),
-                               allocated_bytes=pl.col("bytes").cum_sum() + 1000,
-                               reserved_bytes=pl.lit(4000))
+    frame = frame.with_columns(
+        rank=pl.lit(0),
+        device=pl.lit(0),
+        source=pl.lit("allocator"),
+        allocated_bytes=pl.col("bytes").cum_sum() + 1000,
+        reserved_bytes=pl.lit(4000),
+    )
     return conform(frame, "memory")
 
 
 def test_holders_are_the_allocations_live_at_the_peak():
-    mem = _allocator([(10, 100, 1, "aten::mm"), (20, 200, 2, "aten::add"),
-                      (30, -100, 1, None), (40, 500, 3, "aten::mm"), (50, -500, 3, None)])
+    mem = _allocator(
+        [
+            (10, 100, 1, "aten::mm"),
+            (20, 200, 2, "aten::add"),
+            (30, -100, 1, None),
+            (40, 500, 3, "aten::mm"),
+            (50, -500, 3, None),
+        ]
+    )
     steps = pl.DataFrame({"rank": [0], "step": [7], "start_ns": [0], "end_ns": [45]})
-    meta = TraceMeta(path="x", source_format="kineto",
-                     devices=[Device(id=0, memory_bytes=16000)])
+    meta = TraceMeta(path="x", source_format="kineto", devices=[Device(id=0, memory_bytes=16000)])
     summary = memory_summary(mem, steps, meta)
     row = summary.row(0, named=True)
     assert (row["peak_allocated_bytes"], row["peak_allocated_ns"]) == (1700, 40)

@@ -19,8 +19,15 @@ def _events(times: list[int], tid: int = 1) -> pl.DataFrame:
 
 
 def test_innermost_operator_follows_the_nesting():
-    cpu = _ops([("outer", 0, 100), ("inner", 0, 50), ("deep", 10, 20), ("next", 60, 80),
-                ("aten::empty", 65, 66)])
+    cpu = _ops(
+        [
+            ("outer", 0, 100),
+            ("inner", 0, 50),
+            ("deep", 10, 20),
+            ("next", 60, 80),
+            ("aten::empty", 65, 66),
+        ]
+    )
     # at 0 both outer and inner start: the inner one is open; at 20 deep has ended (exclusive)
     got = innermost_operator(_events([0, 15, 20, 55, 65, 100, 5]), cpu).to_list()
     assert got == ["inner", "deep", "inner", "outer", "next", None, "inner"]
@@ -33,12 +40,23 @@ def test_innermost_operator_is_per_thread():
 
 
 def test_gpu_memory_counter_becomes_driver_rows():
-    counters = conform(pl.DataFrame({
-        "rank": [0] * 4, "pid": [7] * 4, "device": [None, None, 1, None],
-        "name": ["GPU Memory", "GPU Memory", "gpu_memory", "cpu_freq"],
-        "ts_ns": [10, 20, 15, 30], "value": [1000.0, 3000.0, 5.0, 2.0],
-    }), "counters")
+    counters = conform(
+        pl.DataFrame(
+            {
+                "rank": [0] * 4,
+                "pid": [7] * 4,
+                "device": [None, None, 1, None],
+                "name": ["GPU Memory", "GPU Memory", "gpu_memory", "cpu_freq"],
+                "ts_ns": [10, 20, 15, 30],
+                "value": [1000.0, 3000.0, 5.0, 2.0],
+            }
+        ),
+        "counters",
+    )
     mem = counter_memory(counters)
     assert mem.select("device", "ts_ns", "reserved_bytes", "bytes").rows() == [
-        (0, 10, 1000, None), (1, 15, 5, None), (0, 20, 3000, 2000)]
+        (0, 10, 1000, None),
+        (1, 15, 5, None),
+        (0, 20, 3000, 2000),
+    ]
     assert mem["source"].cast(pl.String).unique().to_list() == ["driver"]

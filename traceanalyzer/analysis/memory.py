@@ -28,30 +28,36 @@ OUTSIDE_OPERATORS = "(outside any operator)"
 #: The live allocations of the operators past the top ones, so that the rows add up to the peak.
 OTHER_OPERATORS = "(other operators)"
 
-SUMMARY_SCHEMA = {
-    "rank": pl.Int32,
-    "device": pl.Int32,
-    "source": pl.String,
-    "peak_allocated_bytes": pl.Int64,
-    "peak_allocated_ns": pl.Int64,
-    "peak_allocated_step": pl.Int64,
-    "peak_allocated_pct": pl.Float64,
-    "peak_reserved_bytes": pl.Int64,
-    "peak_reserved_ns": pl.Int64,
-    "peak_reserved_step": pl.Int64,
-    "peak_reserved_pct": pl.Float64,
-    "capacity_bytes": pl.Int64,
-    "events": pl.Int64,
-}
-HOLDER_SCHEMA = {
-    "rank": pl.Int32,
-    "device": pl.Int32,
-    "operator": pl.String,
-    "bytes": pl.Int64,
-    "allocations": pl.Int64,
-    "pct_of_peak": pl.Float64,
-}
-TIMELINE_SCHEMA = {"ts_ns": pl.Int64, "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64}
+SUMMARY_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "source": pl.String,
+        "peak_allocated_bytes": pl.Int64,
+        "peak_allocated_ns": pl.Int64,
+        "peak_allocated_step": pl.Int64,
+        "peak_allocated_pct": pl.Float64,
+        "peak_reserved_bytes": pl.Int64,
+        "peak_reserved_ns": pl.Int64,
+        "peak_reserved_step": pl.Int64,
+        "peak_reserved_pct": pl.Float64,
+        "capacity_bytes": pl.Int64,
+        "events": pl.Int64,
+    }
+)
+HOLDER_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "operator": pl.String,
+        "bytes": pl.Int64,
+        "allocations": pl.Int64,
+        "pct_of_peak": pl.Float64,
+    }
+)
+TIMELINE_SCHEMA = pl.Schema(
+    {"ts_ns": pl.Int64, "allocated_bytes": pl.Int64, "reserved_bytes": pl.Int64}
+)
 
 
 def _rows(memory: pl.DataFrame) -> pl.DataFrame:
@@ -174,18 +180,29 @@ def holders_at_peak(
     none = pl.lit(None, pl.Int64)
     rest = (
         held.join(shown, on=["rank", "device"], how="left")
-        .select("rank", "device", operator=pl.lit(OTHER_OPERATORS),
-                bytes=pl.col("_held") - pl.col("_shown").fill_null(0), allocations=none)
+        .select(
+            "rank",
+            "device",
+            operator=pl.lit(OTHER_OPERATORS),
+            bytes=pl.col("_held") - pl.col("_shown").fill_null(0),
+            allocations=none,
+        )
         .filter(pl.col("bytes") > 0)
     )
     before = (
         at.join(held, on=["rank", "device"], how="left")
-        .select("rank", "device", operator=pl.lit(BEFORE_WINDOW),
-                bytes=pl.col("_peak_bytes") - pl.col("_held").fill_null(0), allocations=none)
+        .select(
+            "rank",
+            "device",
+            operator=pl.lit(BEFORE_WINDOW),
+            bytes=pl.col("_peak_bytes") - pl.col("_held").fill_null(0),
+            allocations=none,
+        )
         .filter(pl.col("bytes") > 0)
     )
-    out = pl.concat([f.cast({"bytes": pl.Int64}) for f in (ranked, rest, before)],
-                    how="vertical_relaxed")
+    out = pl.concat(
+        [f.cast({"bytes": pl.Int64}) for f in (ranked, rest, before)], how="vertical_relaxed"
+    )
     return (
         out.join(at, on=["rank", "device"])
         .with_columns(pct_of_peak=100.0 * pl.col("bytes") / pl.col("_peak_bytes"))

@@ -148,8 +148,16 @@ def counter_memory(counters: pl.DataFrame) -> pl.DataFrame:
     rows = counters.filter(pl.col("name").str.contains(GPU_MEMORY_COUNTER))
     if rows.is_empty():
         return empty_frame("memory")
-    rows = rows.sort("ts_ns").select(
-        "rank", "pid", "ts_ns", device=pl.col("device").fill_null(0),
-        source=pl.lit("driver"), reserved_bytes=pl.col("value").round().cast(pl.Int64),
-    ).with_columns(bytes=pl.col("reserved_bytes").diff().over("rank", "device"))
+    rows = (
+        rows.sort("ts_ns")
+        .select(
+            "rank",
+            "pid",
+            "ts_ns",
+            device=pl.col("device").fill_null(0),
+            source=pl.lit("driver"),
+            reserved_bytes=pl.col("value").round().cast(pl.Int64),
+        )
+        .with_columns(bytes=pl.col("reserved_bytes").diff().over("rank", "device"))
+    )
     return conform(rows, "memory")
