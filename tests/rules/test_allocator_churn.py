@@ -56,3 +56,14 @@ def test_allocator_churn_min_per_step_count(per_step: int, fires: bool):
         _step(s, t0, True)
     findings, _ = run(s, **{"allocator-churn": {"min_per_step_count": per_step}})
     assert ("allocator-churn" in findings) is fires
+
+
+def test_allocator_churn_not_applicable_without_steps():
+    s = Synth()
+    s.kernel("gemm", 10, 200, launch=1)
+    s.api("cudaMalloc", 300, 50)
+    s.api("cudaFree", 400, 100)
+    s.kernel("gemm", 600, 200, launch=590)
+    _, outcomes = run(s)
+    assert outcomes["allocator-churn"].status == "not_applicable"
+    assert "no steps" in outcomes["allocator-churn"].reason

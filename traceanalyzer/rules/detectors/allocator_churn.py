@@ -10,7 +10,7 @@ import polars as pl
 from traceanalyzer.analysis import intervals
 from traceanalyzer.ingest.memory import ALLOCATION_APIS
 from traceanalyzer.model import API_KINDS
-from traceanalyzer.rules.detectors import Detection, Params, detector
+from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     enclosing_op,
@@ -54,8 +54,15 @@ def allocator_churn(views: Views, p: Params) -> Detection | None:
     stretches, so overlapping calls count once."""
     cpu = own_rank(views, views.cpu)
     calls = cpu.filter(pl.col("kind").is_in(API_KINDS), pl.col("name").is_in(ALLOCATION_APIS))
+    if calls.is_empty() or not calls["name"].is_in(FREE_APIS).any():
+        return None
+    if views.steps.is_empty():
+        # Frees at start-up (a model loaded, then moved) are not a loop's churn.
+        raise NotApplicable(
+            "the trace marks no steps, so frees in the loop cannot be told from start-up"
+        )
     calls = in_steps(calls, views.steps)
-    steps = max(1, views.steps.height)
+    steps = views.steps.height
     # A caching allocator that only grows (cudaMalloc in the first steps) frees nothing: the
     # frees are what churn is.
     frees = calls.filter(pl.col("name").is_in(FREE_APIS)).height
@@ -103,11 +110,7 @@ def allocator_churn(views: Views, p: Params) -> Detection | None:
         .sort(["len", "op"], descending=[True, False])
     )
     call_ns = int((calls["end_ns"] - calls["start_ns"]).sum() or 0)
-    step_ns = (
-        views.steps.select((pl.col("wall_end_ns") - pl.col("wall_start_ns")).median()).item()
-        if views.steps.height
-        else None
-    )
+    step_ns = views.steps.select((pl.col("wall_end_ns") - pl.col("wall_start_ns")).median()).item()
     lost_per_step = idle / steps
     evidence = (
         per_call.sort("idle_ns", descending=True)
@@ -134,7 +137,7 @@ def allocator_churn(views: Views, p: Params) -> Detection | None:
             "lost_ms": ms(idle),
             "lost_per_step_ms": ms(lost_per_step),
             "step_ms": ms(step_ns),
-            "predicted_step_ms": ms(step_ns - lost_per_step) if step_ns is not None else None,
+            "predicted_step_ms": ms(step_ns - lost_per_step),
             "top_op": ops["op"][0] if ops.height else None,
         },
         evidence=evidence,
