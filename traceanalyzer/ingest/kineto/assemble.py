@@ -275,7 +275,9 @@ def _memory_frame(mem: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     if mem.is_empty():
         return empty_frame("memory")
     rows = mem.select(
-        "rank", pid="pid_int", tid="tid_int", device="Device Id", ts_ns="start_ns",
+        # Host allocations (profile_memory=True records them too) carry Device Id -1.
+        "rank", pid="pid_int", tid="tid_int", device=pl.when(pl.col("Device Id") >= 0)
+        .then("Device Id"), ts_ns="start_ns",
         source=pl.lit("allocator"), bytes="Bytes", address="Addr",
         allocated_bytes="Total Allocated", reserved_bytes="Total Reserved",
     ).sort("ts_ns", maintain_order=True)
