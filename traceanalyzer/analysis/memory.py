@@ -132,7 +132,8 @@ def holders_at_peak(
     memory: pl.DataFrame, summary: pl.DataFrame, top: int = TOP_HOLDERS
 ) -> pl.DataFrame:
     """Per (rank, device): the operators whose allocations were still live at the allocated
-    peak, by bytes, the ``top`` of them, then what was allocated before the window.
+    peak, by bytes, the ``top`` of them, then the other operators' together and what was
+    allocated before the window: the rows add up to the peak.
 
     An allocation is live at the peak when it happened at or before it and the next free of
     its address (an as-of join) came after it, or never.
