@@ -313,9 +313,13 @@ def test_memory_events_carry_bytes_address_and_the_innermost_operator(tmp_path, 
     kineto.events += [_memory_event(15, 4096, 0xA0, 4096), _memory_event(45, 512, 0xB0, 4608),
                       _memory_event(75, -4096, 0xA0, 512), _memory_event(90, -512, 0xB0, 0),
                       _memory_event(95, 64, 0xC0, 64, device=-1)]  # host memory
-    trace = read_kineto(kineto.write(tmp_path / "t.json"))
+    path = kineto.write(tmp_path / "t.json")
+    trace = read_kineto(path)
     trace.validate()
     mem = trace.memory
+    # the Parquet cache stores the frame: a second load reads it back
+    load(path, cache_dir=tmp_path / "cache")
+    assert load(path, cache_dir=tmp_path / "cache").memory.equals(mem)
     assert mem["bytes"].to_list() == [4096, 512, -4096, -512, 64]
     assert mem["address"].to_list() == [0xA0, 0xB0, 0xA0, 0xB0, 0xC0]
     assert mem["allocated_bytes"].to_list() == [4096, 4608, 512, 0, 64]
