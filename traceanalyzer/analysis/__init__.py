@@ -43,6 +43,9 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         streams=stream_summary(views),
         ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
     )
+    from traceanalyzer.perfmodel import summarize
+
+    result.perf, result.perf_summary = summarize(views, metrics.rank)
     if rules:
         from traceanalyzer.rules.engine import evaluate
 

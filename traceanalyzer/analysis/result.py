@@ -104,6 +104,13 @@ class AnalysisResult:
     rule_outcomes: list[RuleOutcome] = field(default_factory=list)
     #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
     ranks: pl.DataFrame | None = None
+    #: The performance model (traceanalyzer.perfmodel): per (operator signature, kernel name)
+    #: the kernels' time, FLOPs and bytes; and its summary (flops_per_step, flops_by_op,
+    #: flops_source, reason). ``perf_options`` (peaks, tokens, FLOPs the user gives) is set by
+    #: the caller after the analysis and is not cached.
+    perf: pl.DataFrame | None = None
+    perf_summary: dict[str, Any] | None = None
+    perf_options: Any = None
 
     @property
     def window(self) -> Window | None:

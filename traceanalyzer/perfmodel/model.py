@@ -130,11 +130,11 @@ def roofline_table(kernels: pl.DataFrame, roof: Roofline, by: tuple[str, ...],
     intensity (FLOP/B), achieved TFLOP/s and GB/s, the roof at that intensity, the bound, % of
     roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take. Per
     step when ``steps`` is given (the sums divided by it)."""
-    frame = kernels.filter(pl.col("bytes").is_not_null() | pl.col("flops").is_not_null())
+    frame = kernels.filter(pl.col("bytes") > 0)
     divisor = float(steps) if steps else 1.0
     agg = frame.group_by(*by, "precision").agg(
         op_class=pl.col("op_class").first(),
-        kernels=pl.len().cast(pl.Int64),
+        kernels=(pl.col("kernels").sum() if "kernels" in frame.columns else pl.len()).cast(pl.Int64),
         time_ns=pl.col("dur_ns").sum() / divisor,
         flops=pl.col("flops").sum() / divisor,
         bytes=pl.col("bytes").sum() / divisor,
@@ -162,8 +162,9 @@ def roofline_table(kernels: pl.DataFrame, roof: Roofline, by: tuple[str, ...],
         .when(intensity >= pl.col("compute_roof_tflops") * 1e3 / pl.col("bandwidth_gbps"))
         .then(pl.lit("compute")).otherwise(pl.lit("memory")),
     ).with_columns(
-        roofline_pct=pl.when(pl.col("roof_tflops") > 0).then(
-            100.0 * pl.col("achieved_tflops") / pl.col("roof_tflops")),
+        # The time at the roof over the time taken: achieved / attainable FLOP/s, and for an
+        # operator without FLOPs (a copy) achieved / peak bandwidth.
+        roofline_pct=100.0 * best_s / seconds,
         lost_ns=(pl.col("time_ns") - best_s * 1e9).clip(lower_bound=0.0),
     ).sort(["lost_ns", *by], descending=[True, *[False] * len(by)], nulls_last=True)
 

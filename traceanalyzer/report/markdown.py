@@ -8,6 +8,7 @@ from pathlib import PurePath
 from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
+from traceanalyzer.report.perf import perf_rows
 from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
@@ -67,6 +68,7 @@ def render_markdown(result: AnalysisResult) -> str:
                      m.memory_ns))),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
+        *[(label, md_escape(value)) for label, value in perf_rows(result)],
     ]
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
