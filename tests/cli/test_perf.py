@@ -19,10 +19,13 @@ def docs(tmp_path_factory):
         pytest.skip("the program recordings are not in this checkout")
     out = tmp_path_factory.mktemp("perf")
     plain, given = out / "plain.json", out / "given.json"
-    for path, extra in ((plain, []), (given, ["--peak-tflops", "100", "--peak-bandwidth", "1000",
-                                              "--tokens-per-step", "4096"])):
-        done = run_cli("analyze", str(GPT), "--no-cache", "--no-rules", "-qq", "--json",
-                       str(path), *extra)
+    for path, extra in (
+        (plain, []),
+        (given, ["--peak-tflops", "100", "--peak-bandwidth", "1000", "--tokens-per-step", "4096"]),
+    ):
+        done = run_cli(
+            "analyze", str(GPT), "--no-cache", "--no-rules", "-qq", "--json", str(path), *extra
+        )
         assert done.returncode == 0, done.stderr
     return json.loads(plain.read_text()), json.loads(given.read_text())
 

@@ -15,16 +15,22 @@ BF16, F32 = '"c10::BFloat16"', '"float"'
 
 
 def costs(*rows: tuple[str, str, str]) -> dict[str, dict]:
-    frame = signature_costs(pl.DataFrame(rows, schema=["name", "input_dims", "input_types"],
-                                         orient="row"))
+    frame = signature_costs(
+        pl.DataFrame(rows, schema=["name", "input_dims", "input_types"], orient="row")
+    )
     return {(r["name"], r["input_dims"]): r for r in frame.to_dicts()}  # type: ignore[misc]
 
 
 def test_matrix_multiplies_count_2mnk_and_their_bytes():
-    out = costs(("aten::mm", "[[64, 128], [128, 32]]", f"[{BF16}, {BF16}]"),
-                ("aten::addmm", "[[32], [64, 128], [128, 32], [], []]",
-                 f'[{F32}, {F32}, {F32}, "Scalar", "Scalar"]'),
-                ("aten::bmm", "[[4, 64, 128], [4, 128, 32]]", f"[{BF16}, {BF16}]"))
+    out = costs(
+        ("aten::mm", "[[64, 128], [128, 32]]", f"[{BF16}, {BF16}]"),
+        (
+            "aten::addmm",
+            "[[32], [64, 128], [128, 32], [], []]",
+            f'[{F32}, {F32}, {F32}, "Scalar", "Scalar"]',
+        ),
+        ("aten::bmm", "[[4, 64, 128], [4, 128, 32]]", f"[{BF16}, {BF16}]"),
+    )
     mm = out[("aten::mm", "[[64, 128], [128, 32]]")]
     assert mm["op_class"] == "gemm" and mm["precision"] == "bf16"
     assert mm["flops"] == 2 * 64 * 128 * 32
@@ -37,11 +43,18 @@ def test_matrix_multiplies_count_2mnk_and_their_bytes():
 
 def test_attention_forward_and_backward_are_not_halved_for_causal():
     q = "[2, 8, 1024, 64]"
-    out = costs(("aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}, [], []]",
-                 f'[{BF16}, {BF16}, {BF16}, "Scalar", "Scalar"]'),
-                ("aten::_scaled_dot_product_flash_attention_backward",
-                 f"[{q}, {q}, {q}, {q}, {q}, [2, 8, 1024]]",
-                 f"[{BF16}, {BF16}, {BF16}, {BF16}, {BF16}, {F32}]"))
+    out = costs(
+        (
+            "aten::_scaled_dot_product_flash_attention",
+            f"[{q}, {q}, {q}, [], []]",
+            f'[{BF16}, {BF16}, {BF16}, "Scalar", "Scalar"]',
+        ),
+        (
+            "aten::_scaled_dot_product_flash_attention_backward",
+            f"[{q}, {q}, {q}, {q}, {q}, [2, 8, 1024]]",
+            f"[{BF16}, {BF16}, {BF16}, {BF16}, {BF16}, {F32}]",
+        ),
+    )
     fwd = out[("aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}, [], []]")]
     assert fwd["flops"] == 4 * 2 * 8 * 1024 * 1024 * 64
     bwd = next(r for k, r in out.items() if k[0].endswith("_backward"))
@@ -50,12 +63,19 @@ def test_attention_forward_and_backward_are_not_halved_for_causal():
 
 def test_convolution_takes_its_output_size_from_the_backward():
     x, w, gy = "[8, 16, 32, 32]", "[32, 16, 3, 3]", "[8, 32, 16, 16]"  # stride 2
-    out = costs(("aten::convolution", f"[{x}, {w}, [], [], [], [], [], [], []]",
-                 f'[{BF16}, {BF16}, "", "ScalarList", "ScalarList", "ScalarList", "Scalar", '
-                 '"ScalarList", "Scalar"]'),
-                ("aten::convolution_backward", f"[{gy}, {x}, {w}, [], [], [], []]",
-                 f'[{BF16}, {BF16}, {BF16}, "ScalarList", "ScalarList", "ScalarList", '
-                 '"ScalarList"]'))
+    out = costs(
+        (
+            "aten::convolution",
+            f"[{x}, {w}, [], [], [], [], [], [], []]",
+            f'[{BF16}, {BF16}, "", "ScalarList", "ScalarList", "ScalarList", "Scalar", '
+            '"ScalarList", "Scalar"]',
+        ),
+        (
+            "aten::convolution_backward",
+            f"[{gy}, {x}, {w}, [], [], [], []]",
+            f'[{BF16}, {BF16}, {BF16}, "ScalarList", "ScalarList", "ScalarList", "ScalarList"]',
+        ),
+    )
     fwd = next(r for k, r in out.items() if k[0] == "aten::convolution")
     flops = 2 * 8 * 32 * 16 * 16 * 16 * 3 * 3
     assert fwd["flops"] == flops and fwd["assumption"] is None
@@ -67,12 +87,17 @@ def test_convolution_takes_its_output_size_from_the_backward():
 
 
 def test_memory_operators_count_bytes_read_and_written():
-    out = costs(("aten::gelu", "[[4, 1024], []]", f'[{BF16}, ""]'),
-                ("aten::add_", "[[4, 1024], [4, 1024], []]", f'[{F32}, {F32}, "Scalar"]'),
-                ("aten::native_layer_norm", "[[4, 1024], [], [1024], [1024], []]",
-                 f'[{F32}, "ScalarList", {F32}, {F32}, "Scalar"]'),
-                ("aten::fill_", "[[4, 1024], []]", f'[{F32}, "Scalar"]'),
-                ("aten::_fused_adamw_", "[[[4], [4]], []]", '["TensorList", "Scalar"]'))
+    out = costs(
+        ("aten::gelu", "[[4, 1024], []]", f'[{BF16}, ""]'),
+        ("aten::add_", "[[4, 1024], [4, 1024], []]", f'[{F32}, {F32}, "Scalar"]'),
+        (
+            "aten::native_layer_norm",
+            "[[4, 1024], [], [1024], [1024], []]",
+            f'[{F32}, "ScalarList", {F32}, {F32}, "Scalar"]',
+        ),
+        ("aten::fill_", "[[4, 1024], []]", f'[{F32}, "Scalar"]'),
+        ("aten::_fused_adamw_", "[[[4], [4]], []]", '["TensorList", "Scalar"]'),
+    )
     by_name = {k[0]: r for k, r in out.items()}
     n = 4 * 1024
     assert by_name["aten::gelu"]["bytes"] == 2 * n * 2 and by_name["aten::gelu"]["flops"] == n

@@ -12,15 +12,27 @@ from traceanalyzer.perfmodel.model import PerfOptions, Roofline, perf_metrics, r
 H200 = Roofline("NVIDIA H200", PEAKS["H200 SXM"])
 
 
-@pytest.mark.parametrize(("name", "key"), [
-    ("NVIDIA H200", "H200 SXM"), ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-    ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
-    ("NVIDIA A100-SXM4-40GB", "A100 40GB"), ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
-    ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"), ("NVIDIA A10G", "A10G"),
-    ("NVIDIA B200", "B200"), ("NVIDIA GB200", "GB200"), ("NVIDIA H20", "H20"),
-    ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI325X", "MI325X"),
-    ("AMD Instinct MI250X", "MI250X"), ("AMD Instinct MI210", "MI210"),
-])
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),
+        ("NVIDIA H20", "H20"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI325X", "MI325X"),
+        ("AMD Instinct MI250X", "MI250X"),
+        ("AMD Instinct MI210", "MI210"),
+    ],
+)
 def test_peaks_by_recorded_name(name, key):
     assert peaks_of(Device(id=0, name=name)) is PEAKS[key]
 
@@ -36,8 +48,12 @@ def test_unknown_device_has_no_peaks_and_mfu_says_so():
 
 
 def test_mfu_against_dense_bf16_and_tokens():
-    out = perf_metrics(45e12, "shapes", 92.4e6, Roofline("NVIDIA H200", PEAKS["H200 SXM"],
-                                                         PerfOptions(tokens_per_step=16384)))
+    out = perf_metrics(
+        45e12,
+        "shapes",
+        92.4e6,
+        Roofline("NVIDIA H200", PEAKS["H200 SXM"], PerfOptions(tokens_per_step=16384)),
+    )
     assert out["peak_tflops"] == 989.4 and "dense BF16" in out["peak_name"]
     assert out["mfu_pct"] == pytest.approx(100 * 45e12 / 92.4e-3 / 1e12 / 989.4)
     assert out["tokens_per_s"] == pytest.approx(16384 / 92.4e-3)
@@ -47,18 +63,28 @@ def test_without_shapes_mfu_needs_flops_per_step():
     out = perf_metrics(None, None, 50e6, H200)
     assert out["flops_per_step"] is None and out["mfu_pct"] is None
     assert "--flops-per-step" in out["mfu_reason"]
-    given = perf_metrics(None, None, 50e6, Roofline("NVIDIA H200", PEAKS["H200 SXM"],
-                                                    PerfOptions(flops_per_step=4.947e12)))
+    given = perf_metrics(
+        None,
+        None,
+        50e6,
+        Roofline("NVIDIA H200", PEAKS["H200 SXM"], PerfOptions(flops_per_step=4.947e12)),
+    )
     assert given["flops_source"] == "--flops-per-step"
     assert given["mfu_pct"] == pytest.approx(10.0, rel=1e-3)
 
 
 def test_roofline_bound_pct_and_lost_time():
-    kernels = pl.DataFrame({
-        "name": ["gemm", "copy"], "op_class": ["gemm", "copy"], "precision": ["bf16", "bf16"],
-        # 989.4 TFLOP in 2 s: half the roof. 4.8 GB in 4 ms: a quarter of 4800 GB/s.
-        "dur_ns": [2e9, 4e6], "flops": [989.4e12, 0.0], "bytes": [1e9, 4.8e9],
-    })
+    kernels = pl.DataFrame(
+        {
+            "name": ["gemm", "copy"],
+            "op_class": ["gemm", "copy"],
+            "precision": ["bf16", "bf16"],
+            # 989.4 TFLOP in 2 s: half the roof. 4.8 GB in 4 ms: a quarter of 4800 GB/s.
+            "dur_ns": [2e9, 4e6],
+            "flops": [989.4e12, 0.0],
+            "bytes": [1e9, 4.8e9],
+        }
+    )
     out = {r["name"]: r for r in roofline_table(kernels, H200, ("name",)).to_dicts()}
     assert out["gemm"]["bound"] == "compute" and out["copy"]["bound"] == "memory"
     assert out["gemm"]["roofline_pct"] == pytest.approx(50.0)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.devices import peaks_of
+from traceanalyzer.model import DType
 from traceanalyzer.perfmodel.model import (
     PerfOptions,
     Roofline,
@@ -27,13 +28,29 @@ if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
     from traceanalyzer.analysis.views import Views
 
-__all__ = ["PerfOptions", "Roofline", "kernel_roofline", "metrics_of", "op_roofline",
-           "roofline_of", "summarize"]
+__all__ = [
+    "PerfOptions",
+    "Roofline",
+    "kernel_roofline",
+    "metrics_of",
+    "op_roofline",
+    "roofline_of",
+    "summarize",
+]
 
 #: The stored frame (AnalysisResult.perf): one row per (operator signature, kernel name).
-PERF_SCHEMA = {"op_name": pl.String, "input_dims": pl.String, "input_types": pl.String,
-               "name": pl.String, "op_class": pl.String, "precision": pl.String,
-               "kernels": pl.Int64, "dur_ns": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64}
+PERF_SCHEMA: dict[str, DType] = {
+    "op_name": pl.String,
+    "input_dims": pl.String,
+    "input_types": pl.String,
+    "name": pl.String,
+    "op_class": pl.String,
+    "precision": pl.String,
+    "kernels": pl.Int64,
+    "dur_ns": pl.Int64,
+    "flops": pl.Float64,
+    "bytes": pl.Float64,
+}
 
 
 def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
@@ -43,20 +60,38 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
     cpu = views.cpu.filter(pl.col("rank") == rank)
     kernels = attributed_kernels(launches, cpu)
     flops, by_op = flops_per_step(kernels)
-    frame = kernels.group_by("op_name", "input_dims", "input_types", "name").agg(
-        op_class=pl.col("op_class").first(), precision=pl.col("precision").first(),
-        kernels=pl.len().cast(pl.Int64), dur_ns=pl.col("dur_ns").sum(),
-        flops=pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
-        bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
-    ).select(list(PERF_SCHEMA)).cast(PERF_SCHEMA).sort("dur_ns", "name", descending=[True, False])  # type: ignore[arg-type]
+    frame = (
+        kernels.group_by("op_name", "input_dims", "input_types", "name")
+        .agg(
+            op_class=pl.col("op_class").first(),
+            precision=pl.col("precision").first(),
+            kernels=pl.len().cast(pl.Int64),
+            dur_ns=pl.col("dur_ns").sum(),
+            flops=pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+            bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
+        )
+        .select(list(PERF_SCHEMA))
+        .cast(PERF_SCHEMA)
+        .sort("dur_ns", "name", descending=[True, False])
+    )
     has_shapes = not cpu.is_empty() and cpu["input_dims"].null_count() < cpu.height
     source = "shapes" if flops is not None else None
     reason = None
     if flops is None:
-        reason = ("the trace records no operator shapes (Nsight Systems, or torch.profiler "
-                  "without record_shapes=True)") if not has_shapes else "no steps with model FLOPs"
-    return frame, {"flops_per_step": flops, "flops_by_op": by_op, "flops_source": source,
-                   "reason": reason}
+        reason = (
+            (
+                "the trace records no operator shapes (Nsight Systems, or torch.profiler "
+                "without record_shapes=True)"
+            )
+            if not has_shapes
+            else "no steps with model FLOPs"
+        )
+    return frame, {
+        "flops_per_step": flops,
+        "flops_by_op": by_op,
+        "flops_source": source,
+        "reason": reason,
+    }
 
 
 def roofline_of(result: AnalysisResult) -> Roofline:
@@ -70,10 +105,14 @@ def roofline_of(result: AnalysisResult) -> Roofline:
 def metrics_of(result: AnalysisResult) -> dict[str, Any]:
     """The model's entries of the JSON ``metrics`` object (docs/metrics.md)."""
     summary = result.perf_summary or {}
-    out = perf_metrics(summary.get("flops_per_step"), summary.get("flops_source"),
-                       result.metrics.step_time_p50_ns, roofline_of(result))
+    out = perf_metrics(
+        summary.get("flops_per_step"),
+        summary.get("flops_source"),
+        result.metrics.step_time_p50_ns,
+        roofline_of(result),
+    )
     if out["flops_per_step"] is None and summary.get("reason"):
-        out["mfu_reason"] = (f"no model FLOPs: {summary['reason']}; give --flops-per-step")
+        out["mfu_reason"] = f"no model FLOPs: {summary['reason']}; give --flops-per-step"
     return out
 
 
@@ -87,11 +126,17 @@ def _kernels(result: AnalysisResult) -> pl.DataFrame:
 def op_roofline(result: AnalysisResult) -> pl.DataFrame:
     """The roofline per operator signature (model.roofline_table), most time lost first."""
     frame = _kernels(result).rename({"name": "kernel"}).rename({"op_name": "name"})
-    return roofline_table(frame.with_columns(pl.col("dur_ns").cast(pl.Float64)),
-                          roofline_of(result), ("name", "input_dims", "input_types"))
+    return roofline_table(
+        frame.with_columns(pl.col("dur_ns").cast(pl.Float64)),
+        roofline_of(result),
+        ("name", "input_dims", "input_types"),
+    )
 
 
 def kernel_roofline(result: AnalysisResult) -> pl.DataFrame:
     """The roofline per kernel name, most time lost first."""
-    return roofline_table(_kernels(result).with_columns(pl.col("dur_ns").cast(pl.Float64)),
-                          roofline_of(result), ("name",))
+    return roofline_table(
+        _kernels(result).with_columns(pl.col("dur_ns").cast(pl.Float64)),
+        roofline_of(result),
+        ("name",),
+    )

@@ -23,28 +23,48 @@ import polars as pl
 #: Bytes per element of each Kineto ``Input type``; anything else (Scalar, ScalarList, "",
 #: TensorList) is not a tensor and moves no bytes here.
 ELEMENT_BYTES: dict[str, int] = {
-    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-    "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8,
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
 }
 #: Which peak an operator's first tensor input selects (devices.Peaks field names).
 PRECISION: dict[str, str] = {
-    "c10::BFloat16": "bf16", "c10::Half": "bf16", "float": "fp32",
-    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "c10::BFloat16": "bf16",
+    "c10::Half": "bf16",
+    "float": "fp32",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+    "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
 }
 
 #: Matrix multiplies: name -> (position of A, position of B, batched).
 GEMM_OPS: dict[str, tuple[int, int, bool]] = {
-    "aten::mm": (0, 1, False), "aten::addmm": (1, 2, False), "aten::_scaled_mm": (0, 1, False),
-    "aten::_addmm_activation": (1, 2, False), "aten::bmm": (0, 1, True),
+    "aten::mm": (0, 1, False),
+    "aten::addmm": (1, 2, False),
+    "aten::_scaled_mm": (0, 1, False),
+    "aten::_addmm_activation": (1, 2, False),
+    "aten::bmm": (0, 1, True),
     "aten::baddbmm": (1, 2, True),
 }
-_ATTENTION = ("aten::_scaled_dot_product_flash_attention",
-              "aten::_scaled_dot_product_efficient_attention",
-              "aten::_scaled_dot_product_cudnn_attention",
-              "aten::_scaled_dot_product_fused_attention_overrideable")
+_ATTENTION = (
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+)
 #: Fused attention, forward: q, k, v are inputs 0, 1, 2 ([B, H, S, D]).
 ATTENTION_FWD = frozenset(_ATTENTION)
 #: Fused attention, backward: grad_out, q, k, v are inputs 0, 1, 2, 3.
@@ -61,17 +81,31 @@ _MEMORY_CLASSES: tuple[tuple[str, str], ...] = (
     ("softmax", r"softmax"),
     ("cross_entropy", r"nll_loss|cross_entropy"),
     ("embedding", r"embedding"),
-    ("reduction", r"^aten::(sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|"
-                  r"var_mean|prod|argmax|argmin|cumsum|logsumexp|all|any)$"),
+    (
+        "reduction",
+        r"^aten::(sum|mean|amax|amin|max|min|norm|linalg_vector_norm|var|std|"
+        r"var_mean|prod|argmax|argmin|cumsum|logsumexp|all|any)$",
+    ),
     ("optimizer", r"_foreach_|_fused_adam|_fused_sgd"),
-    ("copy", r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|index_select|index|gather|"
-             r"scatter|scatter_add_|index_put_|_unsafe_index|repeat|flip|roll)$"),
+    (
+        "copy",
+        r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|index_select|index|gather|"
+        r"scatter|scatter_add_|index_put_|_unsafe_index|repeat|flip|roll)$",
+    ),
     ("elementwise", r"^aten::"),
 )
 
 #: FLOPs per element of the first input for memory operators (the order of magnitude only).
-FLOPS_PER_ELEMENT = {"norm": 8, "softmax": 5, "cross_entropy": 1, "reduction": 1,
-                     "elementwise": 1, "embedding": 0, "copy": 0, "optimizer": 0}
+FLOPS_PER_ELEMENT = {
+    "norm": 8,
+    "softmax": 5,
+    "cross_entropy": 1,
+    "reduction": 1,
+    "elementwise": 1,
+    "embedding": 0,
+    "copy": 0,
+    "optimizer": 0,
+}
 
 SIGNATURE = ("name", "input_dims", "input_types")
 
@@ -81,10 +115,15 @@ def op_class(name: pl.Expr) -> pl.Expr:
     expr = pl.lit(None, pl.String)
     for cls, pattern in reversed(_MEMORY_CLASSES):
         expr = pl.when(name.str.contains(pattern)).then(pl.lit(cls)).otherwise(expr)
-    return (pl.when(name.is_in(list(GEMM_OPS))).then(pl.lit("gemm"))
-            .when(name.is_in(list(ATTENTION_FWD | ATTENTION_BWD))).then(pl.lit("attention"))
-            .when(name.is_in(list(CONV_FWD | CONV_BWD))).then(pl.lit("conv"))
-            .otherwise(expr))
+    return (
+        pl.when(name.is_in(list(GEMM_OPS)))
+        .then(pl.lit("gemm"))
+        .when(name.is_in(list(ATTENTION_FWD | ATTENTION_BWD)))
+        .then(pl.lit("attention"))
+        .when(name.is_in(list(CONV_FWD | CONV_BWD)))
+        .then(pl.lit("conv"))
+        .otherwise(expr)
+    )
 
 
 def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
@@ -93,9 +132,12 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
     assume, or null). Signatures nothing is known of get null flops and bytes."""
     sig = signatures.select(SIGNATURE).unique().with_columns(op_class=op_class(pl.col("name")))
     # TensorList inputs nest one level deeper; their sizes are not modelled (the optimizer).
-    decodable = (pl.col("input_dims").is_not_null() & pl.col("input_types").is_not_null()
-                 & ~pl.col("input_dims").str.contains(r"\[\s*\[\s*\[")
-                 & pl.col("op_class").is_not_null())
+    decodable = (
+        pl.col("input_dims").is_not_null()
+        & pl.col("input_types").is_not_null()
+        & ~pl.col("input_dims").str.contains(r"\[\s*\[\s*\[")
+        & pl.col("op_class").is_not_null()
+    )
     todo = sig.filter(decodable).with_columns(
         dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
         types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
@@ -103,25 +145,36 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
     if todo.is_empty():
         return _empty(sig)
     per_input = (
-        todo.select(*SIGNATURE, "dims", "types").with_row_index("_sig")
+        todo.select(*SIGNATURE, "dims", "types")
+        .with_row_index("_sig")
         .explode("dims", "types")
-        .with_columns(_esize=pl.col("types").replace_strict(ELEMENT_BYTES, default=0,
-                                                            return_dtype=pl.Int64),
-                      _numel=pl.col("dims").list.eval(pl.element().cast(pl.Float64))
-                      .list.eval(pl.element().product()).list.first().fill_null(1.0))
+        .with_columns(
+            _esize=pl.col("types").replace_strict(ELEMENT_BYTES, default=0, return_dtype=pl.Int64),
+            _numel=pl.col("dims")
+            .list.eval(pl.element().cast(pl.Float64))
+            .list.eval(pl.element().product())
+            .list.first()
+            .fill_null(1.0),
+        )
         .with_columns(_bytes=pl.col("_numel") * pl.col("_esize"))
         .group_by("_sig", maintain_order=True)
-        .agg(*[pl.col(c).first() for c in SIGNATURE],
-             numels=pl.col("_numel"), esizes=pl.col("_esize"),
-             in_bytes=pl.col("_bytes").sum(),
-             max_bytes=pl.col("_bytes").max(),
-             precision=pl.col("types").filter(pl.col("_esize") > 0).first())
+        .agg(
+            *[pl.col(c).first() for c in SIGNATURE],
+            numels=pl.col("_numel"),
+            esizes=pl.col("_esize"),
+            in_bytes=pl.col("_bytes").sum(),
+            max_bytes=pl.col("_bytes").max(),
+            precision=pl.col("types").filter(pl.col("_esize") > 0).first(),
+        )
     )
     costed = todo.join(per_input.drop("_sig"), on=list(SIGNATURE), how="left").join(
-        conv_output_spatial(sig), on="input_dims", how="left")
+        conv_output_spatial(sig), on="input_dims", how="left"
+    )
     costed = costed.with_columns(_costs(costed)).with_columns(
-        precision=pl.col("precision").replace_strict(PRECISION, default=None,
-                                                     return_dtype=pl.String))
+        precision=pl.col("precision").replace_strict(
+            PRECISION, default=None, return_dtype=pl.String
+        )
+    )
     out = costed.select(*SIGNATURE, "op_class", "flops", "bytes", "precision", "assumption")
     rest = sig.join(out, on=list(SIGNATURE), how="anti", nulls_equal=True)
     return pl.concat([out, _empty(rest)], how="vertical_relaxed")
@@ -129,14 +182,18 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
 
 def _empty(sig: pl.DataFrame) -> pl.DataFrame:
     return sig.select(*SIGNATURE, "op_class").with_columns(
-        flops=pl.lit(None, pl.Float64), bytes=pl.lit(None, pl.Float64),
-        precision=pl.lit(None, pl.String), assumption=pl.lit(None, pl.String))
+        flops=pl.lit(None, pl.Float64),
+        bytes=pl.lit(None, pl.Float64),
+        precision=pl.lit(None, pl.String),
+        assumption=pl.lit(None, pl.String),
+    )
 
 
 def _dim(i: int, j: int) -> pl.Expr:
     """Dimension ``j`` (negative from the end) of input ``i``, as a float."""
-    return pl.col("dims").list.get(i, null_on_oob=True).list.get(j, null_on_oob=True).cast(
-        pl.Float64)
+    return (
+        pl.col("dims").list.get(i, null_on_oob=True).list.get(j, null_on_oob=True).cast(pl.Float64)
+    )
 
 
 def _numel(i: int) -> pl.Expr:
@@ -188,44 +245,76 @@ def _costs(frame: pl.DataFrame) -> list[pl.Expr]:
     # weight's shape [Cout, Cin/groups, *k] carries the groups. The forward's output size comes
     # from the backward of the same input and weight when the trace has it (conv_outputs), else
     # stride 1 and "same" padding are assumed.
-    w_elems = pl.col("dims").list.get(1, null_on_oob=True).list.eval(
-        pl.element().cast(pl.Float64)).list.eval(pl.element().product()).list.first()
+    w_elems = (
+        pl.col("dims")
+        .list.get(1, null_on_oob=True)
+        .list.eval(pl.element().cast(pl.Float64))
+        .list.eval(pl.element().product())
+        .list.first()
+    )
     batch = _dim(0, 0)
-    flops.append((name.is_in(list(CONV_FWD)),
-                  2.0 * batch * w_elems * pl.col("_out_spatial")))
-    nbytes.append((name.is_in(list(CONV_FWD)),
-                   _nbytes(0) + _nbytes(1) + batch * _dim(1, 0) * pl.col("_out_spatial")
-                   * _esize(0)))
-    assume.append((name.is_in(list(CONV_FWD)) & pl.col("_out_assumed"),
-                   pl.lit("output size assumed equal to the input's (stride 1, same padding)")))
-    gw_elems = pl.col("dims").list.get(2, null_on_oob=True).list.eval(
-        pl.element().cast(pl.Float64)).list.eval(pl.element().product()).list.first()
+    flops.append((name.is_in(list(CONV_FWD)), 2.0 * batch * w_elems * pl.col("_out_spatial")))
+    nbytes.append(
+        (
+            name.is_in(list(CONV_FWD)),
+            _nbytes(0) + _nbytes(1) + batch * _dim(1, 0) * pl.col("_out_spatial") * _esize(0),
+        )
+    )
+    assume.append(
+        (
+            name.is_in(list(CONV_FWD)) & pl.col("_out_assumed"),
+            pl.lit("output size assumed equal to the input's (stride 1, same padding)"),
+        )
+    )
+    gw_elems = (
+        pl.col("dims")
+        .list.get(2, null_on_oob=True)
+        .list.eval(pl.element().cast(pl.Float64))
+        .list.eval(pl.element().product())
+        .list.first()
+    )
     grad_spatial = _numel(0) / (_dim(0, 0) * _dim(0, 1))
     flops.append((name.is_in(list(CONV_BWD)), 2.0 * 2.0 * _dim(0, 0) * gw_elems * grad_spatial))
     nbytes.append((name.is_in(list(CONV_BWD)), _nbytes(0) + 2.0 * _nbytes(1) + 2.0 * _nbytes(2)))
-    assume.append((name.is_in(list(CONV_BWD)),
-                   pl.lit("both gradients computed (output_mask is not recorded)")))
+    assume.append(
+        (
+            name.is_in(list(CONV_BWD)),
+            pl.lit("both gradients computed (output_mask is not recorded)"),
+        )
+    )
     # Memory operators: bytes read plus bytes written; see docs/perf-model.md.
     inplace = name.str.ends_with("_") & ~name.str.contains(r"copy_$")
     write_only = name.str.contains(r"::(fill_|zero_|normal_|uniform_|bernoulli_|random_)$")
     emb_rows = _numel(1) * _dim(0, -1)
     memory_bytes = (
-        pl.when(cls == "embedding").then(
+        pl.when(cls == "embedding")
+        .then(
             pl.when(name.str.contains("backward"))
             .then(2.0 * _nbytes(0) + _nbytes(1))
-            .otherwise(2.0 * emb_rows * _esize(0) + _nbytes(1)))
-        .when(cls == "cross_entropy").then(
+            .otherwise(2.0 * emb_rows * _esize(0) + _nbytes(1))
+        )
+        .when(cls == "cross_entropy")
+        .then(
             pl.when(name.str.contains("backward"))
             .then(_nbytes(1) + _nbytes(2))
-            .otherwise(_nbytes(1) + _numel(1) * _esize(0)))
-        .when(cls.is_in(["reduction"])).then(pl.col("in_bytes"))
-        .when(write_only).then(_nbytes(0))
-        .when(inplace).then(pl.col("in_bytes") + _nbytes(0))
-        .when(cls.is_in(["norm", "softmax"])).then(pl.col("in_bytes") + _nbytes(0))
-        .when(cls == "copy").then(
-            pl.when(name == "aten::copy_").then(pl.col("in_bytes"))
-            .otherwise(2.0 * pl.col("in_bytes")))
-        .when(cls == "elementwise").then(pl.col("in_bytes") + pl.col("max_bytes"))
+            .otherwise(_nbytes(1) + _numel(1) * _esize(0))
+        )
+        .when(cls.is_in(["reduction"]))
+        .then(pl.col("in_bytes"))
+        .when(write_only)
+        .then(_nbytes(0))
+        .when(inplace)
+        .then(pl.col("in_bytes") + _nbytes(0))
+        .when(cls.is_in(["norm", "softmax"]))
+        .then(pl.col("in_bytes") + _nbytes(0))
+        .when(cls == "copy")
+        .then(
+            pl.when(name == "aten::copy_")
+            .then(pl.col("in_bytes"))
+            .otherwise(2.0 * pl.col("in_bytes"))
+        )
+        .when(cls == "elementwise")
+        .then(pl.col("in_bytes") + pl.col("max_bytes"))
     )
     per_element = cls.replace_strict(FLOPS_PER_ELEMENT, default=None, return_dtype=pl.Float64)
     memory_flops = pl.when(cls == "embedding").then(0.0).otherwise(per_element * _numel(0))
@@ -250,18 +339,33 @@ def conv_output_spatial(signatures: pl.DataFrame) -> pl.DataFrame:
     forward's shapes (its grad_output is the forward's output), else the input's own spatial
     size (stride 1, same padding)."""
     dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
-    fwd = signatures.filter(pl.col("name").is_in(list(CONV_FWD)),
-                            pl.col("input_dims").is_not_null()).select(
-        "input_dims", _x=dims.list.get(0, null_on_oob=True),
-        _w=dims.list.get(1, null_on_oob=True)).unique("input_dims")
-    bwd = signatures.filter(pl.col("name").is_in(list(CONV_BWD)),
-                            pl.col("input_dims").is_not_null()).select(
-        _x=dims.list.get(1, null_on_oob=True), _w=dims.list.get(2, null_on_oob=True),
-        _gy=dims.list.get(0, null_on_oob=True)).unique(["_x", "_w"])
+    fwd = (
+        signatures.filter(pl.col("name").is_in(list(CONV_FWD)), pl.col("input_dims").is_not_null())
+        .select(
+            "input_dims",
+            _x=dims.list.get(0, null_on_oob=True),
+            _w=dims.list.get(1, null_on_oob=True),
+        )
+        .unique("input_dims")
+    )
+    bwd = (
+        signatures.filter(pl.col("name").is_in(list(CONV_BWD)), pl.col("input_dims").is_not_null())
+        .select(
+            _x=dims.list.get(1, null_on_oob=True),
+            _w=dims.list.get(2, null_on_oob=True),
+            _gy=dims.list.get(0, null_on_oob=True),
+        )
+        .unique(["_x", "_w"])
+    )
 
     def spatial(col: str) -> pl.Expr:
-        return pl.col(col).list.slice(2).list.eval(pl.element().cast(pl.Float64)).list.eval(
-            pl.element().product()).list.first()
+        return (
+            pl.col(col)
+            .list.slice(2)
+            .list.eval(pl.element().cast(pl.Float64))
+            .list.eval(pl.element().product())
+            .list.first()
+        )
 
     return fwd.join(bwd, on=["_x", "_w"], how="left").select(
         "input_dims",

@@ -41,8 +41,8 @@ from traceanalyzer.report._common import (
     step_rows,
     write_text_atomic,
 )
-from traceanalyzer.report.perf import roofline_section
 from traceanalyzer.report.charts import cat_class, esc
+from traceanalyzer.report.perf import roofline_section
 from traceanalyzer.report.timeline import timeline_data
 
 _ASSETS = Path(__file__).parent / "assets"

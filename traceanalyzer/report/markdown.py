@@ -8,7 +8,6 @@ from pathlib import PurePath
 from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
-from traceanalyzer.report.perf import perf_rows
 from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
@@ -20,6 +19,7 @@ from traceanalyzer.report._common import (
     step_rows,
     write_text_atomic,
 )
+from traceanalyzer.report.perf import perf_rows
 
 #: Findings listed in the summary; the HTML and JSON reports have them all.
 MAX_FINDINGS = 5

@@ -27,13 +27,19 @@ def perf_rows(result: AnalysisResult) -> list[tuple[str, str]]:
     m = metrics_of(result)
     if m["flops_per_step"] is None:
         return [("MFU", f"– ({m['mfu_reason']})")]
-    rows = [("Model FLOPs per step", f"{m['flops_per_step'] / 1e12:.2f} TFLOP"
-             + (" (--flops-per-step)" if m["flops_source"] == "--flops-per-step" else ""))]
+    rows = [
+        (
+            "Model FLOPs per step",
+            f"{m['flops_per_step'] / 1e12:.2f} TFLOP"
+            + (" (--flops-per-step)" if m["flops_source"] == "--flops-per-step" else ""),
+        )
+    ]
     if m["achieved_tflops"] is not None:
         rows.append(("Achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
     if m["mfu_pct"] is not None:
-        rows.append(("MFU", f"{m['mfu_pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s "
-                     f"({m['peak_name']})"))
+        rows.append(
+            ("MFU", f"{m['mfu_pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s ({m['peak_name']})")
+        )
     elif m["mfu_reason"]:
         rows.append(("MFU", f"– ({m['mfu_reason']})"))
     if m["tokens_per_s"] is not None:
@@ -54,18 +60,24 @@ def roofline_section(result: AnalysisResult) -> str:
     head = '<section id="roofline"><h2>Roofline</h2>'
     ops = op_roofline(result)
     if ops.is_empty():
-        return (head + '<p class="muted">No roofline: the trace records no operator shapes '
-                "(profile with torch.profiler and record_shapes=True).</p></section>")
+        return (
+            head + '<p class="muted">No roofline: the trace records no operator shapes '
+            "(profile with torch.profiler and record_shapes=True).</p></section>"
+        )
     bw, peak = roof.bandwidth_gbps, roof.compute_tflops("bf16")
     if not bw or not peak:
-        return (head + f'<p class="muted">No roofline: no peaks known for '
-                f'{esc(roof.device or "an unrecorded GPU")} (give --peak-tflops and '
-                "--peak-bandwidth).</p></section>")
+        return (
+            head + f'<p class="muted">No roofline: no peaks known for '
+            f"{esc(roof.device or 'an unrecorded GPU')} (give --peak-tflops and "
+            "--peak-bandwidth).</p></section>"
+        )
     src = roof.peak_label or ""
-    intro = (f'<p class="muted">{esc(roof.device or "GPU")}: {peak:g} TFLOP/s ({esc(src)}), '
-             f'{bw:g} GB/s; ridge at {roof.ridge("bf16"):.0f} FLOP/B. Each point is an operator '
-             "signature (name and shapes), sized by its GPU time; FP32 operators are judged "
-             "against the FP32 roof. Causal attention is counted in full.</p>")
+    intro = (
+        f'<p class="muted">{esc(roof.device or "GPU")}: {peak:g} TFLOP/s ({esc(src)}), '
+        f"{bw:g} GB/s; ridge at {roof.ridge('bf16'):.0f} FLOP/B. Each point is an operator "
+        "signature (name and shapes), sized by its GPU time; FP32 operators are judged "
+        "against the FP32 roof. Causal attention is counted in full.</p>"
+    )
     return head + intro + roofline_svg(ops, peak, bw) + _losers_table(ops) + "</section>"
 
 
@@ -82,49 +94,68 @@ def roofline_svg(ops: Any, peak_tflops: float, bandwidth_gbps: float) -> str:
         return RL + iw * (min(max(math.log10(i), x_lo), x_hi) - x_lo) / (x_hi - x_lo)
 
     def y_of(t: float) -> float:
-        return RT + ih * (1 - (min(max(math.log10(max(t, 1e-12)), y_lo), y_hi) - y_lo)
-                          / (y_hi - y_lo))
+        return RT + ih * (
+            1 - (min(max(math.log10(max(t, 1e-12)), y_lo), y_hi) - y_lo) / (y_hi - y_lo)
+        )
 
     ridge = peak_tflops * 1e3 / bandwidth_gbps
     out = []
     for e in range(int(x_lo), int(x_hi) + 1):
-        x = x_of(10.0 ** e)
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{RT}" y2="{RH - RB}"/>'
-                   f'<text class="tick" x="{x:.1f}" y="{RH - RB + 14}" text-anchor="middle">'
-                   f'{10.0 ** e:g}</text>')
+        x = x_of(10.0**e)
+        out.append(
+            f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{RT}" y2="{RH - RB}"/>'
+            f'<text class="tick" x="{x:.1f}" y="{RH - RB + 14}" text-anchor="middle">'
+            f"{10.0**e:g}</text>"
+        )
     for e in range(int(y_lo), int(y_hi) + 1):
-        y = y_of(10.0 ** e)
-        out.append(f'<line class="grid" x1="{RL}" x2="{RW - RR}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text class="tick" x="{RL - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                   f'{10.0 ** e:g}</text>')
-    x_start = 10.0 ** x_lo
-    roof_line = (f"{x_of(x_start):.1f},{y_of(x_start * bandwidth_gbps / 1e3):.1f} "
-                 f"{x_of(ridge):.1f},{y_of(peak_tflops):.1f} "
-                 f"{x_of(10.0 ** x_hi):.1f},{y_of(peak_tflops):.1f}")
-    out.append(f'<polyline class="roof" fill="none" stroke="currentColor" stroke-width="2" '
-               f'points="{roof_line}"/>')
-    out.append(f'<g class="ridge"><line x1="{x_of(ridge):.1f}" x2="{x_of(ridge):.1f}" '
-               f'y1="{y_of(peak_tflops):.1f}" y2="{RH - RB}" stroke="currentColor" '
-               f'stroke-dasharray="4 3"/><text class="tick" x="{x_of(ridge) + 4:.1f}" '
-               f'y="{y_of(peak_tflops) + 14:.1f}">ridge {ridge:.0f} FLOP/B</text>'
-               f'<title>ridge point: {ridge:.0f} FLOP/B</title></g>')
+        y = y_of(10.0**e)
+        out.append(
+            f'<line class="grid" x1="{RL}" x2="{RW - RR}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{RL - 6}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{10.0**e:g}</text>"
+        )
+    x_start = 10.0**x_lo
+    roof_line = (
+        f"{x_of(x_start):.1f},{y_of(x_start * bandwidth_gbps / 1e3):.1f} "
+        f"{x_of(ridge):.1f},{y_of(peak_tflops):.1f} "
+        f"{x_of(10.0**x_hi):.1f},{y_of(peak_tflops):.1f}"
+    )
+    out.append(
+        f'<polyline class="roof" fill="none" stroke="currentColor" stroke-width="2" '
+        f'points="{roof_line}"/>'
+    )
+    out.append(
+        f'<g class="ridge"><line x1="{x_of(ridge):.1f}" x2="{x_of(ridge):.1f}" '
+        f'y1="{y_of(peak_tflops):.1f}" y2="{RH - RB}" stroke="currentColor" '
+        f'stroke-dasharray="4 3"/><text class="tick" x="{x_of(ridge) + 4:.1f}" '
+        f'y="{y_of(peak_tflops) + 14:.1f}">ridge {ridge:.0f} FLOP/B</text>'
+        f"<title>ridge point: {ridge:.0f} FLOP/B</title></g>"
+    )
     biggest = max((finite(p["time_ns"]) or 0.0 for p in pts), default=1.0) or 1.0
     for p in pts:
         r = 3.0 + 14.0 * math.sqrt((finite(p["time_ns"]) or 0.0) / biggest)
-        cls = f'c-{p["op_class"]}' if p["op_class"] in ("gemm", "attention") else "c-other"
-        tip = (f'{p["name"]} {p["input_dims"]}: {fmt_ns(p["time_ns"])}, '
-               f'{_fmt(p["intensity"])} FLOP/B, {_fmt(p["achieved_tflops"])} TFLOP/s, '
-               f'{_fmt(p["achieved_gbps"], 0)} GB/s, {p["bound"]}-bound, '
-               f'{_fmt(p["roofline_pct"])}% of roofline')
-        out.append(f'<circle class="rl-point {cls}" cx="{x_of(p["intensity"]):.1f}" '
-                   f'cy="{y_of(finite(p["achieved_tflops"]) or 0.0):.1f}" r="{r:.1f}" '
-                   f'fill-opacity="0.6"><title>{esc(tip)}</title></circle>')
-    axes = (f'<text class="tick" x="{RL + iw / 2:.1f}" y="{RH - 4}" text-anchor="middle">'
-            'arithmetic intensity (FLOP/byte)</text>'
-            f'<text class="tick" x="12" y="{RT + ih / 2:.1f}" text-anchor="middle" '
-            f'transform="rotate(-90 12 {RT + ih / 2:.1f})">TFLOP/s</text>')
-    return (f'<svg class="chart roofline" viewBox="0 0 {RW} {RH}" role="img" '
-            f'aria-label="Roofline of the operators">{"".join(out)}{axes}</svg>')
+        cls = f"c-{p['op_class']}" if p["op_class"] in ("gemm", "attention") else "c-other"
+        tip = (
+            f"{p['name']} {p['input_dims']}: {fmt_ns(p['time_ns'])}, "
+            f"{_fmt(p['intensity'])} FLOP/B, {_fmt(p['achieved_tflops'])} TFLOP/s, "
+            f"{_fmt(p['achieved_gbps'], 0)} GB/s, {p['bound']}-bound, "
+            f"{_fmt(p['roofline_pct'])}% of roofline"
+        )
+        out.append(
+            f'<circle class="rl-point {cls}" cx="{x_of(p["intensity"]):.1f}" '
+            f'cy="{y_of(finite(p["achieved_tflops"]) or 0.0):.1f}" r="{r:.1f}" '
+            f'fill-opacity="0.6"><title>{esc(tip)}</title></circle>'
+        )
+    axes = (
+        f'<text class="tick" x="{RL + iw / 2:.1f}" y="{RH - 4}" text-anchor="middle">'
+        "arithmetic intensity (FLOP/byte)</text>"
+        f'<text class="tick" x="12" y="{RT + ih / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 12 {RT + ih / 2:.1f})">TFLOP/s</text>'
+    )
+    return (
+        f'<svg class="chart roofline" viewBox="0 0 {RW} {RH}" role="img" '
+        f'aria-label="Roofline of the operators">{"".join(out)}{axes}</svg>'
+    )
 
 
 def _losers_table(ops: Any) -> str:
@@ -133,15 +164,19 @@ def _losers_table(ops: Any) -> str:
         name = short_kernel_name(str(p["name"]), 60)
         rows.append(
             f'<tr><td title="{esc(p["name"])}"><code>{esc(name)}</code></td>'
-            f'<td><code>{esc(p["input_dims"] or "")}</code></td><td>{esc(p["precision"] or "–")}</td>'
+            f"<td><code>{esc(p['input_dims'] or '')}</code></td><td>{esc(p['precision'] or '–')}</td>"
             f'<td class="num">{esc(fmt_ns(p["time_ns"]))}</td>'
             f'<td class="num">{_fmt(p["intensity"])}</td>'
             f'<td class="num">{_fmt(p["achieved_tflops"])}</td>'
             f'<td class="num">{_fmt(p["achieved_gbps"], 0)}</td><td>{esc(p["bound"] or "–")}</td>'
             f'<td class="num">{_fmt(p["roofline_pct"])}%</td>'
-            f'<td class="num">{esc(fmt_ns(p["lost_ns"]))}</td></tr>')
-    return ('<h3>Operators losing the most time against their roofline</h3>'
-            '<table class="roofline-table"><thead><tr><th>operator</th><th>input shapes</th>'
-            '<th>dtype</th><th>time</th><th>FLOP/B</th><th>TFLOP/s</th><th>GB/s</th>'
-            '<th>bound</th><th>% of roofline</th><th>lost</th></tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table>")
+            f'<td class="num">{esc(fmt_ns(p["lost_ns"]))}</td></tr>'
+        )
+    return (
+        "<h3>Operators losing the most time against their roofline</h3>"
+        '<table class="roofline-table"><thead><tr><th>operator</th><th>input shapes</th>'
+        "<th>dtype</th><th>time</th><th>FLOP/B</th><th>TFLOP/s</th><th>GB/s</th>"
+        "<th>bound</th><th>% of roofline</th><th>lost</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
-from traceanalyzer.report.perf import perf_rows
 from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, rank_rows, step_rows
+from traceanalyzer.report.perf import perf_rows
 
 if TYPE_CHECKING:
     import polars as pl
