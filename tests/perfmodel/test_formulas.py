@@ -131,3 +131,16 @@ def test_flops_per_step_within_5pct_of_flopcountermode(program):
     assert total == pytest.approx(truth["total"], rel=0.05)
     for op, flops in truth["per_op"].items():
         assert by_op.get(op.replace("aten.", "aten::"), 0.0) == pytest.approx(flops, rel=0.05), op
+
+
+def test_untrusted_shapes_are_skipped_not_fatal():
+    out = costs(
+        ("aten::mm", "[[64, 128], [128", f"[{BF16}, {BF16}]"),
+        ("aten::mm", "[[1e99, 2], [2, 2]]", f"[{BF16}, {BF16}]"),
+        ("aten::convolution", "[[8, 3, 9", f"[{BF16}]"),
+        ("aten::add", "[[4, 4], [4, 4]]", f"[{BF16}]"),  # fewer types than shapes
+        ("aten::mm", "[[2, 2], [2, 2]]", '["c10::BFloat16", "x\\"]'),
+    )
+    assert len(out) == 5
+    assert all(r["flops"] is None for k, r in out.items() if k[0] != "aten::add")
+    assert out[("aten::add", "[[4, 4], [4, 4]]")]["bytes"] == 2 * 16 * 2

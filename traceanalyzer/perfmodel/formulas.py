@@ -108,6 +108,9 @@ FLOPS_PER_ELEMENT = {
 }
 
 SIGNATURE = ("name", "input_dims", "input_types")
+_INT = r"\s*-?[0-9]{1,18}\s*"
+_DIMS_TEXT = rf"^\[\s*(\[({_INT}(,{_INT})*)?\]\s*(,\s*\[({_INT}(,{_INT})*)?\]\s*)*)?\]$"
+_TYPES_TEXT = r'^\[\s*("[^"\\]*"\s*(,\s*"[^"\\]*"\s*)*)?\]$'
 
 
 def op_class(name: pl.Expr) -> pl.Expr:
@@ -138,10 +141,18 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
         & ~pl.col("input_dims").str.contains(r"\[\s*\[\s*\[")
         & pl.col("op_class").is_not_null()
     )
-    todo = sig.filter(decodable).with_columns(
+    # Text from the trace is untrusted: only lists of lists of (at most 18-digit) integers and
+    # lists of plain strings are decoded, so a malformed value cannot fail the whole column.
+    well_formed = pl.col("input_dims").str.contains(_DIMS_TEXT) & pl.col(
+        "input_types"
+    ).str.contains(_TYPES_TEXT)
+    todo = sig.filter(decodable & well_formed).with_columns(
         dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))),
         types=pl.col("input_types").str.json_decode(pl.List(pl.String)),
     )
+    # As many types as shapes (a trace may disagree with itself): the shorter list decides.
+    n = pl.min_horizontal(pl.col("dims").list.len(), pl.col("types").list.len())
+    todo = todo.with_columns(dims=pl.col("dims").list.head(n), types=pl.col("types").list.head(n))
     if todo.is_empty():
         return _empty(sig)
     per_input = (
@@ -340,7 +351,9 @@ def conv_output_spatial(signatures: pl.DataFrame) -> pl.DataFrame:
     size (stride 1, same padding)."""
     dims = pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
     fwd = (
-        signatures.filter(pl.col("name").is_in(list(CONV_FWD)), pl.col("input_dims").is_not_null())
+        signatures.filter(
+            pl.col("name").is_in(list(CONV_FWD)), pl.col("input_dims").str.contains(_DIMS_TEXT)
+        )
         .select(
             "input_dims",
             _x=dims.list.get(0, null_on_oob=True),
@@ -349,7 +362,9 @@ def conv_output_spatial(signatures: pl.DataFrame) -> pl.DataFrame:
         .unique("input_dims")
     )
     bwd = (
-        signatures.filter(pl.col("name").is_in(list(CONV_BWD)), pl.col("input_dims").is_not_null())
+        signatures.filter(
+            pl.col("name").is_in(list(CONV_BWD)), pl.col("input_dims").str.contains(_DIMS_TEXT)
+        )
         .select(
             _x=dims.list.get(1, null_on_oob=True),
             _w=dims.list.get(2, null_on_oob=True),
