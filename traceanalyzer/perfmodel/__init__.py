@@ -71,7 +71,7 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
             bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
         )
         .select(list(PERF_SCHEMA))
-        .cast(PERF_SCHEMA)
+        .cast(PERF_SCHEMA)  # type: ignore[arg-type]  # Polars: a dict of dtypes is accepted
         .sort("dur_ns", "name", descending=[True, False])
     )
     has_shapes = not cpu.is_empty() and cpu["input_dims"].null_count() < cpu.height
