@@ -265,3 +265,27 @@ def test_detectors_catch_script_requests_and_errors(browser, tmp_path):
     found = problems(browser, page)
     assert any(p.startswith("request: http://127.0.0.1:9/") for p in found)
     assert any("console.error" in p for p in found)
+
+
+def test_roofline_renders(browser, tmp_path):
+    """The roofline of a real H200 recording: the chart with its ridge and points, the table."""
+    path = REPO / "sample_traces" / "programs" / "torch" / "gpt_bf16_torch.json.gz"
+    if not path.is_file():
+        pytest.skip("the program recordings are not in this checkout")
+    import traceanalyzer
+    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.window import choose_window, parse_window
+
+    trace = choose_window(traceanalyzer.load(path, use_cache=False), parse_window("steps"))
+    result = analyze_trace(trace, rules=False)
+    report = tmp_path / "roofline.html"
+    write_html(result, report, trace)
+    browser.open(report)
+    assert problems(browser, report) == []
+    assert browser.evaluate("document.querySelectorAll('svg.roofline circle.rl-point').length") > 10
+    assert "ridge" in browser.evaluate("document.querySelector('svg.roofline g.ridge').textContent")
+    assert browser.evaluate("document.querySelectorAll('table.roofline-table tbody tr').length") > 5
+    assert browser.evaluate("document.querySelector('svg.roofline').getBoundingClientRect().width") > 300
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.evaluate("document.getElementById('roofline').scrollIntoView()")
+    browser.screenshot(ARTIFACTS / "report_roofline.png", full_page=False)

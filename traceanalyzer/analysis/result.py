@@ -115,6 +115,13 @@ class AnalysisResult:
     memory: pl.DataFrame | None = None
     memory_holders: pl.DataFrame | None = None
     memory_timeline: pl.DataFrame | None = None
+    #: The performance model (traceanalyzer.perfmodel): per (operator signature, kernel name)
+    #: the kernels' time, FLOPs and bytes; and its summary (flops_per_step, flops_by_op,
+    #: flops_source, reason). ``perf_options`` (peaks, tokens, FLOPs the user gives) is set by
+    #: the caller after the analysis and is not cached.
+    perf: pl.DataFrame | None = None
+    perf_summary: dict[str, Any] | None = None
+    perf_options: Any = None
 
     @property
     def window(self) -> Window | None:

@@ -37,7 +37,14 @@ def metric_columns() -> dict[str, pl.DataType]:
     Float64."""
     props = JSON_SCHEMA["properties"]["metrics"]["properties"]
     kinds = {"integer": pl.Int64(), "string": pl.String()}
-    return {name: kinds.get(str(spec.get("type")), pl.Float64()) for name, spec in props.items()}
+
+    def kind(spec: dict[str, Any]) -> str:  # ["string", "null"] is text that may be missing
+        types = spec.get("type")
+        if isinstance(types, list):
+            types = next((t for t in types if t != "null"), None)
+        return str(types)
+
+    return {name: kinds.get(kind(spec), pl.Float64()) for name, spec in props.items()}
 
 
 def finding_column(slug: str) -> str:

@@ -44,6 +44,7 @@ from traceanalyzer.report._common import (
     write_text_atomic,
 )
 from traceanalyzer.report.charts import cat_class, esc
+from traceanalyzer.report.perf import roofline_section
 from traceanalyzer.report.timeline import timeline_data
 
 _ASSETS = Path(__file__).parent / "assets"
@@ -84,6 +85,7 @@ def render_html(result: AnalysisResult, trace: Trace | None = None, *,
         _timeline(tl),
         _charts(result),
         _memory(result),
+        roofline_section(result),
         _tables(result),
         _rules(result),
         _warnings(result),
@@ -181,9 +183,23 @@ def _id_ranges(ids: list[int]) -> str:
 
 def _nav() -> str:
     links = [("headline", "Headline"), ("findings", "Findings"), ("timeline", "Timeline"),
-             ("charts", "Charts"), ("memory", "Memory"), ("kernels", "Kernels"), ("operators", "Operators"),
+             ("charts", "Charts"), ("memory", "Memory"), ("roofline", "Roofline"),
+             ("kernels", "Kernels"), ("operators", "Operators"),
              ("rules", "Rules"), ("warnings", "Warnings")]
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
+
+
+def _mfu_card(result: AnalysisResult) -> str:
+    """MFU, with the achieved TFLOP/s and the peak it is against (docs/perf-model.md)."""
+    from traceanalyzer.perfmodel import metrics_of
+
+    m = metrics_of(result)
+    if m["mfu_pct"] is None:
+        return _card("MFU", "–", m["mfu_reason"] or "")
+    sub = f"{m['achieved_tflops']:.0f} TFLOP/s of {m['peak_tflops']:g} ({m['peak_name']})"
+    if m["tokens_per_s"] is not None:
+        sub += f" · {m['tokens_per_s']:,.0f} tokens/s"
+    return _card("MFU", fmt_pct(m["mfu_pct"]), sub)
 
 
 def _card(label: str, value: str, sub: str = "") -> str:
@@ -219,6 +235,7 @@ def _headline(result: AnalysisResult) -> str:
         _card("Launch overhead", fmt_pct(m.launch_overhead_pct),
               f"launch→start p50 {fmt_ns(m.launch_delay_p50_ns)} · p95 "
               f"{fmt_ns(m.launch_delay_p95_ns)}"),
+        _mfu_card(result),
     ]
     return f'<section id="headline"><h2>Headline</h2><div class="cards">{"".join(cards)}</div></section>'
 

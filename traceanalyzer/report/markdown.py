@@ -20,6 +20,7 @@ from traceanalyzer.report._common import (
     step_rows,
     write_text_atomic,
 )
+from traceanalyzer.report.perf import perf_rows
 
 #: Findings listed in the summary; the HTML and JSON reports have them all.
 MAX_FINDINGS = 5
@@ -68,6 +69,7 @@ def render_markdown(result: AnalysisResult) -> str:
                      m.memory_ns))),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
+        *[(label, md_escape(value)) for label, value in perf_rows(result)],
     ]
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]

@@ -18,6 +18,7 @@ from traceanalyzer.report._common import (
     rank_rows,
     step_rows,
 )
+from traceanalyzer.report.perf import perf_rows
 
 if TYPE_CHECKING:
     import polars as pl
@@ -148,6 +149,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
              f"{fmt_ns(m.step_time_p95_ns)}", ""],
             ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
         ]
+    rows += [[label, value, ""] for label, value in perf_rows(result)]
     if m.launch_delay_mean_ns is not None:
         rows.append(["launch delay mean/p95",
                      f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])
