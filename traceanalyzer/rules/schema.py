@@ -329,7 +329,7 @@ def _parse_parameters(raw: Any, where: _Where) -> dict[str, Parameter]:
         if isinstance(default, float) and not math.isfinite(default):
             raise RuleError(f"{w}: default must be finite")
         unit = spec["unit"]
-        if unit not in UNITS:
+        if not isinstance(unit, str) or unit not in UNITS:  # a list or mapping is unhashable
             raise RuleError(f"{w}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if not name.endswith("_" + unit):
             raise RuleError(f"{w}: the name must end with its unit, '_{unit}'")
