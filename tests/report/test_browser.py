@@ -152,6 +152,33 @@ def test_injection_runs_no_script(browser, tmp_path):
     browser.screenshot(ARTIFACTS / "report_injection.png")
 
 
+#: Names whose characters a page must show as text (issue 30, class 6): bidi overrides and
+#: isolates, a C1 CSI, an OSC title sequence, script closers and JavaScript line separators.
+BIDI_C1_NAMES = ["k_\u202eexe.txt", "k_\u2066iso\u2069", "k_\x9b31m", "k_\x1b]0;t\x07",
+                 "k_</script><!--", "k_\u2028\u2029"]
+
+
+def test_bidi_and_c1_names_show_as_text(browser, tmp_path):
+    trace = make_trace(kernel_names=BIDI_C1_NAMES)
+    report = tmp_path / "bidi.html"
+    write_html(make_result(trace), report, trace)
+    raw = report.read_text(encoding="utf-8")
+    assert not any(c in raw for c in "\u202e\u2066\u2069\x9b\x1b\x07")
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    text = browser.evaluate("document.body.innerText")
+    for shown in ("k_\\u202eexe.txt", "k_\\u2066iso\\u2069", "k_\\x9b31m",
+                  "k_\\x1b]0;t\\x07", "k_</script><!--"):
+        assert shown in text, shown
+    assert not any(c in text for c in "\u202e\u2066\u2069\x9b\x1b\x07")
+    # The timeline's names (from the embedded JSON) read the same once parsed by the page.
+    names = browser.evaluate("JSON.parse(document.getElementById('ta-data').textContent).names")
+    assert "k_\\u202eexe.txt" in names and "k_</script><!--" in names
+    assert "k_\u2028\u2029" in names  # line separators kept: harmless as text
+    assert browser.evaluate("document.scripts.length") == 2
+
+
 def test_report_without_trace_has_no_timeline(browser, tmp_path):
     report = tmp_path / "notrace.html"
     write_html(make_result(), report)

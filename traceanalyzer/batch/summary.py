@@ -109,8 +109,8 @@ def write_summary(frame: pl.DataFrame, out_dir: str | os.PathLike[str]) -> tuple
 
 def _no_formulas(frame: pl.DataFrame) -> pl.DataFrame:
     """Text cells starting with ``= + - @``, tab or CR get a leading ``'`` (the OWASP rule against
-    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text."""
-    text = [n for n, t in frame.schema.items() if t == pl.String]
-    return frame.with_columns(
-        pl.when(pl.col(n).str.contains(r"^[=+\-@\t\r]")).then("'" + pl.col(n))
-        .otherwise(pl.col(n)).alias(n) for n in text)
+    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text; control
+    and bidi characters become visible escapes (``report/textsafe.py`` ``csv_safe``)."""
+    from traceanalyzer.report.textsafe import csv_safe
+
+    return csv_safe(frame)

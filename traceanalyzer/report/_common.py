@@ -56,7 +56,9 @@ def _umask() -> int:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    data = text.encode("utf-8")
+    # A lone surrogate (from a file name, say) that a writer let through becomes "?", not an
+    # encoding error: the writers escape them (textsafe), this is the last line of defence.
+    data = text.encode("utf-8", "replace")
     atomic_write(path, lambda fh: fh.write(data))
 
 
@@ -131,8 +133,11 @@ def safe_url(url: str) -> str | None:
 
 
 def terminal_safe(text: Any) -> str:
-    """Untrusted text for one terminal cell: no escape sequences, no newlines."""
-    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    """Untrusted text for one terminal cell: no escape sequences, no newlines (visible escapes
+    instead; :func:`traceanalyzer.report.textsafe.visible`)."""
+    from traceanalyzer.report.textsafe import visible
+
+    return visible(text)
 
 
 _NOISE_PREFIXES = ("void ", "at::native::", "(anonymous namespace)::", "at::", "c10::",

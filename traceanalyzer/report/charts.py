@@ -11,6 +11,7 @@ import polars as pl
 
 from traceanalyzer.model import CATEGORIES
 from traceanalyzer.report._common import finite, fmt_bytes, fmt_ns, fmt_pct, short_kernel_name
+from traceanalyzer.report.textsafe import visible
 
 MAX_UTIL_POINTS = 600
 MAX_STEP_BARS = 200
@@ -21,10 +22,9 @@ PAD_L, PAD_R, PAD_T, PAD_B = 64, 12, 10, 26
 
 
 def esc(text: Any) -> str:
-    s = str(text)
-    if not s.isprintable():  # terminal escapes (ESC, BEL, CR) would act if the file is cat'ed
-        s = "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in s)
-    return html.escape(s, quote=True)
+    # Terminal escapes (ESC, BEL, CR) would act if the file is cat'ed, bidi overrides would
+    # reorder the page's text: shown as visible escapes (\x1b, \u202e) instead.
+    return html.escape(visible(text, keep_newlines=True), quote=True)
 
 
 def cat_class(category: Any) -> str:

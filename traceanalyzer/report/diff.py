@@ -36,6 +36,7 @@ from traceanalyzer.report._common import (
 from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, meta_dict
 from traceanalyzer.report.markdown import md_escape
 from traceanalyzer.report.terminal import table
+from traceanalyzer.report.textsafe import visible
 
 TOP_KERNELS = 25
 
@@ -332,7 +333,7 @@ def render_terminal(diff: DiffResult, top: int = 10) -> str:
         lines.append(f"{title} findings ({len(items)}):")
         for d in items:
             lines.append(f"  [{d.severity}] {terminal_safe(d.slug)}: {_fdelta(d)}")
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
 
 
 # -- JSON ---------------------------------------------------------------------------------------
@@ -366,8 +367,10 @@ def to_json_dict(diff: DiffResult) -> dict[str, Any]:
 
 
 def write_json(diff: DiffResult, path: str | os.PathLike[str]) -> None:
-    write_text_atomic(path, json.dumps(to_json_dict(diff), indent=2, ensure_ascii=False,
-                                       allow_nan=False) + "\n")
+    from traceanalyzer.report.textsafe import json_text_safe
+
+    write_text_atomic(path, json_text_safe(json.dumps(to_json_dict(diff), indent=2,
+                                                      ensure_ascii=False, allow_nan=False)) + "\n")
 
 
 # -- Markdown -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -63,9 +64,35 @@ MAX_WARNINGS = 50
 RULES_DOC = "docs/rules.md"
 
 
+# In the JSON text of the embedded data: an escaped backslash (kept), a C0 control as JSON
+# escapes it (\u001b, \r, \b, \f), or a character JSON leaves raw that a page should not act
+# on (DEL, C1, bidi controls, lone surrogates). U+2028/2029 are kept, as JSON escapes.
+_SCRIPT_JSON_TOKEN = re.compile(
+    r"(\\\\)|\\u00([01][0-9a-fA-F])|\\([rbf])"
+    "|([\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff])"
+)
+_SHORT_ESCAPES = {"r": "0d", "b": "08", "f": "0c"}
+
+
+def _visible_in_json(m: re.Match[str]) -> str:
+    if m.group(1):
+        return m.group(1)
+    if m.group(2):
+        return "\\\\x" + m.group(2).lower()
+    if m.group(3):
+        return "\\\\x" + _SHORT_ESCAPES[m.group(3)]
+    code = ord(m.group(4))
+    return f"\\\\x{code:02x}" if code < 0x100 else f"\\\\u{code:04x}"
+
+
 def json_for_script(obj: Any) -> str:
-    """JSON that is safe inside ``<script type="application/json">``: nothing can close it."""
+    """JSON that is safe inside ``<script type="application/json">``: nothing can close it
+    (``<``, ``>``, ``&`` as ``\\u003c`` ..., so no ``</script`` or ``<!--``), and the strings it
+    parses to show control characters, bidi controls and lone surrogates as visible escapes
+    (``\\x1b``, ``\\u202e``), as the page's markup does (:func:`esc`). Tabs, newlines and
+    U+2028/2029 are kept (the last two as ``\\u2028`` escapes: old JavaScript ends a line there)."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = _SCRIPT_JSON_TOKEN.sub(_visible_in_json, text)
     return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 

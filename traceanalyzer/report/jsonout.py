@@ -192,7 +192,11 @@ def memory_dict(result: AnalysisResult) -> dict[str, Any]:
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The report's JSON text: valid for any name (lone surrogates become U+FFFD) and safe to
+    ``cat`` (C1 and bidi controls as ``\\u`` escapes; :func:`.textsafe.json_text_safe`)."""
+    from traceanalyzer.report.textsafe import json_text_safe
+
+    return json_text_safe(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)) + "\n"
 
 
 def render_json(result: AnalysisResult) -> str:
