@@ -14,10 +14,8 @@ from typing import Any, Final
 
 import polars as pl
 
-from traceanalyzer.model import Device, Trace, TraceMeta
+from traceanalyzer.model import TIME_LIMIT_NS, Device, Trace, TraceMeta
 
-#: Records whose start or end lies beyond this distance from the clock's zero are dropped.
-TIME_LIMIT_NS: Final = 1 << 62
 #: The same limit on a Kineto timestamp's whole microseconds (so that start_ns stays within it).
 TIME_LIMIT_US: Final = TIME_LIMIT_NS // 1000 - 1
 #: A trace whose events span more than this is most likely wrong (µs mixed with ns, a clock
@@ -74,16 +72,18 @@ def check_trace(trace: Trace) -> Trace:
     dropped = 0
     for name, frame in trace.frames().items():
         cols = ("ts_ns",) if name == "counters" else ("start_ns", "end_ns")
-        ok = pl.all_horizontal([pl.col(c).is_not_null() & (pl.col(c).abs() < TIME_LIMIT_NS)
-                                for c in cols])
+        ok = pl.all_horizontal(
+            [pl.col(c).is_not_null() & (pl.col(c).abs() < TIME_LIMIT_NS) for c in cols]
+        )
         bad = frame.select((~ok).sum()).item() if frame.height else 0
         if bad:
             frame = frame.filter(ok)
             dropped += bad
         frames[name] = frame
     if dropped:
-        meta.warnings.append(f"dropped {dropped} records whose start or end time is missing or "
-                             "beyond ±2^62 ns")
+        meta.warnings.append(
+            f"dropped {dropped} records whose start or end time is missing or beyond ±2^62 ns"
+        )
     clean_meta(meta)
     out = Trace(meta=meta, **frames)
     _check_span(out)
@@ -105,7 +105,8 @@ def _check_span(trace: Trace) -> None:
     trace.meta.warnings.append(
         f"the events span {_duration(last - first)}, implausible for one trace (µs mixed with ns, "
         f"or a clock jump?); the largest gap, {_duration(gap)}, separates {at:,} events from "
-        f"{starts.len() - at:,}; all of it was analyzed: --time-window START:END selects one side")
+        f"{starts.len() - at:,}; all of it was analyzed: --time-window START:END selects one side"
+    )
 
 
 def _duration(ns: int) -> str:
@@ -162,15 +163,21 @@ def clean_meta(meta: TraceMeta) -> None:
         dev_id = small_int(dev.id)
         if dev_id is None:
             continue
-        devices.append(Device(
-            id=dev_id, name=_text_or_none(dev.name),
-            sm_count=small_int(dev.sm_count, 0),
-            memory_bytes=small_int(dev.memory_bytes, 0, TIME_LIMIT_NS),
-            compute_capability=_text_or_none(dev.compute_capability),
-            vendor=_text_or_none(dev.vendor)))
+        devices.append(
+            Device(
+                id=dev_id,
+                name=_text_or_none(dev.name),
+                sm_count=small_int(dev.sm_count, 0),
+                memory_bytes=small_int(dev.memory_bytes, 0, TIME_LIMIT_NS),
+                compute_capability=_text_or_none(dev.compute_capability),
+                vendor=_text_or_none(dev.vendor),
+            )
+        )
     if len(devices) < len(meta.devices):
-        meta.warnings.append(f"ignored {len(meta.devices) - len(devices)} devices whose id is not "
-                             "a number within int32")
+        meta.warnings.append(
+            f"ignored {len(meta.devices) - len(devices)} devices whose id is not "
+            "a number within int32"
+        )
     meta.devices = devices
     meta.profiler = _text_or_none(meta.profiler)
     rank, world = small_int(meta.rank, 0), small_int(meta.world_size, 1)
