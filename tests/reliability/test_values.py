@@ -95,46 +95,96 @@ def _export(tmp: Path, *sql: str, params: tuple = (), loose: bool = False) -> Pa
     return path
 
 
-TGI = ("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER, "
-       "totalMemory INTEGER, computeMajor INTEGER, computeMinor INTEGER)")
-ENV = ("CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, "
-       "nameEnum INTEGER, value TEXT)")
+TGI = (
+    "CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER, "
+    "totalMemory INTEGER, computeMajor INTEGER, computeMinor INTEGER)"
+)
+ENV = (
+    "CREATE TABLE TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, devStateName TEXT, name TEXT, "
+    "nameEnum INTEGER, value TEXT)"
+)
 ENV_ROW = "INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, 'x', 'DeviceEnvironment', 0, ?)"
 SESSION = "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT)"
 
 # name -> (make(tmp), warning or None, kernels left)
 NSYS_CASES: dict[str, tuple[Callable[[Path], Path], str | None, int]] = {
-    "null_kernel_start": (lambda t: _export(t, f"UPDATE {KERNEL} SET start = NULL WHERE rowid = 1",
-                                            loose=True), DROPPED, 1),
-    "null_kernel_end": (lambda t: _export(t, f"UPDATE {KERNEL} SET end = NULL WHERE rowid = 1",
-                                          loose=True), DROPPED, 1),
-    "time_near_int64_max": (lambda t: _export(
-        t, f"UPDATE {KERNEL} SET start = 9223372036854775000, end = 9223372036854775807 "
-           "WHERE rowid = 1"), DROPPED, 1),
-    "time_near_int64_min": (lambda t: _export(
-        t, f"UPDATE {KERNEL} SET start = -9223372036854775000 WHERE rowid = 1"), DROPPED, 1),
-    "duplicate_string_ids": (lambda t: _export(
-        t, "CREATE TABLE s2 AS SELECT * FROM StringIds",
-        "INSERT INTO s2 SELECT id, value || '_dup' FROM StringIds", "DROP TABLE StringIds",
-        "ALTER TABLE s2 RENAME TO StringIds"), "duplicate or null ids", 2),
-    "device_id_beyond_int32": (lambda t: _export(
-        t, f"UPDATE {KERNEL} SET deviceId = 4294967296, gridX = 9999999999 WHERE rowid = 1"),
-        None, 2),
-    "text_in_target_info_gpu": (lambda t: _export(
-        t, TGI, "INSERT INTO TARGET_INFO_GPU VALUES ('zero', 'H200', 'many', 'lots', 'nine', 'x')"),
-        None, 2),
-    "numbers_beyond_range_in_target_info_gpu": (lambda t: _export(
-        t, TGI, "INSERT INTO TARGET_INFO_GPU VALUES (0, x'ff00', 1e300, -5, 99999999999, 0)"),
-        None, 2),
-    "utc_epoch_yesterday": (lambda t: _export(
-        t, SESSION, "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES ('yesterday', 'x')"),
-        None, 2),
-    "rank_of_5000_digits": (lambda t: _export(t, ENV, ENV_ROW,
-                                              params=("RANK=" + "1" * 5000 + ";WORLD_SIZE=" +
-                                                      "9" * 5001,)), None, 2),
-    "rank_beyond_int32": (lambda t: _export(t, ENV, ENV_ROW,
-                                            params=("RANK=3000000000;WORLD_SIZE=4000000000",)),
-                          None, 2),
+    "null_kernel_start": (
+        lambda t: _export(t, f"UPDATE {KERNEL} SET start = NULL WHERE rowid = 1", loose=True),
+        DROPPED,
+        1,
+    ),
+    "null_kernel_end": (
+        lambda t: _export(t, f"UPDATE {KERNEL} SET end = NULL WHERE rowid = 1", loose=True),
+        DROPPED,
+        1,
+    ),
+    "time_near_int64_max": (
+        lambda t: _export(
+            t,
+            f"UPDATE {KERNEL} SET start = 9223372036854775000, end = 9223372036854775807 "
+            "WHERE rowid = 1",
+        ),
+        DROPPED,
+        1,
+    ),
+    "time_near_int64_min": (
+        lambda t: _export(t, f"UPDATE {KERNEL} SET start = -9223372036854775000 WHERE rowid = 1"),
+        DROPPED,
+        1,
+    ),
+    "duplicate_string_ids": (
+        lambda t: _export(
+            t,
+            "CREATE TABLE s2 AS SELECT * FROM StringIds",
+            "INSERT INTO s2 SELECT id, value || '_dup' FROM StringIds",
+            "DROP TABLE StringIds",
+            "ALTER TABLE s2 RENAME TO StringIds",
+        ),
+        "duplicate or null ids",
+        2,
+    ),
+    "device_id_beyond_int32": (
+        lambda t: _export(
+            t, f"UPDATE {KERNEL} SET deviceId = 4294967296, gridX = 9999999999 WHERE rowid = 1"
+        ),
+        None,
+        2,
+    ),
+    "text_in_target_info_gpu": (
+        lambda t: _export(
+            t,
+            TGI,
+            "INSERT INTO TARGET_INFO_GPU VALUES ('zero', 'H200', 'many', 'lots', 'nine', 'x')",
+        ),
+        None,
+        2,
+    ),
+    "numbers_beyond_range_in_target_info_gpu": (
+        lambda t: _export(
+            t, TGI, "INSERT INTO TARGET_INFO_GPU VALUES (0, x'ff00', 1e300, -5, 99999999999, 0)"
+        ),
+        None,
+        2,
+    ),
+    "utc_epoch_yesterday": (
+        lambda t: _export(
+            t, SESSION, "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES ('yesterday', 'x')"
+        ),
+        None,
+        2,
+    ),
+    "rank_of_5000_digits": (
+        lambda t: _export(
+            t, ENV, ENV_ROW, params=("RANK=" + "1" * 5000 + ";WORLD_SIZE=" + "9" * 5001,)
+        ),
+        None,
+        2,
+    ),
+    "rank_beyond_int32": (
+        lambda t: _export(t, ENV, ENV_ROW, params=("RANK=3000000000;WORLD_SIZE=4000000000",)),
+        None,
+        2,
+    ),
 }
 
 
@@ -163,14 +213,19 @@ def test_nsys_null_times_then_annotate(tmp_path: Path) -> None:
 
 def test_nsys_kernel_table_that_is_a_recursive_view(tmp_path: Path) -> None:
     """A view never ends (4.75 GB and growing): refused before any row is read."""
-    cols = ("start, end, deviceId, contextId, streamId, correlationId, globalPid, demangledName, "
-            "shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "
-            "staticSharedMemory, dynamicSharedMemory")
-    path = _export(tmp_path, f"DROP TABLE {KERNEL}",
-                   f"CREATE VIEW {KERNEL} AS WITH RECURSIVE r({cols}) AS (SELECT 1, 2, 0, 1, 7, "
-                   "1, 0, 1000, 1000, 1, 1, 1, 1, 1, 1, 1, 0, 0 UNION ALL SELECT start + 1, "
-                   "end + 1, 0, 1, 7, 1, 0, 1000, 1000, 1, 1, 1, 1, 1, 1, 1, 0, 0 FROM r) "
-                   "SELECT * FROM r")
+    cols = (
+        "start, end, deviceId, contextId, streamId, correlationId, globalPid, demangledName, "
+        "shortName, registersPerThread, gridX, gridY, gridZ, blockX, blockY, blockZ, "
+        "staticSharedMemory, dynamicSharedMemory"
+    )
+    path = _export(
+        tmp_path,
+        f"DROP TABLE {KERNEL}",
+        f"CREATE VIEW {KERNEL} AS WITH RECURSIVE r({cols}) AS (SELECT 1, 2, 0, 1, 7, "
+        "1, 0, 1000, 1000, 1, 1, 1, 1, 1, 1, 1, 0, 0 UNION ALL SELECT start + 1, "
+        "end + 1, 0, 1, 7, 1, 0, 1000, 1000, 1, 1, 1, 1, 1, 1, 1, 0, 0 FROM r) "
+        "SELECT * FROM r",
+    )
     assert_rejected(run_cli(path, tmp_path / "out"), path, "is a view")
 
 
@@ -180,12 +235,22 @@ def test_nsys_kernel_table_that_is_a_recursive_view(tmp_path: Path) -> None:
 NINES = "9" * 400
 
 
-@pytest.mark.parametrize("option", [
-    ["--top", str(10**30)], ["--top", "-5"], ["--time-window", f"0:{NINES}"],
-    ["--time-window", f"0:{NINES}s"], ["--steps", NINES], ["--steps", f"1-{NINES}"],
-    ["--steps", "99999999999999999999"], ["--ranks", NINES], ["--ranks", "3000000000"],
-    ["--ranks", "9" * 5000],
-], ids=lambda o: f"{o[0]}={o[1][:12]}")
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--top", str(10**30)],
+        ["--top", "-5"],
+        ["--time-window", f"0:{NINES}"],
+        ["--time-window", f"0:{NINES}s"],
+        ["--steps", NINES],
+        ["--steps", f"1-{NINES}"],
+        ["--steps", "99999999999999999999"],
+        ["--ranks", NINES],
+        ["--ranks", "3000000000"],
+        ["--ranks", "9" * 5000],
+    ],
+    ids=lambda o: f"{o[0]}={o[1][:12]}",
+)
 def test_hostile_option_values(option: list[str], tmp_path: Path) -> None:
     trace = write_json(tmp_path / "t.json", GOOD)
     out = run_cli(trace, tmp_path / "out", *option)
@@ -198,8 +263,11 @@ def test_hostile_option_values(option: list[str], tmp_path: Path) -> None:
 @pytest.mark.parametrize("where", ["missing_folder", "long_name"])
 def test_annotate_path_that_cannot_be(where: str, tmp_path: Path) -> None:
     trace = write_json(tmp_path / "t.json", GOOD)
-    target = (tmp_path / "no" / "such" / "a.json" if where == "missing_folder"
-              else tmp_path / ("a" * 250 + ".json"))
+    target = (
+        tmp_path / "no" / "such" / "a.json"
+        if where == "missing_folder"
+        else tmp_path / ("a" * 250 + ".json")
+    )
     out = run_cli(trace, tmp_path / "out", "--annotate", str(target))
     assert out.code == 2, (out.code, out.stderr)
     (line,) = out.stderr.strip().splitlines()
@@ -211,9 +279,20 @@ def test_annotate_path_that_cannot_be(where: str, tmp_path: Path) -> None:
 # The ingest cache
 
 
-@pytest.mark.parametrize("meta", ["[]", '{"devices": 5}', '{"path": 1}', "null", '"x"',
-                                  '{"devices": [{"nope": 1}]}', "{", '{"warnings": 3}',
-                                  '{"devices": [{"id": "G\\ud800"}], "extra": []}'])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        "[]",
+        '{"devices": 5}',
+        '{"path": 1}',
+        "null",
+        '"x"',
+        '{"devices": [{"nope": 1}]}',
+        "{",
+        '{"warnings": 3}',
+        '{"devices": [{"id": "G\\ud800"}], "extra": []}',
+    ],
+)
 def test_a_damaged_cached_meta_json_is_rebuilt(meta: str, tmp_path: Path) -> None:
     """A meta.json that parses as something else was fatal on every later run."""
     from traceanalyzer.ingest.cache import cached_read
@@ -236,11 +315,22 @@ def test_a_damaged_cached_meta_json_through_the_cli(tmp_path: Path) -> None:
     def analyze() -> subprocess.CompletedProcess:
         for results in cache.glob("results"):  # the result cache would answer first
             shutil.rmtree(results)
-        return subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(trace),
-                               "--json", str(tmp_path / "r.json")], capture_output=True,
-                              text=True, timeout=300, cwd=REPO,
-                              env={**os.environ, "TRACEANALYZER_DEBUG": "",
-                                   "TRACEANALYZER_CACHE_DIR": str(cache)})
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "traceanalyzer",
+                "analyze",
+                str(trace),
+                "--json",
+                str(tmp_path / "r.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            env={**os.environ, "TRACEANALYZER_DEBUG": "", "TRACEANALYZER_CACHE_DIR": str(cache)},
+        )
 
     assert analyze().returncode == 0
     (entry,) = cache.glob("*/meta.json")

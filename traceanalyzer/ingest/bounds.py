@@ -42,8 +42,9 @@ def small_int(value: object, lo: int = INT32_MIN, hi: int = INT32_MAX) -> int | 
             return None
         value = int(value)
     elif isinstance(value, (str, bytes)):
-        text = value.strip()
-        if not 0 < len(text.lstrip(b"+-" if isinstance(text, bytes) else "+-")) <= MAX_DIGITS:
+        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+        text = text.strip()
+        if not 0 < len(text.lstrip("+-")) <= MAX_DIGITS:
             return None
         try:
             value = int(text)
