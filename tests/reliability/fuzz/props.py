@@ -235,7 +235,10 @@ def nsys_db(draw: Any, path: Path) -> Path:
     if hostile:
         con = sqlite3.connect(path)
         for name in hostile:
-            _hostile_nsys(con, name, draw)
+            try:
+                _hostile_nsys(con, name, draw)
+            except sqlite3.IntegrityError:  # NULL drawn for a NOT NULL column
+                pass
         con.commit()
         con.close()
     if wild:
