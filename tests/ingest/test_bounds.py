@@ -83,12 +83,13 @@ def test_records_beyond_the_time_limit_are_dropped_and_counted() -> None:
                 (5, None),
                 (TIME_LIMIT_NS, TIME_LIMIT_NS),
                 (-TIME_LIMIT_NS, 0),
+                (-(2**63), 6),  # abs() of INT64_MIN wraps to itself: found by fuzzing
                 (20, 30),
             )
         )
     )
     assert trace.gpu["start_ns"].to_list() == [0, 20]
-    assert any("dropped 4 records" in w for w in trace.meta.warnings), trace.meta.warnings
+    assert any("dropped 5 records" in w for w in trace.meta.warnings), trace.meta.warnings
 
 
 def test_an_implausible_span_is_analyzed_with_a_warning() -> None:

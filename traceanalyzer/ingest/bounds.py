@@ -74,8 +74,9 @@ def check_trace(trace: Trace) -> Trace:
     for name, frame in trace.frames().items():
         cols = ("ts_ns",) if name == "counters" else ("start_ns", "end_ns")
         ok = pl.all_horizontal(
-            [pl.col(c).is_not_null() & (pl.col(c).abs() < TIME_LIMIT_NS) for c in cols]
-        )
+            # Compared both ways, not through abs(): abs(INT64_MIN) wraps to itself.
+            [pl.col(c).is_between(-TIME_LIMIT_NS, TIME_LIMIT_NS, closed="none") for c in cols]
+        ).fill_null(False)
         bad = frame.select((~ok).sum()).item() if frame.height else 0
         if bad:
             frame = frame.filter(ok)

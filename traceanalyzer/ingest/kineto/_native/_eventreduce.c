@@ -192,7 +192,7 @@ static void dims(Str s, int32_t out[3], int ok[3]) {
 /* Wrapping int64 arithmetic, as Polars' (release build) does. */
 static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 
-/* reduce._ns: floor(us) cast to Int64 (null outside int64) * 1000 + round((us - floor) * 1000),
+/* reduce._ns: floor(us) cast to Int64 (null beyond TIME_LIMIT_US) * 1000 + round((us - floor) * 1000),
  * rounding half to even as Polars' round() does. */
 /* bounds.TIME_LIMIT_NS (2^62) and TIME_LIMIT_US: records beyond them are unplaceable. */
 #define TIME_LIMIT_NS ((int64_t)1 << 62)
