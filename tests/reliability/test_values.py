@@ -339,3 +339,27 @@ def test_a_damaged_cached_meta_json_through_the_cli(tmp_path: Path) -> None:
         proc = analyze()
         assert proc.returncode == 0, proc.stderr
         assert json.loads((tmp_path / "r.json").read_text())["metrics"]["kernel_count"] == 2
+
+
+@pytest.mark.parametrize("limit", [str(10**30), "-3"])
+def test_stats_limit_beyond_range_is_clamped(limit: str, tmp_path: Path) -> None:
+    trace = write_json(tmp_path / "t.json", GOOD)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "traceanalyzer",
+            "stats",
+            str(trace),
+            "--no-cache",
+            "--limit",
+            limit,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, "TRACEANALYZER_DEBUG": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "internal error" not in proc.stderr
