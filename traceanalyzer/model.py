@@ -264,6 +264,11 @@ class Trace:
 #: analysis; the in-memory engine measured faster at every size here (bench/NOTES.md, round 5).
 COLLECT_ENGINE: Final = "in-memory"
 
+#: Every start and end lies within this distance of the trace clock's zero (2^62 ns, 146 years),
+#: so that any end and any difference of two times fits in int64: readers drop records beyond
+#: it (:mod:`traceanalyzer.ingest.bounds`).
+TIME_LIMIT_NS: Final = 1 << 62
+
 
 def empty_frame(name: str) -> pl.DataFrame:
     """An empty frame with the canonical schema of ``name``."""

@@ -44,6 +44,16 @@ def _register() -> None:
 
 _register()
 
+#: The longest error line printed: an exception may quote a whole report or trace field.
+MAX_ERROR_CHARS = 400
+
+
+def _capped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map errors to exit codes without tracebacks."""
@@ -59,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(visible(shown.getvalue(), keep_newlines=True), err=True, nl=False)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
-        click.echo(f"error: {_one_line(str(exc))}", err=True)
+        click.echo(f"error: {_capped(_one_line(str(exc)), 4 * MAX_ERROR_CHARS)}", err=True)
         sys.exit(exc.exit_code)
     except MemoryError:
         # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
@@ -72,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - last line of defence: never show a traceback
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
-        click.echo(f"internal error: {_one_line(repr(exc))} (set TRACEANALYZER_DEBUG=1 for details)",
+        click.echo(f"internal error: {_capped(_one_line(repr(exc)))} (set TRACEANALYZER_DEBUG=1 "
+                   "for details)",
                    err=True)
         sys.exit(3)
     sys.exit(0)

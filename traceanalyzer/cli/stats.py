@@ -19,7 +19,8 @@ from traceanalyzer.report.terminal import frame_output
               "nvtx: NVTX and user ranges (nvtx_sum).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--limit", type=int, default=None, help="Print only the first N rows.")
+@click.option("--limit", type=click.IntRange(min=0, max=2**31 - 1, clamp=True), default=None,
+              help="Print only the first N rows.")
 @trace_processor_option
 @cache_options
 def stats(trace: Path, report: str, fmt: str, limit: int | None,

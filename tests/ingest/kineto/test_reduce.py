@@ -369,3 +369,37 @@ def test_a_buffer_changed_after_the_checks_is_an_error_not_a_read_past_it():
     del data[10:]  # not exported yet, so it may shrink: the export checks again
     with pytest.raises(pl.exceptions.ComputeError, match="no longer hold"):
         pl.Series(values=batches.column(0))
+
+
+# Hostile values (issue 30): both twins agree on timestamps near and beyond the time limit
+# (2^62 ns), and on durations that are not usable numbers.
+LIMIT_US = (1 << 62) // 1000
+
+
+@pytest.mark.parametrize("ts, dur, untimed, negative", [
+    (9.3e15, 10, 1, 0),  # beyond int64 once in ns: wrapped to negative before
+    (1.8e16, 10, 1, 0),  # wrapped back into range before
+    (9223372036854775, 10, 1, 0),
+    (-9.3e15, 10, 1, 0),
+    (LIMIT_US - 1, 1, 0, 0),  # just inside (ends 904 ns short of 2^62)
+    (LIMIT_US - 1, 2, 1, 0),  # ends beyond the limit
+    (LIMIT_US, 0, 1, 0),
+    (100, 1e308, 0, 1),  # 0 silently before
+    (100, 1e20, 0, 1),
+    (100, -5, 0, 1),
+    (100, 4.6e15, 0, 0),  # long but within the limit
+])
+def test_hostile_times_reduce_alike(ts: float, dur: float, untimed: int, negative: int) -> None:
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+               "args": {"correlation": 1, "device": 0, "stream": 7}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts,
+               "dur": dur}]
+    reference = reduce_frame(decode.to_frame(decode.decode_raw(
+        ndjson(events), EVENT_SCHEMA, keep=("ph", KEPT_PHASES)), EVENT_SCHEMA))
+    assert (reference.untimed, reference.negative) == (2 * untimed, 2 * negative)
+    for frame in (reference.gpu, reference.cpu):
+        assert frame.height == (0 if untimed else 1)
+        if frame.height:
+            assert frame["end_ns"][0] >= frame["start_ns"][0]
+            assert frame["end_ns"][0] < 1 << 62
+    assert reduced_both_ways(ndjson(events)) is not None

@@ -73,10 +73,13 @@ def assemble(parts: list[Parts | Reduced], meta: TraceMeta) -> Trace:
     compiled reduction took, else by Polars."""
     untimed = sum(p.untimed for p in parts)
     if untimed:
-        meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts)")
+        meta.warnings.append(f"skipped {untimed} events without a usable timestamp (ts missing, "
+                             "not a number, or start or end beyond ±2^62 ns)")
     negative = sum(p.negative for p in parts)
     if negative:
-        meta.warnings.append(f"{negative} events have a negative duration; treated as zero-length")
+        meta.warnings.append(f"{negative} events have a negative duration or one that is not a "
+                             "usable number (NaN, infinite, beyond ±2^62 ns); treated as "
+                             "zero-length")
     if len(parts) == 1 and isinstance(parts[0], Reduced):  # one group, reduced in C
         trace = assemble_compiled(parts[0].tables, meta)
         if trace is not None:

@@ -81,7 +81,7 @@ def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.Dat
     columns is dear per row: bench/NOTES.md)."""
     parts = []
     category = GPU_ACTIVITY_SCHEMA["category"]
-    common = dict(device=pl.col("deviceId").cast(I32), stream=pl.col("streamId"),
+    common = dict(device=pl.col("deviceId").cast(I32, strict=False), stream=pl.col("streamId"),
                   start_ns=pl.col("start"), end_ns=pl.col("end"),
                   correlation=pl.col("correlationId"), pid=_pid("globalPid"),
                   graph_launched=pl.col("graphNodeId").is_not_null())
@@ -102,7 +102,7 @@ def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.Dat
             category=name_id.replace_strict(names["id"], names["category"], default="other",
                                             return_dtype=category),
             **common,
-            **{new: pl.col(old).cast(I32) for new, old in (
+            **{new: pl.col(old).cast(I32, strict=False) for new, old in (
                 ("grid_x", "gridX"), ("grid_y", "gridY"), ("grid_z", "gridZ"),
                 ("block_x", "blockX"), ("block_y", "blockY"), ("block_z", "blockZ"),
                 ("registers", "registersPerThread"))},

@@ -87,6 +87,12 @@ def _read(db: ExportDb) -> Trace:
     strings = db.read("StringIds")
     if strings is None:
         strings = pl.DataFrame(schema={"id": I64, "value": STR})
+    unique = strings.filter(pl.col("id").is_not_null()).unique("id", keep="first",
+                                                               maintain_order=True)
+    if unique.height < strings.height:  # nsys declares id the primary key; a forged file may not
+        meta.warnings.append(f"StringIds holds {strings.height - unique.height} duplicate or "
+                             "null ids; the first text of each id is used")
+        strings = unique
     present = [t for t in (KERNEL, GRAPH, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX)
                if t in db.tables]
     nvtx_types = ", ".join(map(str, NVTX_TYPES))

@@ -29,6 +29,7 @@ from traceanalyzer.model import (
     API_KINDS,
     COLLECT_ENGINE,
     COPY_KINDS,
+    TIME_LIMIT_NS,
     Device,
     Trace,
     TraceMeta,
@@ -259,7 +260,11 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     ann = _wide_annotations(raw.annotations, needed)
     complete = (
         complete.join(ann.select("idx", "_dur"), on="idx", how="left")
-        .with_columns(start_ns=pl.col("ts"), end_ns=pl.col("ts") + pl.col("_dur").fill_null(0))
+        .with_columns(start_ns=pl.col("ts"),
+                      # Clipped: a start within the time limit plus this cannot wrap; an end
+                      # beyond the limit is dropped, counted, by ingest.bounds.check_trace.
+                      end_ns=pl.col("ts") + pl.col("_dur").fill_null(0).clip(-TIME_LIMIT_NS,
+                                                                             TIME_LIMIT_NS))
         .select(slices.columns)
     )
     if unended:

@@ -193,11 +193,15 @@ static void dims(Str s, int32_t out[3], int ok[3]) {
 /* Wrapping int64 arithmetic, as Polars' (release build) does. */
 static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 
-/* reduce._ns: floor(us) cast to Int64 (null outside int64) * 1000 + round((us - floor) * 1000),
+/* reduce._ns: floor(us) cast to Int64 (null beyond TIME_LIMIT_US) * 1000 + round((us - floor) * 1000),
  * rounding half to even as Polars' round() does. */
+/* bounds.TIME_LIMIT_NS (2^62) and TIME_LIMIT_US: records beyond them are unplaceable. */
+#define TIME_LIMIT_NS ((int64_t)1 << 62)
+#define TIME_LIMIT_US ((double)(TIME_LIMIT_NS / 1000 - 1))
+
 static int ns_of(double us, int64_t *out) {
     double whole = floor(us);
-    if (!(whole >= -9223372036854775808.0 && whole < 9223372036854775808.0)) return 0;
+    if (!(fabs(whole) <= TIME_LIMIT_US)) return 0; /* null beyond the limit, as _ns */
     double fraction = (us - whole) * 1000.0;
     *out = wrap_add((int64_t)((uint64_t)(int64_t)whole * 1000u), (int64_t)nearbyint(fraction));
     return 1;
@@ -217,12 +221,19 @@ static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative,
             continue;
         }
         if (num_valid(in, dur, i, 0)) {
+            /* reduce._dur_ns: -1 (negative: zero-length, counted) when not a usable number */
             double d = nearbyint(float_at(dur, i) * 1000.0);
-            if (d >= -9223372036854775808.0 && d < 9223372036854775808.0) dur_ns = (int64_t)d;
+            dur_ns = fabs(d) < (double)TIME_LIMIT_NS ? (int64_t)d : -1;
+        }
+        int64_t end = start + (dur_ns < 0 ? 0 : dur_ns); /* both below 2^62: no overflow */
+        if (end >= TIME_LIMIT_NS) { /* ends beyond the limit: as unplaceable as its start */
+            in->flags[i] = R_UNTIMED;
+            ++*untimed;
+            continue;
         }
         if (dur_ns < 0) ++*negative;
         in->start[i] = start;
-        in->end[i] = wrap_add(start, dur_ns < 0 ? 0 : dur_ns);
+        in->end[i] = end;
 
         Str cat = text_at(&in->top[CAT], i), name = text_at(&in->top[NAME], i);
         uint8_t code = 0;
