@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
+        if len(exc.message) > MAX_ERROR_CHARS:  # an option's value, quoted back at any length
+            exc.message = _one_line(exc.message)
         exc.show()
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
@@ -73,6 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(0)
 
 
-def _one_line(text: str) -> str:
-    """Make untrusted text safe for one terminal line: no newlines, no control characters."""
+#: Characters of an error line at most: a message quotes values from the input (a rule's
+#: field, a trace's name), which an attacker makes as long as they like.
+MAX_ERROR_CHARS = 300
+
+
+def _one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Make untrusted text safe for one terminal line: no newlines, no control characters, at
+    most ``limit`` characters (the middle cut out, so the file and the end both remain)."""
+    if len(text) > limit:
+        head = limit * 2 // 3
+        text = f"{text[:head]} [...] {text[len(text) - (limit - head - 7):]}"
     return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", " "))
