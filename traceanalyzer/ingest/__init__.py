@@ -120,18 +120,20 @@ def input_size(path: str | os.PathLike[str]) -> int:
     return isize
 
 
-def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
+def read_any(path: str | os.PathLike[str], fmt: str | None = None,
+             use_cache: bool = True) -> Trace:
     """Read ``path`` with the ingestor for its format, bypassing the cache.
 
     A file whose size or modification time differs after the read from before it (cut
     shorter, still being written, or overwritten) is analyzed as the read saw it, with a
     warning, and flagged in ``meta.extra["changed_while_read"]`` so that the cache does not
-    keep it.
+    keep it. ``use_cache=False`` also bypasses the caches a reader keeps of its own (an
+    ``.nsys-rep``'s SQLite export).
     """
     fmt = fmt or sniff(path)
     check_memory(path, fmt)
     before = _file_state(path)
-    trace = _read(path, fmt)
+    trace = _read(path, fmt, use_cache)
     after = _file_state(path)
     if after != before:
         if after[0] < 0:
@@ -146,10 +148,12 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     return trace
 
 
-def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
+def _read(path: str | os.PathLike[str], fmt: str, use_cache: bool = True) -> Trace:
     spec = FORMATS.get(fmt)
     if spec is None:
         raise InputError(path, f"unknown format {fmt!r}")
+    if not use_cache and spec.own_cache:
+        return spec.read(path, use_cache=False)
     return spec.read(path)
 
 
@@ -179,7 +183,7 @@ def load(
     if FORMATS[fmt].reads_externally(trace_processor):
         return FORMATS[fmt].read(path, trace_processor=trace_processor)
     if not use_cache:
-        return read_any(path, fmt)
+        return read_any(path, fmt, use_cache=False)
     from traceanalyzer.ingest.cache import cached_read
 
     return cached_read(path, fmt, cache_dir=cache_dir)
