@@ -8,7 +8,9 @@ user as a traceback unless ``TRACEANALYZER_DEBUG=1`` asks for it.
 from __future__ import annotations
 
 import os
+import re
 import sys
+from typing import NoReturn
 
 import click
 
@@ -59,13 +61,16 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except MemoryError:
-        # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
-        click.echo("error: out of memory; narrow the analysis with --steps, --time-window or "
-                   "--ranks, or use a machine with more memory (reading a trace takes about "
-                   "twice its size)", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _out_of_memory()
     except KeyboardInterrupt:
         sys.exit(130)
+    except BaseException as exc:  # Polars's PanicException is a BaseException
+        if type(exc).__name__ != "PanicException" or os.environ.get("TRACEANALYZER_DEBUG"):
+            raise
+        if _RESOURCE_PANIC.search(str(exc)):  # no memory or address space for a thread
+            _out_of_memory()
+        click.echo(f"internal error: Polars panicked: {_one_line(str(exc))}", err=True)
+        sys.exit(3)
     except Exception as exc:  # noqa: BLE001 - last line of defence: never show a traceback
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
@@ -73,6 +78,19 @@ def main(argv: list[str] | None = None) -> None:
                    err=True)
         sys.exit(3)
     sys.exit(0)
+
+
+#: What a Polars panic says when the process ran out of memory or address space.
+_RESOURCE_PANIC = re.compile(r"spawn thread|Resource temporarily unavailable|memory allocation|"
+                             r"out of memory|Cannot allocate", re.IGNORECASE)
+
+
+def _out_of_memory() -> NoReturn:
+    # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
+    click.echo("error: out of memory; narrow the analysis with --steps, --time-window or "
+               "--ranks, or use a machine with more memory (reading a trace takes about "
+               "twice its size)", err=True)
+    sys.exit(EXIT_BAD_INPUT)
 
 
 #: Characters of an error line at most: a message quotes values from the input (a rule's
