@@ -16,6 +16,7 @@ from pathlib import Path
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.formats import FORMATS, GZIP_MAGIC, expected
+from traceanalyzer.ingest.textcap import cap_text
 from traceanalyzer.model import Trace
 
 __all__ = ["load", "read_any", "sniff", "check_memory", "available_memory", "input_size",
@@ -261,7 +262,7 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None,
     token = _budget.set(check_memory(path, fmt))
     before = _file_state(path)
     try:
-        trace = _read(path, fmt, use_cache)
+        trace = cap_text(_read(path, fmt, use_cache))
     finally:
         _budget.reset(token)
     after = _file_state(path)
@@ -311,7 +312,7 @@ def load(
     """
     fmt = sniff(path)
     if FORMATS[fmt].reads_externally(trace_processor):
-        return FORMATS[fmt].read(path, trace_processor=trace_processor)
+        return cap_text(FORMATS[fmt].read(path, trace_processor=trace_processor))
     if not use_cache:
         return read_any(path, fmt, use_cache=False)
     from traceanalyzer.ingest.cache import cached_read

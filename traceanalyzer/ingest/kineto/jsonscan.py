@@ -52,6 +52,7 @@ PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 4 << 20
 FIRST_READ_BYTES = 1 << 20
 HEADER_READ_BYTES = 64 << 10  # the first read: the array's start and the events' layout
+HEADER_GROWS_BYTES = 1 << 20  # a header longer than this is read in reads that double
 # What follows the event array (metadata, device properties) is expected within this many bytes
 # of the end; a longer trailer is still read right, by a second pass (see iter_ndjson_chunks).
 TAIL_BYTES = 256 << 10
@@ -435,9 +436,11 @@ def iter_ndjson_chunks(
             # layout) and the first decode start sooner, which is what a small trace waits for.
             # A plain file's events are then mapped from where they start, so anything read
             # past the layout's first events is read, copied and faulted in for nothing.
-            # A header that goes on is read in reads that double, so its scans, each over the
-            # whole header so far, add up to a few times its size, not its square.
-            want = (max(chunk_bytes, len(header)) if header or done_events
+            # A header that goes on past HEADER_GROWS_BYTES is read in reads that double, so
+            # its scans, each over the whole header so far, add up to a few times its size,
+            # not its square.
+            grow = len(header) if len(header) > HEADER_GROWS_BYTES else 0
+            want = (max(chunk_bytes, grow) if header or done_events
                     else min(chunk_bytes, FIRST_READ_BYTES, HEADER_READ_BYTES))
             data = stream.read(want)
             eof, last_read = not data, len(data) < want
