@@ -30,8 +30,9 @@ CORPUS = REPO / "tests" / "reliability" / "corpus" / "yaml"
 EVENT = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": %d, "dur": 1},\n'
 
 
-def run_cli(*args: str, cwd: Path = REPO, limit_as: int | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path = REPO, limit_as: int | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     def limit() -> None:  # in the child only
         if limit_as is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
@@ -39,8 +40,15 @@ def run_cli(*args: str, cwd: Path = REPO, limit_as: int | None = None,
     full = {k: v for k, v in os.environ.items() if k != ingest.NO_MEMORY_CHECK_ENV}
     full["PYTHONPATH"] = str(REPO)
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "traceanalyzer", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd, env=full, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "traceanalyzer", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=full,
+        preexec_fn=limit,
+    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -66,8 +74,11 @@ def small_memory(monkeypatch: pytest.MonkeyPatch) -> int:
     """Memory for 8 MB of decoded Kineto JSON (2.2x) beyond the base."""
     monkeypatch.delenv(ingest.NO_MEMORY_CHECK_ENV, raising=False)
     budget = 8 << 20
-    monkeypatch.setattr(ingest, "available_memory",
-                        lambda: ingest.BASE_MEMORY + int(budget * ingest.MEMORY_PER_BYTE["kineto"]))
+    monkeypatch.setattr(
+        ingest,
+        "available_memory",
+        lambda: ingest.BASE_MEMORY + int(budget * ingest.MEMORY_PER_BYTE["kineto"]),
+    )
     return budget
 
 
@@ -100,14 +111,15 @@ def test_gzip_with_a_lying_size_trailer(tmp_path: Path, small_memory: int) -> No
 def test_a_gzip_within_the_bound_reads_whole(tmp_path: Path, small_memory: int) -> None:
     body = kineto_body(20_000)  # 1.7 MB, several members
     path = tmp_path / "ok.json.gz"
-    path.write_bytes(member(body[: len(body) // 2]) + member(body[len(body) // 2:]))
+    path.write_bytes(member(body[: len(body) // 2]) + member(body[len(body) // 2 :]))
     assert ingest.read_any(path).gpu.height == 20_000
 
 
 def test_perfetto_gzip_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ingest.NO_MEMORY_CHECK_ENV, raising=False)
-    monkeypatch.setattr(ingest, "available_memory",
-                        lambda: ingest.BASE_MEMORY + 12 * (4 << 20))  # 4 MB of protobuf
+    monkeypatch.setattr(
+        ingest, "available_memory", lambda: ingest.BASE_MEMORY + 12 * (4 << 20)
+    )  # 4 MB of protobuf
     packets = b"\x0a\x00" * (8 << 20)  # 16 MB of empty packets
     path = tmp_path / "t.pftrace.gz"
     path.write_bytes(member(packets[:-2]) + member(packets[-2:]))
@@ -118,19 +130,33 @@ def test_perfetto_gzip_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_address_space_limit_stops_with_one_line(tmp_path: Path) -> None:
     """Under RLIMIT_AS Polars used to die of a Rust panic and SIGABRT; the check stops first."""
     out = tmp_path / "r.json"
-    proc = run_cli("analyze", str(SAMPLES / "torch" / "gpt_step_bad.json.gz"), "--no-cache",
-                   "--json", str(out), limit_as=1000 << 20)
+    proc = run_cli(
+        "analyze",
+        str(SAMPLES / "torch" / "gpt_step_bad.json.gz"),
+        "--no-cache",
+        "--json",
+        str(out),
+        limit_as=1000 << 20,
+    )
     line = one_error_line(proc)
     assert "memory" in line and "panick" not in proc.stderr
     assert not out.exists()
 
 
 def test_rlimits_lower_available_memory() -> None:
-    code = ("import resource; from traceanalyzer import ingest; "
-            "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
-            "print(ingest.available_memory())")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    code = (
+        "import resource; from traceanalyzer import ingest; "
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+        "print(ingest.available_memory())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert 0 <= int(proc.stdout) < (3 << 30) - ingest.ADDRESS_SPACE_BASE
 
@@ -145,8 +171,9 @@ def test_cgroup_v1_and_v2_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     (v2 / "memory.current").write_text("147483648\n")
     (unlimited / "memory.limit_in_bytes").write_text("9223372036854771712\n")
     (unlimited / "memory.usage_in_bytes").write_text("1\n")
-    monkeypatch.setattr(ingest, "_cgroup_folders",
-                        lambda: [("v1", v1), ("v2", v2), ("v1", unlimited)])
+    monkeypatch.setattr(
+        ingest, "_cgroup_folders", lambda: [("v1", v1), ("v2", v2), ("v1", unlimited)]
+    )
     assert sorted(ingest._cgroup_left()) == [1_000_000_000, 2_000_000_000]
     assert ingest.available_memory() <= 1_000_000_000
 
@@ -158,16 +185,38 @@ def test_cgroup_v1_and_v2_limits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_long_names_are_cut_and_reports_stay_small(tmp_path: Path) -> None:
     name = "k" * (3 << 20)  # a 3 MB kernel name, three times
     quotes = '\\"' * (1 << 20)  # 2 MB of escaped quotes in one operator's name
-    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 1, "tid": 7, "ts": 10 + 10 * i,
-               "dur": 5, "args": {"device": 0, "stream": 7, "correlation": i}} for i in range(3)]
-    events.append({"ph": "X", "cat": "cpu_op", "name": quotes, "pid": 1, "tid": 1, "ts": 1,
-                   "dur": 50})
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": name,
+            "pid": 1,
+            "tid": 7,
+            "ts": 10 + 10 * i,
+            "dur": 5,
+            "args": {"device": 0, "stream": 7, "correlation": i},
+        }
+        for i in range(3)
+    ]
+    events.append(
+        {"ph": "X", "cat": "cpu_op", "name": quotes, "pid": 1, "tid": 1, "ts": 1, "dur": 50}
+    )
     trace = tmp_path / "long.json"
-    trace.write_text(json.dumps({"traceEvents": events,
-                                 "deviceProperties": [{"id": 0, "name": "G" * 100_000}]}))
+    trace.write_text(
+        json.dumps({"traceEvents": events, "deviceProperties": [{"id": 0, "name": "G" * 100_000}]})
+    )
     outs = {ext: tmp_path / f"r.{ext}" for ext in ("json", "html", "md")}
-    proc = run_cli("analyze", str(trace), "--no-cache", "--json", str(outs["json"]),
-                   "--html", str(outs["html"]), "--markdown", str(outs["md"]))
+    proc = run_cli(
+        "analyze",
+        str(trace),
+        "--no-cache",
+        "--json",
+        str(outs["json"]),
+        "--html",
+        str(outs["html"]),
+        "--markdown",
+        str(outs["md"]),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for out in outs.values():
         assert out.stat().st_size < 1 << 20, out  # the names alone were 11 MB
@@ -203,16 +252,22 @@ def test_alias_bomb_rule_file_through_the_cli(tmp_path: Path) -> None:
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "bomb.yaml").write_text((CORPUS / "alias_bomb.yaml").read_text())
-    proc = run_cli("analyze", str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"), "--rules",
-                   str(rules), "--no-cache")
+    proc = run_cli(
+        "analyze",
+        str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"),
+        "--rules",
+        str(rules),
+        "--no-cache",
+    )
     assert "alias" in one_error_line(proc)
 
 
 def test_alias_bomb_project_config(tmp_path: Path) -> None:
     """The same bomb as an auto-loaded ./traceanalyzer.yaml."""
     (tmp_path / "traceanalyzer.yaml").write_text((CORPUS / "traceanalyzer.yaml").read_text())
-    proc = run_cli("analyze", str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"), "--no-cache",
-                   cwd=tmp_path)
+    proc = run_cli(
+        "analyze", str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"), "--no-cache", cwd=tmp_path
+    )
     line = one_error_line(proc)
     assert "traceanalyzer.yaml" in line and "alias" in line
 
@@ -221,8 +276,13 @@ def test_rule_error_quoting_a_huge_value_is_one_short_line(tmp_path: Path) -> No
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "long.yaml").write_text(f"slug: {'X' * 1_000_000}\n")
-    proc = run_cli("analyze", str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"), "--rules",
-                   str(rules), "--no-cache")
+    proc = run_cli(
+        "analyze",
+        str(SAMPLES / "torch" / "fp32_matmul_bad.json.gz"),
+        "--rules",
+        str(rules),
+        "--no-cache",
+    )
     one_error_line(proc)
 
 
@@ -256,7 +316,7 @@ def test_gzip_bomb_within_a_gzip_stream_of_many_members(tmp_path: Path, small_me
     body = kineto_body(250_000)
     step = len(body) // 50
     path = tmp_path / "many.json.gz"
-    path.write_bytes(b"".join(member(body[i:i + step]) for i in range(0, len(body), step)))
+    path.write_bytes(b"".join(member(body[i : i + step]) for i in range(0, len(body), step)))
     with pytest.raises(InputError, match="decompresses to more than"):
         ingest.read_any(path)
     assert gzip.decompress(path.read_bytes()) == body

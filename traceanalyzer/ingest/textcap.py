@@ -31,8 +31,12 @@ def cap_text(trace: Trace, limit: int = MAX_TEXT_CHARS) -> Trace:
     cut = 0
     frames: dict[str, pl.DataFrame] = {}
     for name, frame in trace.frames().items():
-        long = {c: int(n) for c in frame.columns if frame.schema[c] == pl.String
-                if (n := _count_long(frame[c], limit))}
+        long = {
+            c: int(n)
+            for c in frame.columns
+            if frame.schema[c] == pl.String
+            if (n := _count_long(frame[c], limit))
+        }
         if long:
             cut += sum(long.values())
             frame = frame.with_columns(
@@ -54,8 +58,10 @@ def cap_text(trace: Trace, limit: int = MAX_TEXT_CHARS) -> Trace:
     extra_cut, meta.extra = _cap_values(meta.extra, limit)
     cut += extra_cut
     if cut:
-        meta.warnings.append(f"cut {cut:,} text fields longer than {limit:,} characters "
-                             f"(names, stacks, metadata) to that length, marked {MARKER!r}")
+        meta.warnings.append(
+            f"cut {cut:,} text fields longer than {limit:,} characters "
+            f"(names, stacks, metadata) to that length, marked {MARKER!r}"
+        )
     return dataclasses.replace(trace, meta=meta, **frames)
 
 
