@@ -95,7 +95,7 @@ def _out_of_memory() -> NoReturn:
 
 #: Characters of an error line at most: a message quotes values from the input (a rule's
 #: field, a trace's name), which an attacker makes as long as they like.
-MAX_ERROR_CHARS = 300
+MAX_ERROR_CHARS = 1000
 
 
 def _one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
