@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
+from typing import NoReturn
 
 import click
 
@@ -44,17 +46,6 @@ def _register() -> None:
 
 _register()
 
-#: The longest error line printed: an exception may quote a whole report or trace field.
-MAX_ERROR_CHARS = 400
-
-
-def _capped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map errors to exit codes without tracebacks."""
     try:
@@ -64,32 +55,60 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as exc:
         # Usage errors quote the option values given, which may come from a trace or a script.
+        if len(exc.message) > MAX_ERROR_CHARS:
+            exc.message = _one_line(exc.message)
         shown = io.StringIO()
         exc.show(file=shown)
         click.echo(visible(shown.getvalue(), keep_newlines=True), err=True, nl=False)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
-        click.echo(f"error: {_capped(_one_line(str(exc)), 4 * MAX_ERROR_CHARS)}", err=True)
+        click.echo(f"error: {_one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except MemoryError:
-        # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
-        click.echo("error: out of memory; narrow the analysis with --steps, --time-window or "
-                   "--ranks, or use a machine with more memory (reading a trace takes about "
-                   "twice its size)", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        _out_of_memory()
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - last line of defence: never show a traceback
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
-        click.echo(f"internal error: {_capped(_one_line(repr(exc)))} (set TRACEANALYZER_DEBUG=1 "
-                   "for details)",
-                   err=True)
+        click.echo(f"internal error: {_one_line(repr(exc), INTERNAL_ERROR_CHARS)} "
+                   "(set TRACEANALYZER_DEBUG=1 for details)", err=True)
+        sys.exit(3)
+    except BaseException as exc:  # Polars's PanicException is a BaseException
+        if type(exc).__name__ != "PanicException" or os.environ.get("TRACEANALYZER_DEBUG"):
+            raise
+        if _RESOURCE_PANIC.search(str(exc)):  # no memory or address space for a thread
+            _out_of_memory()
+        click.echo(f"internal error: Polars panicked: {_one_line(str(exc))}", err=True)
         sys.exit(3)
     sys.exit(0)
 
 
-def _one_line(text: str) -> str:
-    """Make untrusted text safe for one terminal line: newlines as spaces, control characters,
-    bidi controls and lone surrogates as visible escapes (:func:`.textsafe.one_line`)."""
-    return one_line(text)
+#: What a Polars panic says when the process ran out of memory or address space.
+_RESOURCE_PANIC = re.compile(r"spawn thread|Resource temporarily unavailable|memory allocation|"
+                             r"out of memory|Cannot allocate", re.IGNORECASE)
+
+
+def _out_of_memory() -> NoReturn:
+    # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
+    click.echo("error: out of memory; narrow the analysis with --steps, --time-window or "
+               "--ranks, or use a machine with more memory (reading a trace takes about "
+               "twice its size)", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+#: Characters of an error line at most: a message quotes values from the input (a rule's
+#: field, a trace's name), which an attacker makes as long as they like.
+MAX_ERROR_CHARS = 1000
+#: Characters of an internal error's text at most: its repr may hold a whole report.
+INTERNAL_ERROR_CHARS = 400
+
+
+def _one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Make untrusted text safe for one terminal line: no newlines, no control characters, at
+    most ``limit`` characters (the middle cut out, so the file and the end both remain)."""
+    text = one_line(text)
+    if len(text) > limit:
+        head = limit * 2 // 3
+        text = f"{text[:head]} [...] {text[len(text) - (limit - head - 7):]}"
+    return text

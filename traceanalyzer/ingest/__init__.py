@@ -8,6 +8,7 @@ registry in :mod:`.formats`. :func:`load` picks the ingestor by sniffing the fil
 
 from __future__ import annotations
 
+import contextvars
 import gzip
 import os
 import zlib
@@ -16,10 +17,12 @@ from pathlib import Path
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.bounds import check_trace
 from traceanalyzer.ingest.formats import FORMATS, GZIP_MAGIC, expected
+from traceanalyzer.ingest.textcap import cap_text
 from traceanalyzer.model import Trace
 
 __all__ = ["load", "read_any", "sniff", "check_memory", "available_memory", "input_size",
-           "MEMORY_PER_BYTE", "BASE_MEMORY", "NO_MEMORY_CHECK_ENV"]
+           "decoded_budget", "too_much_decoded", "MEMORY_PER_BYTE", "BASE_MEMORY",
+           "NO_MEMORY_CHECK_ENV"]
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
@@ -69,13 +72,23 @@ BASE_MEMORY = 400 << 20
 NO_MEMORY_CHECK_ENV = "TRACEANALYZER_NO_MEMORY_CHECK"
 
 
-def check_memory(path: str | os.PathLike[str], fmt: str) -> None:
+#: The decoded-bytes budget of the read in progress (in this thread or task), set by
+#: :func:`read_any` from the memory measured at its check, before the reader's threads and
+#: imports take address space of their own.
+_budget: contextvars.ContextVar[int | None] = contextvars.ContextVar("decoded_budget",
+                                                                      default=None)
+
+
+def check_memory(path: str | os.PathLike[str], fmt: str) -> int | None:
     """Stop with a message before an ingest that cannot fit in memory: the OOM killer would end
-    the process without a word. Set $TRACEANALYZER_NO_MEMORY_CHECK=1 to try anyway."""
+    the process without a word. Set $TRACEANALYZER_NO_MEMORY_CHECK=1 to try anyway.
+
+    Returns the bytes of decoded data the memory left can take (:func:`decoded_budget`), None
+    when unchecked."""
     ratio = MEMORY_PER_BYTE.get(fmt)
     available = available_memory()
     if ratio is None or available is None or os.environ.get(NO_MEMORY_CHECK_ENV):
-        return
+        return None
     size = input_size(path)
     need = BASE_MEMORY + int(size * ratio)
     if need > available:
@@ -84,10 +97,23 @@ def check_memory(path: str | os.PathLike[str], fmt: str) -> None:
                                f"{available / 2**30:.1f} GiB is available; run it on a machine "
                                "with more memory, or record a shorter trace (fewer steps); set "
                                f"{NO_MEMORY_CHECK_ENV}=1 to try anyway")
+    return max(int((available - BASE_MEMORY) / ratio), 0)
+
+
+#: Address space the process's threads and allocators reserve beyond the memory they use
+#: (thread stacks, Polars's and jemalloc's per-thread arenas), per thread of Polars's pool and
+#: for the rest: a 7 MB trace's ``analyze`` peaks at 1.5 GiB of address space (VmPeak) for
+#: 180 MB resident on 2 threads. Counted only under an address-space limit (RLIMIT_AS).
+ADDRESS_SPACE_PER_THREAD = 160 << 20
+ADDRESS_SPACE_BASE = 256 << 20
+#: A cgroup v1 limit at or above this is "no limit" (the kernel's page-rounded LONG_MAX).
+CGROUP_V1_UNLIMITED = 1 << 62
 
 
 def available_memory() -> int | None:
-    """Bytes this process can still use: MemAvailable, or less under a cgroup memory limit."""
+    """Bytes this process can still use: the least of MemAvailable, what its cgroup (v2
+    ``memory.max`` or v1 ``memory.limit_in_bytes``) leaves, and what its address-space and
+    data-segment limits (RLIMIT_AS, RLIMIT_DATA) leave, less the address space threads reserve."""
     found = []
     try:
         with open("/proc/meminfo") as fh:
@@ -96,18 +122,120 @@ def available_memory() -> int | None:
                     found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
+    found += _cgroup_left()
+    found += _rlimit_left()
+    return max(min(found), 0) if found else None
+
+
+def _cgroup_folders() -> list[tuple[str, Path]]:
+    """("v1" or "v2", folder) of this process's memory cgroup, then the mount's root folder."""
+    folders: list[tuple[str, Path]] = []
     try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit != "max":
-            found.append(int(limit) - int(used))
-    except (OSError, ValueError):
-        pass
-    return min(found) if found else None
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, where = (line.split(":", 2) + ["", ""])[:3]
+        where = where.lstrip("/")
+        if controllers == "":
+            folders.append(("v2", Path("/sys/fs/cgroup") / where))
+        elif "memory" in controllers.split(","):
+            folders.append(("v1", Path("/sys/fs/cgroup/memory") / where))
+    folders += [("v2", Path("/sys/fs/cgroup")), ("v1", Path("/sys/fs/cgroup/memory"))]
+    return folders
+
+
+def _cgroup_left() -> list[int]:
+    """What each cgroup memory limit on this process leaves (limit - usage)."""
+    left = []
+    seen: set[Path] = set()
+    for version, folder in _cgroup_folders():
+        if folder in seen:
+            continue
+        seen.add(folder)
+        limit_file, used_file = (("memory.max", "memory.current") if version == "v2"
+                                 else ("memory.limit_in_bytes", "memory.usage_in_bytes"))
+        try:
+            limit = (folder / limit_file).read_text().strip()
+            if limit == "max" or int(limit) >= CGROUP_V1_UNLIMITED:
+                continue
+            left.append(int(limit) - int((folder / used_file).read_text().strip()))
+        except (OSError, ValueError):
+            continue
+    return left
+
+
+def _rlimit_left() -> list[int]:
+    """What RLIMIT_AS and RLIMIT_DATA leave: the soft limit less VmSize (VmData), less what the
+    threads still to start will reserve (:data:`ADDRESS_SPACE_PER_THREAD`)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux
+        return []
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return []
+    used = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmSize", "VmData", "Threads"):
+            try:
+                used[key] = int(value.split()[0]) * (1 if key == "Threads" else 1024)
+            except (ValueError, IndexError):
+                pass
+    left = []
+    for which, key in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft = resource.getrlimit(which)[0]
+        if soft == resource.RLIM_INFINITY or key not in used:
+            continue
+        to_start = max(_threads() - used.get("Threads", 1), 0)
+        reserve = ADDRESS_SPACE_BASE + ADDRESS_SPACE_PER_THREAD * to_start
+        left.append(soft - used[key] - reserve)
+    return left
+
+
+def _threads() -> int:
+    """Threads a read and an analysis run: the main one, Polars's pool and the decoders."""
+    try:
+        import polars as pl
+
+        return int(pl.thread_pool_size()) + 4
+    except Exception:  # noqa: BLE001 - an estimate; polars is a dependency
+        return (os.cpu_count() or 1) + 4
+
+
+def decoded_budget(fmt: str) -> int | None:
+    """Bytes of decoded (uncompressed) ``fmt`` data the memory available can take, as the
+    reader counts them while it decompresses: as measured by :func:`read_any`'s check, or now;
+    None when unchecked. A reader stops past it with :func:`too_much_decoded`."""
+    if os.environ.get(NO_MEMORY_CHECK_ENV):
+        return None
+    measured = _budget.get()
+    if measured is not None:
+        return measured
+    ratio = MEMORY_PER_BYTE.get(fmt)
+    if ratio is None or os.environ.get(NO_MEMORY_CHECK_ENV):
+        return None
+    available = available_memory()
+    if available is None:
+        return None
+    return max(int((available - BASE_MEMORY) / ratio), 0)
+
+
+def too_much_decoded(path: str | os.PathLike[str], fmt: str, budget: int) -> InputError:
+    """The error of a read that decoded more than ``budget`` bytes (:func:`decoded_budget`)."""
+    ratio = MEMORY_PER_BYTE.get(fmt, 1.0)
+    return InputError(path, f"decompresses to more than {budget / 2**30:.2f} GiB of {fmt} data, "
+                            f"which needs more than the {(BASE_MEMORY + budget * ratio) / 2**30:.1f} "
+                            "GiB of memory available; run it on a machine with more memory, or "
+                            f"record a shorter trace; set {NO_MEMORY_CHECK_ENV}=1 to try anyway")
 
 
 def input_size(path: str | os.PathLike[str]) -> int:
-    """Size of the data an ingestor will decode: a gzip file's uncompressed size."""
+    """Size of the data an ingestor will decode, as far as it is known before decoding: a
+    gzip file's size trailer (the last member's size mod 2**32), at least; the reader counts
+    what it really decodes (:func:`decoded_budget`)."""
     size = os.path.getsize(path)
     with open(path, "rb") as fh:
         if fh.read(2) != GZIP_MAGIC or size < 18:
@@ -121,18 +249,23 @@ def input_size(path: str | os.PathLike[str]) -> int:
     return isize
 
 
-def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
+def read_any(path: str | os.PathLike[str], fmt: str | None = None,
+             use_cache: bool = True) -> Trace:
     """Read ``path`` with the ingestor for its format, bypassing the cache.
 
     A file whose size or modification time differs after the read from before it (cut
     shorter, still being written, or overwritten) is analyzed as the read saw it, with a
     warning, and flagged in ``meta.extra["changed_while_read"]`` so that the cache does not
-    keep it.
+    keep it. ``use_cache=False`` also bypasses the caches a reader keeps of its own (an
+    ``.nsys-rep``'s SQLite export).
     """
     fmt = fmt or sniff(path)
-    check_memory(path, fmt)
+    token = _budget.set(check_memory(path, fmt))
     before = _file_state(path)
-    trace = check_trace(_read(path, fmt))
+    try:
+        trace = check_trace(cap_text(_read(path, fmt, use_cache)))
+    finally:
+        _budget.reset(token)
     after = _file_state(path)
     if after != before:
         if after[0] < 0:
@@ -147,10 +280,12 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     return trace
 
 
-def _read(path: str | os.PathLike[str], fmt: str) -> Trace:
+def _read(path: str | os.PathLike[str], fmt: str, use_cache: bool = True) -> Trace:
     spec = FORMATS.get(fmt)
     if spec is None:
         raise InputError(path, f"unknown format {fmt!r}")
+    if not use_cache and spec.own_cache:
+        return spec.read(path, use_cache=False)
     return spec.read(path)
 
 
@@ -178,9 +313,9 @@ def load(
     """
     fmt = sniff(path)
     if FORMATS[fmt].reads_externally(trace_processor):
-        return check_trace(FORMATS[fmt].read(path, trace_processor=trace_processor))
+        return check_trace(cap_text(FORMATS[fmt].read(path, trace_processor=trace_processor)))
     if not use_cache:
-        return read_any(path, fmt)
+        return read_any(path, fmt, use_cache=False)
     from traceanalyzer.ingest.cache import cached_read
 
     return cached_read(path, fmt, cache_dir=cache_dir)

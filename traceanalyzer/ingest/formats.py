@@ -67,6 +67,8 @@ class Format:
     #: An environment variable that names an external program to read the format with instead
     #: of the built-in reader (as the reader's ``trace_processor`` option does).
     external_env: str | None = None
+    #: Whether the reader keeps a cache of its own, which its ``use_cache=False`` bypasses.
+    own_cache: bool = False
 
     def read(self, path: str | os.PathLike[str], **options: Any) -> Trace:
         """Read ``path`` with this format's reader."""
@@ -100,7 +102,7 @@ NSYS = Format(
 NSYS_REP = Format(
     name="nsys-rep", description="an .nsys-rep",
     reader="traceanalyzer.ingest.nsys:read_nsys_rep", sources=("nsys",),
-    suffix=".nsys-rep",
+    suffix=".nsys-rep", own_cache=True,
 )
 PERFETTO = Format(
     name="perfetto", description="a Perfetto protobuf trace",

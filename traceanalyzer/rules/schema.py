@@ -210,8 +210,62 @@ def load_rule_file(path: Path) -> Rule:
 SAFE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+#: Nodes a YAML document may hold once its aliases are expanded. A rule file or a
+#: ``traceanalyzer.yaml`` holds a few hundred; an alias bomb (a "billion laughs": anchors that
+#: each repeat the one before, 584 bytes) holds billions, and building them took 7.7-15 GB.
+MAX_YAML_NODES = 100_000
+#: Bytes of YAML text read at all (a rule file is a few KB).
+MAX_YAML_BYTES = 4 << 20
+
+
+class YamlTooBig(yaml.YAMLError):
+    """A YAML document whose aliases expand past :data:`MAX_YAML_NODES`, or too long a text."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = None
+
+
+def expanded_nodes(text: str) -> int:
+    """Nodes of ``text``'s documents with every alias expanded, counted from the parser's events
+    (which never expand an alias: linear in the text). Stops counting past
+    :data:`MAX_YAML_NODES` with :class:`YamlTooBig`."""
+    total = 0
+    stack: list[list[Any]] = []  # [anchor, nodes so far] of each open collection
+    sizes: dict[str, int] = {}
+    for event in yaml.parse(text, Loader=SAFE_LOADER):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            stack.append([event.anchor, 1])
+            continue
+        if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            anchor, size = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, size = event.anchor, 1
+        elif isinstance(event, yaml.AliasEvent):
+            anchor, size = None, sizes.get(event.anchor, 1)
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        else:
+            total += size
+        if size > MAX_YAML_NODES or total > MAX_YAML_NODES:
+            raise YamlTooBig(f"its aliases expand to more than {MAX_YAML_NODES:,} nodes "
+                             "(an alias bomb?)")
+    return total
+
+
 def safe_load(text: str) -> Any:
-    """``yaml.safe_load``, with libyaml's parser when there is one."""
+    """``yaml.safe_load``, with libyaml's parser when there is one, refusing (with
+    :class:`YamlTooBig`, a ``YAMLError``) a text over :data:`MAX_YAML_BYTES` or whose aliases
+    expand past :data:`MAX_YAML_NODES` nodes before anything is built."""
+    if len(text) > MAX_YAML_BYTES:
+        raise YamlTooBig(f"is {len(text):,} characters long, more than {MAX_YAML_BYTES:,}")
+    if "*" in text:  # an alias: count what it expands to before building it
+        expanded_nodes(text)
     return yaml.load(text, Loader=SAFE_LOADER)  # noqa: S506 - a safe loader, C or Python
 
 

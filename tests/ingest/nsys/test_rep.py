@@ -147,7 +147,86 @@ def test_export_that_is_not_nsys_names_the_report(tmp_path, fake_nsys, monkeypat
     rep = report(tmp_path)
     with pytest.raises(InputError) as info:
         read_nsys_rep(rep)
-    assert str(info.value).startswith(str(rep)) and "its SQLite export" in str(info.value)
+    assert str(info.value).startswith(str(rep)) and "nsys export wrote" in str(info.value)
+    # The junk is not kept: the next read exports again instead of reusing it.
+    assert not list((tmp_path / "cache" / "nsys-export").iterdir())
+    with pytest.raises(InputError):
+        read_nsys_rep(rep)
+    assert len(calls(fake_nsys)) == 2
+
+
+def test_export_of_tables_not_nsys_is_not_reused(tmp_path, fake_nsys, monkeypatch):
+    """SQLite with tables but not an export: refused by the reader, and dropped from the cache."""
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.commit()
+    con.close()
+    monkeypatch.setenv("FAKE_NSYS_SOURCE", str(other))
+    rep = report(tmp_path)
+    for _ in range(2):
+        with pytest.raises(InputError, match="its SQLite export"):
+            read_nsys_rep(rep)
+    assert len(calls(fake_nsys)) == 2
+    assert not list((tmp_path / "cache" / "nsys-export").iterdir())
+
+
+def test_no_cache_exports_again(tmp_path, fake_nsys):
+    rep = report(tmp_path)
+    read_nsys_rep(rep)
+    read_nsys_rep(rep)
+    assert len(calls(fake_nsys)) == 1
+    read_any(rep, use_cache=False)
+    assert len(calls(fake_nsys)) == 2
+
+
+def test_cached_junk_is_exported_again(tmp_path, fake_nsys):
+    """A junk file under the cache key (an older version's, or a damaged disk) is not used."""
+    rep = report(tmp_path)
+    exported = Path(read_nsys_rep(rep).meta.extra["nsys"]["exported_sqlite"])
+    exported.write_bytes(b"junk")
+    assert read_nsys_rep(rep).gpu.height == 2
+    assert len(calls(fake_nsys)) == 2
+
+
+def test_export_that_never_returns_is_stopped(tmp_path, monkeypatch, capfd):
+    """A hanging export is killed after $TRACEANALYZER_NSYS_TIMEOUT, with what it waited for."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    pidfile = tmp_path / "child.pid"
+    script = bindir / "nsys"
+    # The export starts a child of its own, as nsys does: both must end.
+    script.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pidfile}\nsleep 300\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.setenv("TRACEANALYZER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRACEANALYZER_NSYS_TIMEOUT", "3")
+    monkeypatch.setattr("traceanalyzer.ingest.nsys.rep.NOTICE_AFTER_S", 1.0)
+    monkeypatch.setattr("traceanalyzer.ingest.nsys.rep.KILL_GRACE_S", 1)
+    rep = report(tmp_path)
+    with pytest.raises(InputError, match=r"did not finish in 3 s and was stopped"):
+        read_nsys_rep(rep)
+    assert "waiting for `nsys export` of run.nsys-rep" in capfd.readouterr().err
+    child = int(pidfile.read_text())
+    try:
+        os.kill(child, 0)
+        alive = Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
+    except ProcessLookupError:
+        alive = False
+    assert not alive
+    assert not list((tmp_path / "cache" / "nsys-export").iterdir())
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "0", "nan"])
+def test_bad_timeout_setting(tmp_path, fake_nsys, monkeypatch, value):
+    from traceanalyzer.errors import UsageError
+
+    monkeypatch.setenv("TRACEANALYZER_NSYS_TIMEOUT", value)
+    with pytest.raises(UsageError, match="TRACEANALYZER_NSYS_TIMEOUT"):
+        read_nsys_rep(report(tmp_path))
 
 
 def test_nsys_env_naming_nothing_executable(tmp_path, no_nsys, monkeypatch):

@@ -52,6 +52,7 @@ PHASE_KEY = np.frombuffer(b'"ph": "', dtype=np.uint8)
 DEFAULT_CHUNK_BYTES = 4 << 20
 FIRST_READ_BYTES = 1 << 20
 HEADER_READ_BYTES = 64 << 10  # the first read: the array's start and the events' layout
+HEADER_GROWS_BYTES = 1 << 20  # a header longer than this is read in reads that double
 # What follows the event array (metadata, device properties) is expected within this many bytes
 # of the end; a longer trailer is still read right, by a second pass (see iter_ndjson_chunks).
 TAIL_BYTES = 256 << 10
@@ -135,15 +136,28 @@ def _find_events_array(header: bytes) -> tuple[int, int] | None:
     """Position of the ``[`` that opens the event array, and the array's depth, or None."""
     if header.lstrip(b" \t\r\n\xef\xbb\xbf")[:1] == b"[":  # the JSON Array Format
         return header.index(b"["), 1
-    # The structural scan runs only up to each spelling of the key: a trace's header is small,
-    # but the first read also holds a megabyte of events that a small trace waits on.
-    for key in EVENTS_KEY.finditer(header):
-        end = key.end()  # just past the '['
-        brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=end), 0)
-        # Only a key at depth 1 counts: the '[' must be outside strings and open depth 2.
-        if brackets.size and brackets[-1] == end - 1 and depth[-1] == 2:
-            return end - 1, 2
-    return None
+    # The structural scan runs only up to the first spelling of the key: a trace's header is
+    # small, but the first read also holds a megabyte of events that a small trace waits on.
+    # Past it, one scan up to the last spelling serves them all: a scan per spelling was
+    # quadratic (100,000 nested "traceEvents" keys before the real array ran for minutes).
+    keys = EVENTS_KEY.finditer(header)
+    first = next(keys, None)
+    if first is None:
+        return None
+    ends = [first.end()]
+    brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[0]), 0)
+    if not (brackets.size and brackets[-1] == ends[0] - 1 and depth[-1] == 2):
+        ends += [key.end() for key in keys]  # just past each '['
+        if len(ends) == 1:
+            return None
+        brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[-1]), 0)
+    # Only a key at depth 1 counts: the '[' must be outside strings and open depth 2.
+    opens = np.asarray(ends) - 1
+    at = np.minimum(np.searchsorted(brackets, opens), max(brackets.size - 1, 0))
+    if not brackets.size:
+        return None
+    hit = np.flatnonzero((brackets[at] == opens) & (depth[at] == 2))
+    return (int(opens[hit[0]]), 2) if hit.size else None
 
 
 def _pair_events(opens: np.ndarray, closes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -436,7 +450,11 @@ def iter_ndjson_chunks(
             # layout) and the first decode start sooner, which is what a small trace waits for.
             # A plain file's events are then mapped from where they start, so anything read
             # past the layout's first events is read, copied and faulted in for nothing.
-            want = (chunk_bytes if header or done_events
+            # A header that goes on past HEADER_GROWS_BYTES is read in reads that double, so
+            # its scans, each over the whole header so far, add up to a few times its size,
+            # not its square.
+            grow = len(header) if len(header) > HEADER_GROWS_BYTES else 0
+            want = (max(chunk_bytes, grow) if header or done_events
                     else min(chunk_bytes, FIRST_READ_BYTES, HEADER_READ_BYTES))
             data = stream.read(want)
             eof, last_read = not data, len(data) < want

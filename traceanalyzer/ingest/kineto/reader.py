@@ -30,10 +30,11 @@ from typing import Any, BinaryIO
 import polars as pl
 import polars.selectors as cs
 
+from traceanalyzer import ingest
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.kineto import decode, reduce
 from traceanalyzer.ingest.kineto.assemble import assemble
-from traceanalyzer.ingest.kineto.gzipstream import INFLATE_ERRORS, open_trace
+from traceanalyzer.ingest.kineto.gzipstream import INFLATE_ERRORS, TooMuchDecoded, open_trace
 from traceanalyzer.ingest.kineto.jsonscan import (
     DEFAULT_CHUNK_BYTES,
     EventRun,
@@ -64,16 +65,21 @@ def read_kineto(path: str | os.PathLike[str]) -> Trace:
     path = Path(path)
     scan = ScanResult()
     read_twice = False
+    # What is decompressed is counted against what memory can take, whatever the size trailer
+    # said (several members, or a size beyond 4 GiB, which the trailer holds mod 2**32).
+    budget = ingest.decoded_budget("kineto")
     try:
         try:
-            with open_trace(path) as stream:
+            with open_trace(path, budget) as stream:
                 events = _decode_events(stream, scan, path, by_layout=True)
         except _LayoutMismatch:
             # A piece cut by the events' layout was not whole events: read the file again
             # with the structural scan alone, which any valid JSON satisfies.
             scan, read_twice = ScanResult(), True
-            with open_trace(path) as stream:
+            with open_trace(path, budget) as stream:
                 events = _decode_events(stream, scan, path, by_layout=False)
+    except TooMuchDecoded as exc:
+        raise ingest.too_much_decoded(path, "kineto", exc.limit) from None
     except NotATrace as exc:
         raise InputError(path, str(exc)) from None
     except (OSError, EOFError, *INFLATE_ERRORS) as exc:
