@@ -29,13 +29,13 @@ def perf_rows(result: AnalysisResult) -> list[tuple[str, str]]:
         return [("MFU", f"– ({m['mfu_reason']})")]
     rows = [
         (
-            "Model FLOPs per step",
+            "model FLOPs per step",
             f"{m['flops_per_step'] / 1e12:.2f} TFLOP"
             + (" (--flops-per-step)" if m["flops_source"] == "--flops-per-step" else ""),
         )
     ]
     if m["achieved_tflops"] is not None:
-        rows.append(("Achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
+        rows.append(("achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
     if m["mfu_pct"] is not None:
         rows.append(
             ("MFU", f"{m['mfu_pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s ({m['peak_name']})")
@@ -43,7 +43,7 @@ def perf_rows(result: AnalysisResult) -> list[tuple[str, str]]:
     elif m["mfu_reason"]:
         rows.append(("MFU", f"– ({m['mfu_reason']})"))
     if m["tokens_per_s"] is not None:
-        rows.append(("Tokens per second", f"{m['tokens_per_s']:,.0f}"))
+        rows.append(("tokens per second", f"{m['tokens_per_s']:,.0f}"))
     return rows
 
 

@@ -151,13 +151,19 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
              f"{fmt_ns(m.step_time_p95_ns)}", ""],
             ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
         ]
-    rows += [[label, value, ""] for label, value in perf_rows(result)]
+    perf_notes = []
+    for label, value in perf_rows(result):
+        if value.startswith("– ("):  # a reason, too long for the table's value column
+            perf_notes.append(f"{label}: {value[3:-1]}")
+            value = "–"
+        rows.append([label, value, ""])
     if m.launch_delay_mean_ns is not None:
         rows.append(["launch delay mean/p95",
                      f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])
     if m.launch_overhead_pct is not None:
         rows.append(["launch API time", "", fmt_pct(m.launch_overhead_pct)])
     lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
+    lines += [f"  {safe(note)}" for note in perf_notes]
     lines += _ranks_table(result)
     lines += _steps_table(result)
     lines += _memory_section(result)
