@@ -33,8 +33,10 @@ def load(
     """Read a trace of any supported format (Kineto JSON, Nsight Systems SQLite or ``.nsys-rep``,
     Perfetto) into a canonical :class:`~traceanalyzer.model.Trace`.
 
-    ``use_cache`` reads and fills the Parquet cache of ingested frames (in ``cache_dir``, by
-    default ``.traceanalyzer-cache`` beside the trace or the user cache folder).
+    ``use_cache`` reads and fills the Parquet cache of ingested frames in ``cache_dir`` (by
+    default ``$TRACEANALYZER_CACHE_DIR``, else the user cache folder such as
+    ``~/.cache/traceanalyzer``; never beside the trace; bounded by
+    ``$TRACEANALYZER_CACHE_MAX``, see :mod:`traceanalyzer.ingest.cache`).
     ``trace_processor`` names a Perfetto ``trace_processor_shell`` to read Perfetto traces with
     (such reads bypass the cache). See :func:`traceanalyzer.ingest.load`.
     """

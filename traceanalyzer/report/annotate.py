@@ -104,7 +104,10 @@ def write_annotated(trace_path: str | os.PathLike[str], trace: Trace, result: An
 
     def write(fh: IO[bytes]) -> None:
         if gz_out:
-            with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=3, mtime=0) as gz:
+            # The header's file name marks the copy as annotated, so that a batch over its
+            # folder leaves it out without inflating it (batch/inputs.py ANNOTATED_GZIP_NAME).
+            with gzip.GzipFile(filename="traceanalyzer-annotated.json", fileobj=fh, mode="wb",
+                               compresslevel=3, mtime=0) as gz:
                 splice_events(src, gz, extra)
         else:
             splice_events(src, fh, extra)
