@@ -11,6 +11,7 @@ import click
 
 from traceanalyzer.cli.common import (
     cache_options,
+    interactive,
     report_options,
     trace_processor_option,
     window_option,
@@ -93,7 +94,7 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
     worst, reasons = -1, []
     for path in traces:
         t0 = time.perf_counter()
-        show_progress = quiet == 0 and sys.stderr.isatty() and _size(path) >= PROGRESS_BYTES
+        show_progress = quiet == 0 and interactive(sys.stderr) and _size(path) >= PROGRESS_BYTES
         if show_progress:  # only on a terminal: a log or a pipe gets no carriage returns
             click.echo(f"reading {safe(path.name)} ({_size(path) / 1e6:.0f} MB)...", err=True,
                        nl=False)

@@ -11,6 +11,16 @@ from typing import Any
 import click
 
 
+def interactive(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal that may get progress lines (carriage returns): not a
+    file or a pipe, and not ``TERM=dumb``. traceanalyzer prints no colour at all, so
+    ``NO_COLOR`` always holds; a log or a pipe gets only whole lines."""
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # a closed or odd stream
+        return False
+
+
 def cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """--no-cache and --cache-dir, passed on as ``use_cache`` and ``cache_dir``."""
 
