@@ -3,8 +3,9 @@
 An output may not be an input (the same resolved path, or the same file under another name: a
 hard link or a symbolic link, compared by ``os.stat``'s device and inode), nor a name that an
 input glob or folder would take as a trace next time, nor the same file as another output. A
-symbolic link, a FIFO or another special file is never replaced by a regular file, and a folder
-is not a file name. ``-`` (standard output) passes. Each refusal is one line and exit code 2.
+symbolic link, a FIFO or another special file is refused rather than replaced by a regular
+file, and a folder is not a file name. ``-`` (standard output) and :data:`STREAMS`
+(``/dev/stdout``, ``/dev/stderr``, ``/dev/null``, written through) pass. Each refusal is one line and exit code 2.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def check_outputs(
     pats = list(patterns)
     seen: dict[object, str] = {}
     for option, out in outputs:
-        if out is None or os.fspath(out) == "-":
+        if out is None or os.fspath(out) == "-" or os.fspath(out) in STREAMS:
             continue
         path = Path(out)
         what = f"{option} {path}" if option else str(path)
@@ -67,6 +68,11 @@ def check_outputs(
         if key in seen:
             raise UsageError(f"{what}: is also the output of {seen[key]}; give each its own path")
         seen[key] = what
+
+
+#: Special files an output may name: written through, never replaced (``-`` is the same as the
+#: first).
+STREAMS = ("/dev/stdout", "/dev/stderr", "/dev/null")
 
 
 def _check_kind(path: Path, what: str) -> None:
