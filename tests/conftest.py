@@ -12,7 +12,6 @@ import pytest
 from tests.support.kineto_builder import KinetoBuilder
 from tests.support.paths import PUBLIC
 
-
 #: The tests' user cache folder: the cache's default place ($XDG_CACHE_HOME/traceanalyzer) is a
 #: fresh folder for each test session (child processes inherit it), never the user's own.
 _CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
