@@ -51,10 +51,10 @@ def check_outputs(
         _check_kind(path, what)
         ident = _ident(path)
         resolved = _resolved(path)
-        src = by_name.get(resolved) or (by_name.get(ident) if ident is not None else None)
-        if src is not None:
+        same = by_name.get(resolved) or (by_name.get(ident) if ident is not None else None)
+        if same is not None:
             raise UsageError(
-                f"{what}: is the input trace {src}; refusing to overwrite it, choose another path"
+                f"{what}: is the input trace {same}; refusing to overwrite it, choose another path"
             )
         for pattern in pats:
             from traceanalyzer.batch.inputs import matches_pattern
