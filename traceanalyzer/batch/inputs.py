@@ -206,6 +206,8 @@ def left_out(path: str) -> str | None:
     """Why a batch leaves ``path`` out, or None to analyze it: traceanalyzer's own output (a
     batch folder's manifest, index, summary or reports; a JSON report or job file) or a copy
     annotated by ``--annotate`` (its findings track would be analyzed as the trace's)."""
+    if not _regular(path):
+        return None  # a FIFO would block this read: the worker refuses it with a clear error
     name = os.path.basename(path)
     folder = os.path.dirname(path)
     if name in BATCH_FILES[1:4] and _is_own_json(os.path.join(folder, BATCH_FILES[0])):
@@ -220,7 +222,18 @@ def left_out(path: str) -> str | None:
     return None
 
 
+def _regular(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _head(path: str, size: int = 512) -> bytes:
+    if not _regular(path):  # never open a FIFO or a device
+        return b""
     try:
         with open(path, "rb") as fh:
             return fh.read(size)
