@@ -146,12 +146,36 @@ COUNTER_SCHEMA = pl.Schema(
     }
 )
 
+#: Where a memory row comes from: the framework's caching allocator (torch.profiler's
+#: ``[memory]`` events), or the driver's device allocations (Nsight Systems' memory usage events,
+#: Perfetto's GPU memory counter).
+MEMORY_SOURCES: tuple[str, ...] = ("allocator", "driver")
+
+#: Device memory allocations and frees: one row per event (docs/canonical-model.md).
+MEMORY_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "pid": pl.Int64,
+        "tid": pl.Int64,  # the allocating thread, where recorded
+        "device": pl.Int32,  # null for host (pinned) memory
+        "ts_ns": pl.Int64,
+        "source": pl.Enum(MEMORY_SOURCES),
+        "bytes": pl.Int64,  # > 0 allocated, < 0 freed
+        "address": pl.Int64,  # where recorded: pairs an allocation with its free
+        "allocated_bytes": pl.Int64,  # the device's total allocated after the event
+        "reserved_bytes": pl.Int64,  # the device's total reserved after the event
+        "operator": pl.String,  # the innermost framework operator around the event
+        "api": pl.String,  # the runtime call that made it (cudaMalloc, cudaFree, ...), where known
+    }
+)
+
 FRAME_SCHEMAS: dict[str, pl.Schema] = {
     "gpu": GPU_ACTIVITY_SCHEMA,
     "cpu": CPU_ACTIVITY_SCHEMA,
     "annotations": ANNOTATION_SCHEMA,
     "syncs": SYNC_SCHEMA,
     "counters": COUNTER_SCHEMA,
+    "memory": MEMORY_SCHEMA,
 }
 
 
@@ -212,7 +236,7 @@ class TraceMeta:
 
 @dataclass
 class Trace:
-    """A trace in canonical form: its metadata and its five frames."""
+    """A trace in canonical form: its metadata and its six frames."""
 
     meta: TraceMeta
     gpu: pl.DataFrame
@@ -220,6 +244,7 @@ class Trace:
     annotations: pl.DataFrame
     syncs: pl.DataFrame
     counters: pl.DataFrame
+    memory: pl.DataFrame = field(default_factory=lambda: empty_frame("memory"))
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAME_SCHEMAS}
@@ -238,6 +263,11 @@ class Trace:
 #: the streaming engine, whose start-up dominates the many small queries of an ingest or an
 #: analysis; the in-memory engine measured faster at every size here (bench/NOTES.md, round 5).
 COLLECT_ENGINE: Final = "in-memory"
+
+#: Every start and end lies within this distance of the trace clock's zero (2^62 ns, 146 years),
+#: so that any end and any difference of two times fits in int64: readers drop records beyond
+#: it (:mod:`traceanalyzer.ingest.bounds`).
+TIME_LIMIT_NS: Final = 1 << 62
 
 
 def empty_frame(name: str) -> pl.DataFrame:

@@ -59,7 +59,9 @@ def test_nsys_value_of_wrong_sqlite_type(tmp_path: Path) -> None:
     con.commit()
     con.close()
     assert check_file(path) == "analyzed"
-    assert load(path, use_cache=False).gpu.height == 3
+    trace = load(path, use_cache=False)  # the row whose start is a blob has no time: dropped
+    assert trace.gpu.height == 2
+    assert any("start or end time is missing" in w for w in trace.meta.warnings)
 
 
 def test_nsys_records_ending_before_they_start(tmp_path: Path) -> None:
@@ -93,3 +95,17 @@ def test_chrome_lone_surrogates_become_replacement_characters(tmp_path: Path) ->
     assert check_file(path) == "analyzed"
     paired = json.loads('"\\ud8db\\udfc1"')  # a valid pair: one character, kept
     assert load(path, use_cache=False).gpu["name"].to_list() == [f"k\ufffd\ube99{paired}"]
+
+
+def test_nsys_kernel_starting_at_int64_min(tmp_path: Path) -> None:
+    """Found by fuzz_ingest (hostile values): a start of -2^63 got past the time limit, since
+    abs(INT64_MIN) wraps to itself; the span was 2^63 + 62,575 ns and busy negative."""
+    path = NsysBuilderFixture.export(tmp_path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = ? WHERE rowid = 1", (-(2**63),))
+    con.commit()
+    con.close()
+    assert check_file(path) == "analyzed"
+    trace = load(path, use_cache=False)
+    assert trace.gpu.height == 1
+    assert any("start or end time is missing or beyond" in w for w in trace.meta.warnings)

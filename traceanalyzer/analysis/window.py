@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import UsageError
-from traceanalyzer.model import API_KINDS, Trace
+from traceanalyzer.model import API_KINDS, TIME_LIMIT_NS, Trace
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
@@ -41,6 +41,8 @@ def parse_steps(text: str | None) -> tuple[int, int] | None:
     m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
     if not m:
         raise UsageError(f"--steps {text!r}: expected N or FIRST-LAST, e.g. 3-7")
+    if any(len(g.lstrip("0")) > 10 or int(g) > MAX_SELECTED for g in m.groups() if g):
+        raise UsageError(f"--steps {_short(text)}: step numbers go up to {MAX_SELECTED:,}")
     first = int(m.group(1))
     last = int(m.group(2)) if m.group(2) else first
     if last < first:
@@ -52,7 +54,19 @@ def parse_duration(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)?\s*", text)
     if not m:
         raise UsageError(f"{text!r} is not a duration such as 250ms, 1.5s or 300us")
-    return int(float(m.group(1)) * _UNITS_NS[m.group(2) or "ms"])
+    ns = float(m.group(1)) * _UNITS_NS[m.group(2) or "ms"]
+    if not ns < TIME_LIMIT_NS:  # also inf, from hundreds of digits
+        raise UsageError(f"{_short(text)} is too long a duration: times go up to 146 years")
+    return int(ns)
+
+
+#: The largest step or rank number a selection takes (both are int32 in the frames).
+MAX_SELECTED = 2**31 - 1
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """An option's value quoted for a message, cut to ``limit`` characters."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
 
 
 def parse_time_window(text: str | None) -> tuple[int, int] | None:
@@ -71,9 +85,13 @@ def parse_ranks(text: str | None) -> frozenset[int] | None:
     if not text:
         return None
     try:
-        return frozenset(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UsageError(f"--ranks {text!r}: expected a comma-separated list such as 0,1") from None
+        ranks = frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:  # also for over 4,300 digits
+        raise UsageError(f"--ranks {_short(text)}: expected a comma-separated list such as "
+                         "0,1") from None
+    if any(not 0 <= r <= MAX_SELECTED for r in ranks):
+        raise UsageError(f"--ranks {_short(text)}: ranks go from 0 to {MAX_SELECTED:,}")
+    return ranks
 
 
 def narrow(trace: Trace, selection: Selection) -> Trace:
@@ -491,6 +509,7 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
         "annotations": within(trace.annotations, "start_ns"),
         "syncs": within(trace.syncs, "start_ns"),
         "counters": within(trace.counters, "ts_ns"),
+        "memory": within(trace.memory, "ts_ns"),
     }
     return Trace(meta=trace.meta, **frames)
 

@@ -37,7 +37,14 @@ def metric_columns() -> dict[str, pl.DataType]:
     Float64."""
     props = JSON_SCHEMA["properties"]["metrics"]["properties"]
     kinds = {"integer": pl.Int64(), "string": pl.String()}
-    return {name: kinds.get(str(spec.get("type")), pl.Float64()) for name, spec in props.items()}
+
+    def kind(spec: dict[str, Any]) -> str:  # ["string", "null"] is text that may be missing
+        types = spec.get("type")
+        if isinstance(types, list):
+            types = next((t for t in types if t != "null"), None)
+        return str(types)
+
+    return {name: kinds.get(kind(spec), pl.Float64()) for name, spec in props.items()}
 
 
 def finding_column(slug: str) -> str:
@@ -102,8 +109,8 @@ def write_summary(frame: pl.DataFrame, out_dir: str | os.PathLike[str]) -> tuple
 
 def _no_formulas(frame: pl.DataFrame) -> pl.DataFrame:
     """Text cells starting with ``= + - @``, tab or CR get a leading ``'`` (the OWASP rule against
-    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text."""
-    text = [n for n, t in frame.schema.items() if t == pl.String]
-    return frame.with_columns(
-        pl.when(pl.col(n).str.contains(r"^[=+\-@\t\r]")).then("'" + pl.col(n))
-        .otherwise(pl.col(n)).alias(n) for n in text)
+    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text; control
+    and bidi characters become visible escapes (``report/textsafe.py`` ``csv_safe``)."""
+    from traceanalyzer.report.textsafe import csv_safe
+
+    return csv_safe(frame)

@@ -16,7 +16,7 @@ from traceanalyzer.report.terminal import safe
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
 @report_options
-@click.option("--top", default=10, show_default=True,
+@click.option("--top", type=click.IntRange(0, 100_000), default=10, show_default=True,
               help="Kernels to list in the terminal and Markdown output.")
 @window_option
 @rule_options

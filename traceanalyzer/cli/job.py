@@ -21,7 +21,7 @@ from traceanalyzer.report.terminal import render_job, safe
               help="Write a self-contained HTML page of the job here.")
 @click.option("--min-lateness-us", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="A straggler must start its collectives at least this late on average.")
-@click.option("--top", default=5, show_default=True, help="Most skewed collectives to list.")
+@click.option("--top", type=click.IntRange(0, 100_000), default=5, show_default=True, help="Most skewed collectives to list.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @window_option
 @rule_options

@@ -7,6 +7,7 @@ user as a traceback unless ``TRACEANALYZER_DEBUG=1`` asks for it.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -14,6 +15,7 @@ import click
 
 from traceanalyzer import __version__
 from traceanalyzer.errors import EXIT_BAD_INPUT, TraceAnalyzerError
+from traceanalyzer.report.textsafe import one_line, visible
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -45,6 +47,16 @@ def _register() -> None:
 
 _register()
 
+#: The longest error line printed: an exception may quote a whole report or trace field.
+MAX_ERROR_CHARS = 400
+
+
+def _capped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map errors to exit codes without tracebacks."""
@@ -54,10 +66,13 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        # Usage errors quote the option values given, which may come from a trace or a script.
+        shown = io.StringIO()
+        exc.show(file=shown)
+        click.echo(visible(shown.getvalue(), keep_newlines=True), err=True, nl=False)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
-        click.echo(f"error: {_one_line(str(exc))}", err=True)
+        click.echo(f"error: {_capped(_one_line(str(exc)), 4 * MAX_ERROR_CHARS)}", err=True)
         sys.exit(exc.exit_code)
     except MemoryError:
         # --steps/--time-window/--ranks narrow the analysis; the whole trace is still read.
@@ -70,12 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - last line of defence: never show a traceback
         if os.environ.get("TRACEANALYZER_DEBUG"):
             raise
-        click.echo(f"internal error: {_one_line(repr(exc))} (set TRACEANALYZER_DEBUG=1 for details)",
+        click.echo(f"internal error: {_capped(_one_line(repr(exc)))} (set TRACEANALYZER_DEBUG=1 "
+                   "for details)",
                    err=True)
         sys.exit(3)
     sys.exit(0)
 
 
 def _one_line(text: str) -> str:
-    """Make untrusted text safe for one terminal line: no newlines, no control characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", " "))
+    """Make untrusted text safe for one terminal line: newlines as spaces, control characters,
+    bidi controls and lone surrogates as visible escapes (:func:`.textsafe.one_line`)."""
+    return one_line(text)

@@ -19,7 +19,8 @@ from traceanalyzer.report.terminal import frame_output
               "nvtx: NVTX and user ranges (nvtx_sum).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-@click.option("--limit", type=int, default=None, help="Print only the first N rows.")
+@click.option("--limit", type=click.IntRange(min=0, max=2**31 - 1, clamp=True), default=None,
+              help="Print only the first N rows.")
 @click.option("--output", "-o", "output", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Write the table to this file instead of standard output "
                                  "(- is standard output).")

@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.bounds import check_trace
 from traceanalyzer.ingest.formats import FORMATS, GZIP_MAGIC, expected
 from traceanalyzer.model import Trace
 
@@ -151,7 +152,7 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None) -> Trace:
     fmt = fmt or sniff(path)
     check_memory(path, fmt)
     before = _file_state(path)
-    trace = _read(path, fmt)
+    trace = check_trace(_read(path, fmt))
     after = _file_state(path)
     if after != before:
         if after[0] < 0:
@@ -197,7 +198,7 @@ def load(
     """
     fmt = sniff(path)
     if FORMATS[fmt].reads_externally(trace_processor):
-        return FORMATS[fmt].read(path, trace_processor=trace_processor)
+        return check_trace(FORMATS[fmt].read(path, trace_processor=trace_processor))
     if not use_cache:
         return read_any(path, fmt)
     from traceanalyzer.ingest.cache import cached_read

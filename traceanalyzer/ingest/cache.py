@@ -33,11 +33,12 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.categories import KERNEL_PATTERNS
+from traceanalyzer.ingest.bounds import clean_meta
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
 #: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
 #: (see content_key), so editing a pattern never serves stale categories.
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"
 FULL_HASH_LIMIT = 64 << 20
 SAMPLE_COUNT = 256
 SAMPLE_BYTES = 64 << 10
@@ -226,8 +227,11 @@ def cached_read(path: str | os.PathLike[str], fmt: str,
             trace = _load_entry(entry, path)
             touch(entry)
             return trace
-        except (OSError, ValueError, pl.exceptions.PolarsError):
-            shutil.rmtree(entry, ignore_errors=True)  # a damaged entry is rebuilt
+        except (OSError, ValueError, TypeError, KeyError, AttributeError,
+                pl.exceptions.PolarsError):
+            # A damaged entry (a meta.json that is not the object it should be, a Parquet
+            # file cut short) is rebuilt, never fatal on every later run.
+            shutil.rmtree(entry, ignore_errors=True)
     trace = read_any(path, fmt)
     if trace.meta.extra.get("changed_while_read"):  # the key hashed other bytes than were read
         return trace
@@ -240,8 +244,18 @@ def cached_read(path: str | os.PathLike[str], fmt: str,
 
 
 def _load_entry(entry: Path, path: str | os.PathLike[str]) -> Trace:
-    meta = TraceMeta.from_dict(json.loads((entry / "meta.json").read_text()))
+    data = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("devices", []), list) \
+            or not all(isinstance(d, dict) for d in data.get("devices", [])) \
+            or not isinstance(data.get("warnings", []), list) \
+            or not isinstance(data.get("extra", {}), dict):
+        raise ValueError("meta.json is not a trace's metadata")
+    meta = TraceMeta.from_dict(data)
     meta.path = str(path)
+    before = list(meta.warnings)
+    clean_meta(meta)  # the same checks as a fresh read: the entry may be from elsewhere
+    if meta.warnings != before:
+        raise ValueError("meta.json holds values a fresh read would not")
     frames = {name: pl.read_parquet(entry / f"{name}.parquet") for name in FRAME_SCHEMAS}
     trace = Trace(meta=meta, **frames)
     trace.validate()

@@ -84,7 +84,8 @@ args = st.fixed_dictionaries({}, optional={
     "Input Dims": st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2) | texts,
     "Input type": st.lists(st.sampled_from(["float", ""]), max_size=2),
     "Call stack": st.sampled_from(["", "a.py(1): f;b.py(2): g"]) | st.none(),
-    "Total Allocated": ints, "Total Reserved": ints, "Device Id": ints,
+    "Total Allocated": ints, "Total Reserved": ints, "Device Id": ints, "Bytes": ints,
+    "Addr": ints,
 })
 anything = st.fixed_dictionaries({}, optional={
     "ph": st.sampled_from(["X", "X", "X", "i", "I", "x"]),
@@ -183,7 +184,8 @@ def mixed_trace(tmp_path, n: int = 3000):
              event(cat="user_annotation", name="ProfilerStep#2"),
              event(cat="cuda_sync", name="Stream Sync", args={"stream": 7}),
              event(ph="i", cat="cpu_instant_event", name="[memory]",
-                   args={"Total Allocated": 5, "Total Reserved": 9, "Device Id": 0}),
+                   args={"Total Allocated": 5, "Total Reserved": 9, "Device Id": 0,
+                         "Bytes": -512, "Addr": 140201892511744}),
              {"ph": "f", "id": 1, "ts": 1}]
     events = [{**kinds[i % len(kinds)], "ts": i} for i in range(n)]
     events[n // 2]["cat"] = "\u212aernel"  # this chunk goes to Polars
@@ -213,10 +215,12 @@ def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tm
     assert outcomes.count(False) == 1 and outcomes.count(True) > 4  # one chunk went to Polars
     monkeypatch.setattr(reduce, "_eventreduce", None)
     reference = read_kineto(path)
-    for name in ("cpu", "gpu", "annotations", "syncs", "counters"):
+    for name in ("cpu", "gpu", "annotations", "syncs", "counters", "memory"):
         assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
     assert fast.meta.warnings == reference.meta.warnings
     assert fast.gpu.height and fast.syncs.height and fast.counters.height
+    assert fast.memory["bytes"].unique().to_list() == [-512]
+    assert fast.memory["address"].unique().to_list() == [140201892511744]
     assert fast.annotations["kind"].to_list().count("step")
 
 
@@ -365,3 +369,37 @@ def test_a_buffer_changed_after_the_checks_is_an_error_not_a_read_past_it():
     del data[10:]  # not exported yet, so it may shrink: the export checks again
     with pytest.raises(pl.exceptions.ComputeError, match="no longer hold"):
         pl.Series(values=batches.column(0))
+
+
+# Hostile values (issue 30): both twins agree on timestamps near and beyond the time limit
+# (2^62 ns), and on durations that are not usable numbers.
+LIMIT_US = (1 << 62) // 1000
+
+
+@pytest.mark.parametrize("ts, dur, untimed, negative", [
+    (9.3e15, 10, 1, 0),  # beyond int64 once in ns: wrapped to negative before
+    (1.8e16, 10, 1, 0),  # wrapped back into range before
+    (9223372036854775, 10, 1, 0),
+    (-9.3e15, 10, 1, 0),
+    (LIMIT_US - 1, 1, 0, 0),  # just inside (ends 904 ns short of 2^62)
+    (LIMIT_US - 1, 2, 1, 0),  # ends beyond the limit
+    (LIMIT_US, 0, 1, 0),
+    (100, 1e308, 0, 1),  # 0 silently before
+    (100, 1e20, 0, 1),
+    (100, -5, 0, 1),
+    (100, 4.6e15, 0, 0),  # long but within the limit
+])
+def test_hostile_times_reduce_alike(ts: float, dur: float, untimed: int, negative: int) -> None:
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur,
+               "args": {"correlation": 1, "device": 0, "stream": 7}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts,
+               "dur": dur}]
+    reference = reduce_frame(decode.to_frame(decode.decode_raw(
+        ndjson(events), EVENT_SCHEMA, keep=("ph", KEPT_PHASES)), EVENT_SCHEMA))
+    assert (reference.untimed, reference.negative) == (2 * untimed, 2 * negative)
+    for frame in (reference.gpu, reference.cpu):
+        assert frame.height == (0 if untimed else 1)
+        if frame.height:
+            assert frame["end_ns"][0] >= frame["start_ns"][0]
+            assert frame["end_ns"][0] < 1 << 62
+    assert reduced_both_ways(ndjson(events)) is not None

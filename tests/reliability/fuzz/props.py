@@ -37,7 +37,7 @@ from traceanalyzer.analysis import analyze_trace  # noqa: E402
 from traceanalyzer.analysis.views import Views  # noqa: E402
 from traceanalyzer.errors import TraceAnalyzerError  # noqa: E402
 from traceanalyzer.ingest import load  # noqa: E402
-from traceanalyzer.model import FRAME_SCHEMAS  # noqa: E402
+from traceanalyzer.model import FRAME_SCHEMAS, TIME_LIMIT_NS  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Chrome / Kineto JSON
@@ -65,10 +65,26 @@ def maybe(strategy: st.SearchStrategy, p_weird: int = 8) -> st.SearchStrategy:
     return st.one_of(*([strategy] * p_weird), weird)
 
 
+# Hostile values (issue 30, classes 5 and 7): times that overflow int64 once in ns, or sit near
+# the time limit, ns mixed with µs (1.7e18 beside 1.7e15), durations of 1e308 / NaN / inf.
+LIMIT_US = (1 << 62) // 1000
+hostile_times = st.one_of(
+    st.sampled_from([9.3e15, 1e16, 1.8e16, 9223372036854775, 9223372036854775807, -9.3e15,
+                     LIMIT_US - 1, LIMIT_US, LIMIT_US + 1, -LIMIT_US, 1.7e15, 1.7e18, 1e300]),
+    st.integers(min_value=LIMIT_US - 5000, max_value=LIMIT_US + 5000),
+    st.floats(min_value=-1e19, max_value=1e19, allow_nan=False))
+hostile_durs = st.one_of(
+    st.sampled_from([1e308, -1e308, 1e20, 4.7e15, 9.3e15, float("nan"), float("inf"),
+                     -float("inf"), 1.7e15]),
+    st.floats(allow_nan=True, allow_infinity=True))
 times = st.one_of(st.integers(min_value=0, max_value=5000),
-                  st.floats(min_value=0, max_value=5000, allow_nan=False).map(lambda f: round(f, 3)))
+                  st.floats(min_value=0, max_value=5000, allow_nan=False).map(lambda f: round(f, 3)),
+                  hostile_times)
 durs = st.one_of(st.integers(min_value=-5, max_value=800),
-                 st.floats(min_value=0, max_value=800, allow_nan=False).map(lambda f: round(f, 3)))
+                 st.floats(min_value=0, max_value=800, allow_nan=False).map(lambda f: round(f, 3)),
+                 hostile_durs)
+#: Text a device may hold: lone surrogates (json.dumps writes them as JSON's "\ud800"), NUL.
+hostile_text = st.sampled_from(["G\ud800PU", "\udc00", "\ud83d", "x\x00y", "\u202e", "GPU"])
 corrs = st.integers(min_value=0, max_value=12)
 
 args_strategy = st.fixed_dictionaries(
@@ -149,9 +165,10 @@ def chrome_trace_bytes(draw: Any) -> tuple[bytes, str]:
     events = draw(st.permutations(events)) if draw(st.booleans()) else events
     top: dict[str, Any] = {"schemaVersion": 1}
     if draw(st.booleans()):
-        top["deviceProperties"] = [{"id": 0, "name": draw(st.sampled_from(NAMES)),
+        top["deviceProperties"] = [{"id": draw(maybe(st.integers(0, 2))),
+                                    "name": draw(st.one_of(st.sampled_from(NAMES), hostile_text)),
                                     "numSms": draw(maybe(st.integers(1, 132))),
-                                    "computeMajor": 9, "computeMinor": 0}]
+                                    "computeMajor": draw(maybe(st.just(9))), "computeMinor": 0}]
     if draw(st.booleans()):
         top["distributedInfo"] = {"rank": draw(maybe(st.integers(0, 3))), "world_size": 4}
     top["traceEvents"] = events
@@ -214,6 +231,16 @@ def nsys_db(draw: Any, path: Path) -> Path:
         st.sampled_from(["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
                          "StringIds", "NVTX_EVENTS"]),
         st.lists(sql_weird, min_size=4, max_size=4)), max_size=3))
+    hostile = draw(st.lists(st.sampled_from(HOSTILE_NSYS), max_size=3, unique=True))
+    if hostile:
+        con = sqlite3.connect(path)
+        for name in hostile:
+            try:
+                _hostile_nsys(con, name, draw)
+            except sqlite3.IntegrityError:  # NULL drawn for a NOT NULL column
+                pass
+        con.commit()
+        con.close()
     if wild:
         con = sqlite3.connect(path)
         for table, values in wild:
@@ -233,6 +260,40 @@ def nsys_db(draw: Any, path: Path) -> Path:
     return path
 
 
+#: Values an export may hold that nsys never writes (issue 30, class 5).
+HOSTILE_NSYS = ["big_ids", "big_times", "target_info_gpu", "session_start", "env_rank"]
+big_or_weird = st.one_of(sql_weird, st.sampled_from([2**31, 2**32, 2**62, 2**63 - 1, -(2**63),
+                                                     "yesterday", "9" * 5000, 1e300]))
+
+
+def _hostile_nsys(con: sqlite3.Connection, name: str, draw: Any) -> None:
+    kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+    has_kernels = con.execute("SELECT count(*) FROM sqlite_master WHERE name = ?",
+                              (kernel,)).fetchone()[0]
+    if name == "big_ids" and has_kernels:
+        con.execute(f"UPDATE {kernel} SET deviceId = ?, streamId = ?, gridX = ? WHERE rowid = 1",
+                    [draw(big_or_weird) for _ in range(3)])
+    elif name == "big_times" and has_kernels:
+        start = draw(st.one_of(i64, st.sampled_from([2**62 - 1, 2**62, 2**63 - 1000, -(2**63)])))
+        con.execute(f"UPDATE {kernel} SET start = ?, end = ? WHERE rowid = 1",
+                    (start, draw(st.one_of(i64, st.just(2**63 - 1)))))
+    elif name == "target_info_gpu":
+        con.execute("CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER, "
+                    "totalMemory INTEGER, computeMajor INTEGER, computeMinor INTEGER)")
+        con.execute("INSERT INTO TARGET_INFO_GPU VALUES (?, ?, ?, ?, ?, ?)",
+                    [draw(st.one_of(st.just(0), big_or_weird)) for _ in range(6)])
+    elif name == "session_start":
+        con.execute("CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER)")
+        con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?)", (draw(big_or_weird),))
+    elif name == "env_rank":
+        con.execute("CREATE TABLE IF NOT EXISTS TARGET_INFO_SYSTEM_ENV (globalVid INTEGER, "
+                    "devStateName TEXT, name TEXT, nameEnum INTEGER, value TEXT)")
+        rank = draw(st.sampled_from(["1", "3000000000", "9" * 5000, "x"]))
+        world = draw(st.sampled_from(["4", "4000000000", "9" * 5001]))
+        con.execute("INSERT INTO TARGET_INFO_SYSTEM_ENV VALUES (0, 'x', 'DeviceEnvironment', 0, ?)",
+                    (f"RANK={rank};WORLD_SIZE={world}",))
+
+
 # ---------------------------------------------------------------------------------------------
 # The properties
 
@@ -250,6 +311,13 @@ def check_file(path: Path) -> str:
         assert frame.schema == FRAME_SCHEMAS[name]
         if "start_ns" in frame.columns and frame.height:
             assert frame.filter(frame["end_ns"] < frame["start_ns"]).height == 0, name
+        for col in ("start_ns", "end_ns", "ts_ns"):  # within the time limit: no wrap anywhere
+            if col in frame.columns and frame.height:
+                assert frame[col].null_count() == 0, (name, col)
+                assert frame[col].abs().max() < TIME_LIMIT_NS, (name, col)
+    # The metadata is valid Unicode and JSON (a lone surrogate broke every report).
+    json.dumps(trace.meta.to_dict(), allow_nan=False).encode("utf-8")
+    assert all(isinstance(d.id, int) and -(2**31) <= d.id < 2**31 for d in trace.meta.devices)
     try:
         result = analyze_trace(trace)
     except TraceAnalyzerError:
@@ -260,7 +328,7 @@ def check_file(path: Path) -> str:
 
 def check_result(trace: Any, result: Any) -> None:
     m = result.metrics
-    assert m.span_ns >= 0
+    assert 0 <= m.span_ns < 2**63
     assert 0 <= m.busy_ns <= m.span_ns, (m.busy_ns, m.span_ns)
     assert m.idle_ns == m.span_ns - m.busy_ns
     assert m.idle_host_wait_ns + m.idle_kernel_wait_ns + m.idle_other_ns == m.idle_ns, vars(m)

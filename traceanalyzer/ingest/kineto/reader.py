@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 from collections import deque
 from collections.abc import Iterator
@@ -239,11 +240,14 @@ def _decode_chunk_slowly(chunk: bytes, scan: ScanResult) -> pl.DataFrame:
             continue
         try:
             event = json.loads(line.decode("utf-8", errors="replace"),
-                               parse_constant=lambda _c: None, parse_int=_bounded_int)
+                               parse_constant=lambda _c: _NON_FINITE, parse_int=_bounded_int,
+                               parse_float=_finite_float)
             if not isinstance(event, dict):
                 dropped += 1
                 continue
-            clean.append(_utf8(json.dumps(event, allow_nan=False, default=str,
+            if event.get("dur") is _NON_FINITE:  # NaN/Infinity: counted as unusable, not missing
+                event["dur"] = _UNUSABLE_DUR
+            clean.append(_utf8(json.dumps(event, allow_nan=False, default=_as_null,
                                           ensure_ascii=False)))
         except (ValueError, RecursionError):  # RecursionError: args nested thousands deep
             dropped += 1
@@ -258,6 +262,21 @@ def _utf8(text: str) -> bytes:
     """UTF-8 of text whose lone surrogates (JSON's "\\udbd4" alone) become U+FFFD, as bad bytes
     do: escaped, Polars' reader refuses them, and the whole chunk with them."""
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
+
+
+#: NaN, Infinity and floats beyond float64 (``1e400``) in the slow path: null, except as a
+#: duration, which becomes _UNUSABLE_DUR so that the reduction counts it (reduce._dur_ns).
+_NON_FINITE = object()
+_UNUSABLE_DUR = 1e300
+
+
+def _finite_float(text: str) -> object:
+    value = float(text)
+    return value if math.isfinite(value) else _NON_FINITE
+
+
+def _as_null(value: object) -> object:
+    return None if value is _NON_FINITE else str(value)
 
 
 def _bounded_int(text: str) -> int | None:

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import polars as pl
 import polars.selectors as cs
 
+from traceanalyzer.ingest.bounds import TIME_LIMIT_NS, TIME_LIMIT_US
 from traceanalyzer.ingest.column_codes import LETTER_OF
 from traceanalyzer.ingest.kineto.decode import Raw
 from traceanalyzer.ingest.kineto.schema import (
@@ -65,10 +66,21 @@ def kept(events: pl.DataFrame) -> pl.DataFrame:
 
 
 def _ns(col: str) -> pl.Expr:
-    """µs floats to int64 ns, rounding the fraction on its own to keep ns exact."""
+    """µs floats to int64 ns, rounding the fraction on its own to keep ns exact; null beyond
+    ``bounds.TIME_LIMIT_US`` (where the product would wrap or come near int64's end)."""
     us = pl.col(col)
     whole = us.floor()
-    return (whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64))
+    return pl.when(whole.abs() <= TIME_LIMIT_US).then(
+        whole.cast(pl.Int64, strict=False) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64))
+
+
+def _dur_ns(col: str) -> pl.Expr:
+    """µs floats to int64 ns: 0 when missing; -1 (counted with the negative ones, treated as
+    zero-length) when not a usable number (NaN, infinite, ``1e308``: beyond the time limit)."""
+    ns = (pl.col(col) * 1000).round()
+    return (pl.when(ns.is_null()).then(0)
+            .when(ns.abs() < float(TIME_LIMIT_NS)).then(ns.cast(pl.Int64, strict=False))
+            .otherwise(-1))
 
 
 class Parts:
@@ -97,16 +109,18 @@ def reduce_frame(events: pl.DataFrame, compact: bool = False) -> Parts:
         .with_columns(
             cat=pl.col("cat").str.to_lowercase(),
             start_ns=_ns("ts"),
-            dur_ns=(pl.col("dur") * 1000).round().cast(pl.Int64, strict=False).fill_null(0),
+            dur_ns=_dur_ns("dur"),
             pid_int=pl.col("pid").cast(pl.Int64, strict=False),
             tid_int=pl.col("tid").cast(pl.Int64, strict=False),
         )
         .unnest("args")
         .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns").clip(lower_bound=0))
+        # An event ending beyond the time limit is as unplaceable as one starting there.
+        .with_columns(start_ns=pl.when(pl.col("end_ns") < TIME_LIMIT_NS).then("start_ns"))
         .collect(engine=COLLECT_ENGINE)
     )
-    # Events whose timestamp is missing, not a number or beyond int64 ns cannot be placed in
-    # time: they are skipped (and counted, for the user).
+    # Events whose timestamp is missing, not a number or beyond the time limit (±2^62 ns)
+    # cannot be placed in time: they are skipped (and counted, for the user).
     counts = ev.lazy().select(untimed=pl.col("start_ns").is_null().sum(),
                               negative=(pl.col("start_ns").is_not_null() & (pl.col("dur_ns") < 0)).sum())
     lazy = ev.lazy().filter(pl.col("start_ns").is_not_null())
@@ -216,7 +230,8 @@ def _sync_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def _memory_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     return ev.filter(pl.col("name") == "[memory]").select(
-        "pid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved"
+        "pid_int", "tid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved",
+        "Bytes", "Addr",
     )
 
 
@@ -246,7 +261,8 @@ COMPILED_COLUMNS = (
      "bytes"),
     ("pid", "tid", "kind", "name", "start_ns", "end_ns", "step"),
     ("pid", "tid", "device", "stream", "sync_type", "start_ns", "end_ns", "correlation"),
-    ("pid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved"),
+    ("pid_int", "tid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved", "Bytes",
+     "Addr"),
 )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.ingest.bounds import TIME_LIMIT_NS, clean_text, small_int
 from traceanalyzer.model import Device, TraceMeta
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ def _time_base(db: NsysDb, export: Mapping[str, str]) -> int | None:
             or export.get("EXPORT_PARAM_TIME_SHIFT", "0") not in ("0", "")):
         return None
     row = db.rows(f"SELECT utcEpochNs FROM {table}")
-    return int(row[0][0]) if row and row[0][0] is not None else None
+    # Anything but an integer within the time limit ('yesterday', 1e300) is no time base.
+    return small_int(row[0][0], -TIME_LIMIT_NS + 1, TIME_LIMIT_NS - 1) if row else None
 
 
 def _env_rank(db: NsysDb) -> tuple[int, int] | None:
@@ -63,11 +65,16 @@ def _env_rank(db: NsysDb) -> tuple[int, int] | None:
     if not rows or not rows[0][0]:
         return None
     env = rows[0][0]
-    rank = re.search(r"(?:^|;)RANK=(\d+)(?:;|$)", env)
-    world = re.search(r"(?:^|;)WORLD_SIZE=(\d+)(?:;|$)", env)
-    if not rank or not world or int(rank.group(1)) >= int(world.group(1)):
+    if not isinstance(env, str):
         return None
-    return int(rank.group(1)), int(world.group(1))
+    rank_text = re.search(r"(?:^|;)RANK=(\d+)(?:;|$)", env)
+    world_text = re.search(r"(?:^|;)WORLD_SIZE=(\d+)(?:;|$)", env)
+    # Ranks are Int32 in the frames: a 5,000-digit or int64 rank is no rank.
+    rank = small_int(rank_text.group(1), 0) if rank_text else None
+    world = small_int(world_text.group(1), 1) if world_text else None
+    if rank is None or world is None or rank >= world:
+        return None
+    return rank, world
 
 
 def _devices(db: NsysDb, gpu: pl.DataFrame) -> list[Device]:
@@ -79,11 +86,19 @@ def _devices(db: NsysDb, gpu: pl.DataFrame) -> list[Device]:
         if "id" in want:
             for row in db.rows(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU"):
                 rec = dict(zip(want, row, strict=True))
-                cc = (f"{rec['computeMajor']}.{rec['computeMinor']}"
-                      if rec.get("computeMajor") is not None else None)
-                devices[int(rec["id"])] = dict(
-                    name=rec.get("name"), sm_count=rec.get("smCount"),
-                    memory_bytes=rec.get("totalMemory"), compute_capability=cc,
+                # Any column may hold text, floats or blobs: numbers out of range are missing.
+                dev_id = small_int(rec["id"])
+                if dev_id is None:
+                    continue
+                major, minor = small_int(rec.get("computeMajor"), 0), small_int(
+                    rec.get("computeMinor"), 0)
+                cc = f"{major}.{minor if minor is not None else 0}" if major is not None else None
+                name = rec.get("name")
+                devices[dev_id] = dict(
+                    name=clean_text(name) if isinstance(name, str) else None,
+                    sm_count=small_int(rec.get("smCount"), 0),
+                    memory_bytes=small_int(rec.get("totalMemory"), 0, TIME_LIMIT_NS),
+                    compute_capability=cc,
                 )
     if "TARGET_INFO_CUDA_DEVICE" in db.tables:
         cols = db.columns("TARGET_INFO_CUDA_DEVICE")
@@ -92,10 +107,11 @@ def _devices(db: NsysDb, gpu: pl.DataFrame) -> list[Device]:
             for dev_id, sms in db.rows(
                 f"SELECT {key}, numMultiprocessors FROM TARGET_INFO_CUDA_DEVICE"
             ):
+                dev_id = small_int(dev_id)
                 if dev_id is not None:
-                    rec = devices.setdefault(int(dev_id), {})
+                    rec = devices.setdefault(dev_id, {})
                     if rec.get("sm_count") is None:
-                        rec["sm_count"] = sms
+                        rec["sm_count"] = small_int(sms, 0)
     for dev_id in gpu["device"].drop_nulls().unique().to_list():
         devices.setdefault(int(dev_id), {})
     return [Device(id=i, vendor="nvidia", **devices[i]) for i in sorted(devices)]

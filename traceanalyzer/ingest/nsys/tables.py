@@ -30,6 +30,8 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
+#: Device allocations and frees, recorded with --cuda-memory-usage=true.
+MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 #: Per table: (required columns, optional columns). A table that is present but lacks a required
 #: column is an error (a renamed column in an nsys version we do not know); optional ones -> null.
@@ -56,6 +58,8 @@ TABLE_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("deviceId", "streamId", "correlationId", "globalPid", "syncType", "deprecatedSyncType"),
     ),
     NVTX: (("start", "eventType"), ("end", "globalTid", "text", "textId", "domainId")),
+    MEMORY_USAGE: (("start", "globalPid", "deviceId", "bytes", "memoryOperationType"),
+                   ("address", "memKind", "correlationId")),
     "StringIds": (("id", "value"), ()),
 }
 #: Of these, at least one must be present.
@@ -69,6 +73,14 @@ TEXT_COLUMNS = {"text", "value"}
 NSYS_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 
 
+def _read_by_us(name: object) -> bool:
+    """Whether the reader queries a table of this name (exactly, or in SQLite's case-blind way)."""
+    upper = str(name).upper()
+    known = {t.upper() for t in (*TABLE_COLUMNS, *NSYS_MARKER_TABLES)}
+    return upper in known or upper.startswith(("TARGET_INFO_", "PROCESSES", "META_DATA",
+                                               "CUPTI_", "NVTX_", "STRINGIDS"))
+
+
 class ExportDb:
     """The open export: its table schemas, and typed reads of the columns we use."""
 
@@ -77,11 +89,19 @@ class ExportDb:
         try:
             self.con = connect_readonly(path)
             rows = self.con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                "SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"
             ).fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(path, sqlite_problem(exc)) from None
         self.tables = {r[0] for r in rows}
+        # nsys writes plain tables. A view (a recursive one never ends) or a virtual table in
+        # place of a table the reader reads runs arbitrary SQL: refused, not read.
+        for name, kind, sql in rows:
+            virtual = kind == "table" and str(sql or "").lstrip().upper().startswith(
+                "CREATE VIRTUAL")
+            if (kind == "view" or virtual) and _read_by_us(name):
+                raise InputError(path, f"{name} is a {'view' if kind == 'view' else 'virtual table'}"
+                                       ", not a table: not an Nsight Systems export")
 
     def columns(self, table: str) -> dict[str, str]:
         info = self.con.execute(f'PRAGMA table_info("{table}")').fetchall()

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.categories import activity_category
+from traceanalyzer.ingest.memory import counter_memory
 from traceanalyzer.ingest.perfetto.tables import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
@@ -28,6 +29,7 @@ from traceanalyzer.model import (
     API_KINDS,
     COLLECT_ENGINE,
     COPY_KINDS,
+    TIME_LIMIT_NS,
     Device,
     Trace,
     TraceMeta,
@@ -258,7 +260,11 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     ann = _wide_annotations(raw.annotations, needed)
     complete = (
         complete.join(ann.select("idx", "_dur"), on="idx", how="left")
-        .with_columns(start_ns=pl.col("ts"), end_ns=pl.col("ts") + pl.col("_dur").fill_null(0))
+        .with_columns(start_ns=pl.col("ts"),
+                      # Clipped: a start within the time limit plus this cannot wrap; an end
+                      # beyond the limit is dropped, counted, by ingest.bounds.check_trace.
+                      end_ns=pl.col("ts") + pl.col("_dur").fill_null(0).clip(-TIME_LIMIT_NS,
+                                                                             TIME_LIMIT_NS))
         .select(slices.columns)
     )
     if unended:
@@ -305,7 +311,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     counters = _counter_frame(raw.counters, tracks, meta.rank)
     _describe(meta, gpu, raw)
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=annotations, syncs=syncs,
-                 counters=counters)
+                 counters=counters, memory=counter_memory(counters))
 
 
 def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta) -> None:

@@ -35,7 +35,8 @@
 enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
 enum {
     A_EXTERNAL, A_CORRELATION, A_DEVICE, A_STREAM, A_GRID, A_BLOCK, A_REGISTERS, A_SHARED,
-    A_BYTES, A_DIMS, A_TYPES, A_STACK, A_ALLOCATED, A_RESERVED, A_DEVICE_ID, ARGS_N
+    A_BYTES, A_DIMS, A_TYPES, A_STACK, A_ALLOCATED, A_RESERVED, A_DEVICE_ID, A_MEM_BYTES,
+    A_ADDR, ARGS_N
 };
 
 typedef struct {
@@ -192,11 +193,15 @@ static void dims(Str s, int32_t out[3], int ok[3]) {
 /* Wrapping int64 arithmetic, as Polars' (release build) does. */
 static inline int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
 
-/* reduce._ns: floor(us) cast to Int64 (null outside int64) * 1000 + round((us - floor) * 1000),
+/* reduce._ns: floor(us) cast to Int64 (null beyond TIME_LIMIT_US) * 1000 + round((us - floor) * 1000),
  * rounding half to even as Polars' round() does. */
+/* bounds.TIME_LIMIT_NS (2^62) and TIME_LIMIT_US: records beyond them are unplaceable. */
+#define TIME_LIMIT_NS ((int64_t)1 << 62)
+#define TIME_LIMIT_US ((double)(TIME_LIMIT_NS / 1000 - 1))
+
 static int ns_of(double us, int64_t *out) {
     double whole = floor(us);
-    if (!(whole >= -9223372036854775808.0 && whole < 9223372036854775808.0)) return 0;
+    if (!(fabs(whole) <= TIME_LIMIT_US)) return 0; /* null beyond the limit, as _ns */
     double fraction = (us - whole) * 1000.0;
     *out = wrap_add((int64_t)((uint64_t)(int64_t)whole * 1000u), (int64_t)nearbyint(fraction));
     return 1;
@@ -216,12 +221,19 @@ static int classify(Input *in, Py_ssize_t *untimed, Py_ssize_t *negative,
             continue;
         }
         if (num_valid(in, dur, i, 0)) {
+            /* reduce._dur_ns: -1 (negative: zero-length, counted) when not a usable number */
             double d = nearbyint(float_at(dur, i) * 1000.0);
-            if (d >= -9223372036854775808.0 && d < 9223372036854775808.0) dur_ns = (int64_t)d;
+            dur_ns = fabs(d) < (double)TIME_LIMIT_NS ? (int64_t)d : -1;
+        }
+        int64_t end = start + (dur_ns < 0 ? 0 : dur_ns); /* both below 2^62: no overflow */
+        if (end >= TIME_LIMIT_NS) { /* ends beyond the limit: as unplaceable as its start */
+            in->flags[i] = R_UNTIMED;
+            ++*untimed;
+            continue;
         }
         if (dur_ns < 0) ++*negative;
         in->start[i] = start;
-        in->end[i] = wrap_add(start, dur_ns < 0 ? 0 : dur_ns);
+        in->end[i] = end;
 
         Str cat = text_at(&in->top[CAT], i), name = text_at(&in->top[NAME], i);
         uint8_t code = 0;
@@ -336,7 +348,8 @@ static const char *const LAYOUT[N_TABLES] = {
                             block_xyz registers shared_mem bytes */
     "llttlll",          /* annotations: pid tid kind name start end step */
     "lliltlll",         /* syncs: pid tid device stream sync_type start end correlation */
-    "lllll",            /* memory: pid Device Id start Total Allocated Total Reserved */
+    "llllllll",         /* memory: pid tid Device Id start Total Allocated Total Reserved Bytes
+                            Addr */
 };
 
 /* Text made here, or copied out of the chunk: its own buffer (Made), which the annotation names
@@ -465,10 +478,13 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             Out *o = tables[T_MEMORY];
             Py_ssize_t r = row[T_MEMORY]++;
             set_int(&o[0], r, pid, has_pid);
-            set_arg(&o[1], r, in, A_DEVICE_ID, i);
-            set_int(&o[2], r, start, 1);
-            set_arg(&o[3], r, in, A_ALLOCATED, i);
-            set_arg(&o[4], r, in, A_RESERVED, i);
+            set_int(&o[1], r, tid, has_tid);
+            set_arg(&o[2], r, in, A_DEVICE_ID, i);
+            set_int(&o[3], r, start, 1);
+            set_arg(&o[4], r, in, A_ALLOCATED, i);
+            set_arg(&o[5], r, in, A_RESERVED, i);
+            set_arg(&o[6], r, in, A_MEM_BYTES, i);
+            set_arg(&o[7], r, in, A_ADDR, i);
         }
     }
 }
