@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.kineto_builder import KinetoBuilder
 from tests.support.paths import PUBLIC
+
+#: The tests' user cache folder: the cache's default place ($XDG_CACHE_HOME/traceanalyzer) is a
+#: fresh folder for each test session (child processes inherit it), never the user's own.
+_CACHE_HOME = tempfile.mkdtemp(prefix="traceanalyzer-test-cache-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+    os.environ.pop("TRACEANALYZER_CACHE_DIR", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_CACHE_HOME, ignore_errors=True)
 
 
 @pytest.fixture

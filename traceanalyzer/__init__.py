@@ -33,8 +33,10 @@ def load(
     """Read a trace of any supported format (Kineto JSON, Nsight Systems SQLite or ``.nsys-rep``,
     Perfetto) into a canonical :class:`~traceanalyzer.model.Trace`.
 
-    ``use_cache`` reads and fills the Parquet cache of ingested frames (in ``cache_dir``, by
-    default ``.traceanalyzer-cache`` beside the trace or the user cache folder).
+    ``use_cache`` reads and fills the Parquet cache of ingested frames in ``cache_dir`` (by
+    default ``$TRACEANALYZER_CACHE_DIR``, else the user cache folder such as
+    ``~/.cache/traceanalyzer``; never beside the trace; bounded by
+    ``$TRACEANALYZER_CACHE_MAX``, see :mod:`traceanalyzer.ingest.cache`).
     ``trace_processor`` names a Perfetto ``trace_processor_shell`` to read Perfetto traces with
     (such reads bypass the cache). See :func:`traceanalyzer.ingest.load`.
     """
@@ -53,12 +55,15 @@ def analyze(
     cache_dir: str | os.PathLike[str] | None = None,
     trace_processor: str | os.PathLike[str] | None = None,
 ) -> AnalysisResult:
-    """Load the trace at ``path`` (as :func:`load` does) and analyze it: metrics, summaries and,
-    unless ``rules`` is False, the findings of the rules in ``rule_config`` (by default the
-    built-in rules; :func:`traceanalyzer.rules.load_config` makes one), over ``window``: the
-    steady state by default (``"steps"``), or ``"all"``, ``"profiler-range"`` or
-    ``"START:END"`` (see :func:`traceanalyzer.analysis.window.choose_window`;
-    ``result.window`` says what was judged). See :func:`traceanalyzer.analysis.analyze_trace`.
+    """Load the trace at ``path`` and analyze it: metrics, summaries and findings.
+
+    ``rules``: run the rules (False: metrics only). ``rule_config``: the rules and their
+    parameters (None: the built-in rules; :func:`traceanalyzer.rules.load_config` makes one).
+    ``window``: what is judged: the steady state by default (``"steps"``), or ``"all"``,
+    ``"profiler-range"`` or ``"START:END"`` (see
+    :func:`traceanalyzer.analysis.window.choose_window`; ``result.window`` says what was
+    judged). ``use_cache``, ``cache_dir`` and ``trace_processor`` are as in :func:`load`.
+    See :func:`traceanalyzer.analysis.analyze_trace`.
     """
     from traceanalyzer.analysis import analyze_trace
     from traceanalyzer.analysis.window import choose_window, parse_window

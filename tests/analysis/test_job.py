@@ -113,11 +113,13 @@ def test_single_rank_job_warns(tmp_path: Path) -> None:
 def test_cli_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from traceanalyzer.cli.main import main
 
-    rank_trace(tmp_path / "r0.json", 0, [0] * 5)
-    rank_trace(tmp_path / "r1.json", 1, [300] * 5)
-    out = tmp_path / "job.json"
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    rank_trace(ranks / "r0.json", 0, [0] * 5)
+    rank_trace(ranks / "r1.json", 1, [300] * 5)
+    out = tmp_path / "job.json"  # not in the folder: the next `job ranks` would read it
     with pytest.raises(SystemExit) as exit_info:
-        main(["job", str(tmp_path), "--json", str(out), "--no-cache", "--no-rules"])
+        main(["job", str(ranks), "--json", str(out), "--no-cache", "--no-rules"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert "Straggler: rank 1" in text and "300.00 µs" in text

@@ -21,7 +21,6 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -351,21 +350,25 @@ def test_output_folder_missing(tmp_path: Path) -> None:
     assert str(out) in line and "Traceback" not in proc.stderr
 
 
-def test_output_to_a_fifo_is_written_through(tmp_path: Path) -> None:
-    """Like --json /dev/stdout: the special file is written to, never replaced by a rename."""
+def test_output_to_a_fifo_is_refused(tmp_path: Path) -> None:
+    """A FIFO is neither written through (with no reader it blocks for ever) nor replaced by a
+    rename: the output guard refuses it in one line (``-`` or /dev/stdout for standard
+    output)."""
     trace = write_json(tmp_path / "t.json", GOOD)
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
-    reader.start()
     proc = subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(trace),
                            "--no-cache", "--json", str(fifo)], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
-    reader.join(timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "FIFO" in line and "Traceback" not in proc.stderr
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
-    assert json.loads(got[0])["metrics"]["kernel_count"] == 2
+    out = subprocess.run([sys.executable, "-m", "traceanalyzer", "analyze", str(trace),
+                          "--no-cache", "-qq", "--json", "/dev/stdout"], capture_output=True,
+                         text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["metrics"]["kernel_count"] == 2
 
 
 @pytest.mark.parametrize("option", [["--ranks", "7"], ["--time-window", "100s:200s"],

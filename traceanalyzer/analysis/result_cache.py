@@ -37,12 +37,11 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.findings import Finding, RuleOutcome
-from traceanalyzer.ingest.cache import publish_dir
+from traceanalyzer.ingest.cache import RESULTS_DIR, publish_dir, stored, touch
 from traceanalyzer.model import Trace, TraceMeta
 
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
 RESULT_CACHE_VERSION = "2"
-RESULTS_DIR = "results"
 FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
           "memory", "memory_holders", "memory_timeline", "perf")
 DOC = "result.json"
@@ -152,7 +151,7 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     ``need_trace`` also loads the trace on a cache hit (``--annotate`` needs its events).
     """
     from traceanalyzer.ingest import load, sniff
-    from traceanalyzer.ingest.cache import content_key, default_cache_dir
+    from traceanalyzer.ingest.cache import cache_root, content_key
     from traceanalyzer.ingest.formats import FORMATS
 
     def read() -> Trace:
@@ -169,13 +168,13 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
         try:
             key = result_key(content_key(path), rules=rules, rule_config=rule_config,
                              selection=selection, window=window)
-            root = Path(cache_dir) if cache_dir else default_cache_dir(path)
-            entry = root / RESULTS_DIR / key
+            entry = cache_root(cache_dir) / RESULTS_DIR / key
         except OSError:
             entry = None  # the read below reports an unreadable file properly
     if entry is not None:
         hit = load_result(entry, path)
         if hit is not None:
+            touch(entry)
             result, timeline = hit
             return Analyzed(result, timeline, read() if need_trace else None, cached=True)
     from traceanalyzer.analysis import analyze_trace
@@ -265,4 +264,5 @@ def store_result(entry: Path, result: AnalysisResult, timeline: dict[str, Any] |
         publish_dir(entry, write)
     except (OSError, pl.exceptions.PolarsError):
         return False  # a read-only or full disk only costs the speed-up
+    stored(entry.parent.parent, entry)
     return True

@@ -37,6 +37,40 @@ class BatchResult:
     errors: list[str] = field(default_factory=list)
     #: The multi-rank job analysis, when asked for (``job=True``).
     job: JobResult | None = None
+    #: Files the inputs matched that were left out, with why (see :func:`batch_paths`).
+    excluded: list[tuple[str, str]] = field(default_factory=list)
+
+
+def batch_paths(inputs: list[str | os.PathLike[str]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The traces to analyze, and the files left out with why: traceanalyzer's own outputs
+    (a batch's manifest, index, summary and reports, JSON reports) and annotated copies, when a
+    folder or a glob matched them (a file named on its own is always analyzed)."""
+    from traceanalyzer.batch.inputs import left_out
+
+    named = {os.path.abspath(os.fspath(i)) for i in inputs}
+    paths, excluded = [], []
+    for path in expand_inputs(inputs):
+        why = None if path in named else left_out(path)
+        if why is None:
+            paths.append(path)
+        else:
+            excluded.append((path, why))
+    return paths, excluded
+
+
+def check_batch_outputs(out: Path, paths: list[str], inputs: list[str | os.PathLike[str]],
+                        job: bool) -> None:
+    """The output guard over every file the batch will write (it may not replace an input)."""
+    from traceanalyzer.batch.manifest import MANIFEST
+    from traceanalyzer.cli.outputs import check_outputs
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: is not a folder")
+    files = [MANIFEST, "index.html", "summary.csv", "summary.parquet"] + (["job.json"] * job)
+    names = [report_name(p) for p in paths]
+    outputs = [("--out", out / f) for f in files] + [
+        ("--out", out / REPORTS / f"{n}.{ext}") for n in names for ext in ("json", "html")]
+    check_outputs(outputs, paths)
 
 
 def run_batch(
@@ -58,10 +92,14 @@ def run_batch(
 ) -> BatchResult:
     """Analyze every trace in ``inputs`` into ``out_dir``; see the module doc for the layout."""
     t0 = time.monotonic()
-    paths = expand_inputs(inputs)
-    if not paths:
-        raise UsageError("no trace files found in the given paths")
+    inputs = list(inputs)
     out = Path(out_dir)
+    paths, excluded = batch_paths(inputs)
+    if not paths:
+        raise UsageError("no trace files found in the given paths"
+                         + (f" ({len(excluded)} left out: {excluded[0][1]}, ...)"
+                            if excluded else ""))
+    check_batch_outputs(out, paths, inputs, job)
     (out / REPORTS).mkdir(parents=True, exist_ok=True)
     if not workers:
         from traceanalyzer.cpus import usable_cpus
@@ -74,7 +112,7 @@ def run_batch(
     tasks = [(p, _prior_key(out, manifest.get(p), p)) for p in paths]
     wanted = set(paths)
     entries: dict[str, dict[str, Any]] = {p: e for p, e in manifest.items() if p in wanted}
-    result = BatchResult(out_dir=out, summary=pl.DataFrame())
+    result = BatchResult(out_dir=out, summary=pl.DataFrame(), excluded=excluded)
     bar = Progress(len(paths), progress)
 
     def on_done(index: int, outcome: dict[str, Any]) -> None:

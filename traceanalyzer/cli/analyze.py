@@ -11,6 +11,7 @@ import click
 
 from traceanalyzer.cli.common import (
     cache_options,
+    interactive,
     report_options,
     trace_processor_option,
     window_option,
@@ -83,18 +84,19 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
     if annotate_path is not None and str(annotate_path) == "-":
         raise UsageError("--annotate needs a file name (.json, .json.gz, .pftrace or "
                          ".perfetto-trace), not -")
-    from traceanalyzer.report.annotate import _same_file, check_annotate_path
+    from traceanalyzer.cli.outputs import check_outputs
+    from traceanalyzer.report.annotate import check_annotate_path
 
-    if annotate_path is not None:  # before the analysis: a wrong name costs nothing
+    # Before the analysis: a wrong name costs nothing, and no output may replace an input.
+    check_outputs([("--json", json_path), ("--html", html_path), ("--markdown", markdown_path),
+                   ("--annotate", annotate_path)], traces)
+    if annotate_path is not None:
         check_annotate_path(annotate_path, traces[0])
-    for out in outputs:  # a report written over the trace would destroy the input
-        if str(out) != "-" and _same_file(traces[0], out):
-            raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     to_stderr = bool(dashes)  # standard output carries the report: everything else to stderr
     worst, reasons = -1, []
     for path in traces:
         t0 = time.perf_counter()
-        show_progress = quiet == 0 and sys.stderr.isatty() and _size(path) >= PROGRESS_BYTES
+        show_progress = quiet == 0 and interactive(sys.stderr) and _size(path) >= PROGRESS_BYTES
         if show_progress:  # only on a terminal: a log or a pipe gets no carriage returns
             click.echo(f"reading {safe(path.name)} ({_size(path) / 1e6:.0f} MB)...", err=True,
                        nl=False)
@@ -161,12 +163,12 @@ def _folder_hint(path: Path) -> str:
 
 def _say_cache(path: Path, done: Any, use_cache: bool, cache_dir: Path | None,
                seconds: float) -> None:
-    from traceanalyzer.ingest.cache import default_cache_dir
+    from traceanalyzer.ingest.cache import cache_root
 
     if not use_cache:
         where = "cache: not used (--no-cache)"
     else:
-        root = cache_dir or default_cache_dir(path)
+        root = cache_root(cache_dir)
         state = "result from the cache" if done.cached else "computed, not from the cache"
         where = f"cache: {safe(path)}: {state} ({safe(root)})"
     click.echo(where, err=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from traceanalyzer.cli.common import cache_options, window_option
+from traceanalyzer.cli.common import cache_options, interactive, window_option
 from traceanalyzer.cli.rules import rule_options
 
 
@@ -55,7 +55,7 @@ def batch(inputs: tuple[str, ...], out_dir: Path, workers: int | None, dask_addr
                        rules=not no_rules, rule_config=rule_config, window=window,
                        use_cache=use_cache,
                        cache_dir=cache_dir, timeout_s=timeout_s, job=as_job,
-                       progress=not quiet and sys.stderr.isatty())
+                       progress=not quiet and interactive(sys.stderr))
     if not quiet:
         from traceanalyzer.report.terminal import render_batch
 

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+
+
+def interactive(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal that may get progress lines (carriage returns): not a
+    file or a pipe, and not ``TERM=dumb``. traceanalyzer prints no colour at all, so
+    ``NO_COLOR`` always holds; a log or a pipe gets only whole lines."""
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):  # a closed or odd stream
+        return False
 
 
 def cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -16,10 +27,14 @@ def cache_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--no-cache", is_flag=True, help="Parse the trace again; ignore the Parquet cache.")
     @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
                   envvar="TRACEANALYZER_CACHE_DIR", show_envvar=True,
-                  help="Where ingested frames are cached [default: .traceanalyzer-cache beside "
-                       "the trace, or the user cache folder].")
+                  help="The cache folder (ingested frames, results, .nsys-rep exports) "
+                       "[default: the user cache folder, e.g. ~/.cache/traceanalyzer; never "
+                       "beside the trace]. Its size stays under $TRACEANALYZER_CACHE_MAX "
+                       "(default 5G); `traceanalyzer cache info|clear`.")
     @functools.wraps(func)
     def wrapper(*args: Any, no_cache: bool, cache_dir: Path | None, **kwargs: Any) -> Any:
+        if cache_dir is not None:  # .nsys-rep exports and batch workers follow it too
+            os.environ["TRACEANALYZER_CACHE_DIR"] = str(cache_dir)
         return func(*args, use_cache=not no_cache, cache_dir=cache_dir, **kwargs)
 
     return wrapper

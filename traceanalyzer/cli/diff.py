@@ -27,8 +27,11 @@ def diff(before: Path, after: Path, json_path: Path | None, html_path: Path | No
     """Compare BEFORE and AFTER: step time, busy and idle, per-kernel and per-category time,
     and which findings were resolved, are new, or remain."""
     from traceanalyzer.analysis.result_cache import analyze_path
+    from traceanalyzer.cli.outputs import check_outputs
     from traceanalyzer.report import diff as report
 
+    check_outputs([("--json", json_path), ("--html", html_path), ("--markdown", markdown_path)],
+                  (before, after))
     results = [analyze_path(path, window=window, rule_config=rule_config, use_cache=use_cache,
                             cache_dir=cache_dir).result for path in (before, after)]
     result = report.diff_results(results[0], results[1])

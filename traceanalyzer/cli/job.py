@@ -35,8 +35,10 @@ def job(inputs: tuple[str, ...], json_path: Path | None, html_path: Path | None,
     from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
     from traceanalyzer.analysis.window import choose_window
     from traceanalyzer.batch.inputs import expand_inputs
+    from traceanalyzer.cli.outputs import check_outputs, input_patterns
 
     paths = expand_inputs(inputs)
+    check_outputs([("--json", json_path), ("--html", html_path)], paths, input_patterns(inputs))
     trace = choose_window(load_job(paths, use_cache=use_cache, cache_dir=cache_dir), window)
     result = analyze_job(trace, rule_config=rule_config, rules=not no_rules,
                          min_lateness_us=min_lateness_us)

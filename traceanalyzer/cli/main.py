@@ -42,6 +42,9 @@ def _register() -> None:
     from traceanalyzer.cli.workload import workload
 
     cli.add_command(workload)
+    from traceanalyzer.cli.cache import cache
+
+    cli.add_command(cache)
 
 
 _register()

@@ -21,17 +21,30 @@ from traceanalyzer.report.terminal import frame_output
               show_default=True)
 @click.option("--limit", type=click.IntRange(min=0, max=2**31 - 1, clamp=True), default=None,
               help="Print only the first N rows.")
+@click.option("--output", "-o", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the table to this file instead of standard output "
+                                 "(- is standard output).")
 @trace_processor_option
 @cache_options
-def stats(trace: Path, report: str, fmt: str, limit: int | None,
+def stats(trace: Path, report: str, fmt: str, limit: int | None, output: Path | None,
           trace_processor: Path | None, use_cache: bool,
           cache_dir: Path | None) -> None:
     """Print a summary table of TRACE (any supported format)."""
+    from traceanalyzer.cli.outputs import check_outputs
     from traceanalyzer.ingest import load
 
+    check_outputs([("--output", output)], [trace])
     loaded = load(trace, use_cache=use_cache, cache_dir=cache_dir, trace_processor=trace_processor)
     frame = stats_frame(loaded, report)
     if limit is not None:
         frame = frame.head(limit)
-    click.echo(frame_output(frame, fmt), nl=fmt == "table")
+    text = frame_output(frame, fmt)
+    if output is None or str(output) == "-":
+        click.echo(text, nl=fmt == "table")
+        return
+    from traceanalyzer.report._common import write_text_atomic
+    from traceanalyzer.report.terminal import safe
+
+    write_text_atomic(output, text + ("\n" if fmt == "table" else ""))
+    click.echo(f"wrote {safe(output)}", err=True)
 

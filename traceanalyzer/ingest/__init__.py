@@ -36,6 +36,9 @@ def sniff(path: str | os.PathLike[str]) -> str:
         raise InputError(p, "is a directory, expected a trace file")
     if not p.exists():
         raise InputError(p, "no such file")
+    kind = _special_kind(p)
+    if kind:  # opening a FIFO blocks until a writer comes: refuse before any open
+        raise InputError(p, f"is {kind}, not a regular file: expected a trace file")
     try:
         with open(p, "rb") as fh:
             head = fh.read(64)
@@ -61,6 +64,23 @@ def sniff(path: str | os.PathLike[str]) -> str:
         if fmt.looks_like is not None and fmt.looks_like(head):
             return fmt.name
     raise InputError(p, f"is not a trace: expected {expected()}")
+
+
+def _special_kind(path: Path) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (a FIFO, a device)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # the open below says what is wrong
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 #: Peak memory of an analysis per byte of (uncompressed) input, plus the interpreter and

@@ -5,6 +5,16 @@ The key hashes the file's bytes (for files over ``FULL_HASH_LIMIT``, its size pl
 samples, so keying a multi-GB trace costs milliseconds, not seconds) and ``CACHE_VERSION``, which
 changes whenever ingest output changes. Entries are written to a temporary folder and renamed
 into place, so a crash never leaves a half-written entry behind.
+
+Where: ``--cache-dir``, else ``$TRACEANALYZER_CACHE_DIR``, else the user's cache folder
+(:func:`user_cache_dir`), never beside the trace: a team's shared trace folder stays as it was.
+The folder holds three kinds of entry, each named by a content hash: ingested frames
+(``<key>/``), analysis results (``results/<key>/``, :mod:`traceanalyzer.analysis.result_cache`)
+and ``.nsys-rep`` exports (``nsys-export/<key>.sqlite``). Its size is bounded
+(:data:`DEFAULT_MAX_BYTES`, or ``$TRACEANALYZER_CACHE_MAX``): after each store the least
+recently used entries are deleted until the rest fit (:func:`prune`). A hit marks its entry as
+used. Only entries of those three forms are ever deleted, so a cache folder named by mistake
+(``--cache-dir ~``) loses nothing else.
 """
 
 from __future__ import annotations
@@ -12,9 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -29,7 +42,15 @@ CACHE_VERSION = "4"
 FULL_HASH_LIMIT = 64 << 20
 SAMPLE_COUNT = 256
 SAMPLE_BYTES = 64 << 10
-CACHE_DIR_NAME = ".traceanalyzer-cache"
+#: The cache's size bound when ``$TRACEANALYZER_CACHE_MAX`` does not name one: 5 GiB.
+DEFAULT_MAX_BYTES = 5 << 30
+CACHE_ENV = "TRACEANALYZER_CACHE_DIR"
+MAX_ENV = "TRACEANALYZER_CACHE_MAX"
+RESULTS_DIR = "results"
+EXPORTS_DIR = "nsys-export"
+_KEY = re.compile(r"[0-9a-f]{40}")
+_EXPORT = re.compile(r"[0-9a-f]{64}\.sqlite")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 
 
 def content_key(path: str | os.PathLike[str]) -> str:
@@ -51,17 +72,147 @@ def content_key(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def default_cache_dir(trace_path: str | os.PathLike[str]) -> Path:
-    """``$TRACEANALYZER_CACHE_DIR``, else a folder next to the trace if writable, else the user's
-    cache folder."""
-    env = os.environ.get("TRACEANALYZER_CACHE_DIR")
-    if env:
-        return Path(env)
-    beside = Path(trace_path).resolve().parent
-    if os.access(beside, os.W_OK):
-        return beside / CACHE_DIR_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "traceanalyzer"
+def user_cache_dir() -> Path:
+    """The user's cache folder for traceanalyzer, by the platform's rule (XDG Base Directory on
+    Linux: ``$XDG_CACHE_HOME/traceanalyzer`` when that is an absolute path, else
+    ``~/.cache/traceanalyzer``; ``~/Library/Caches/traceanalyzer`` on macOS;
+    ``%LOCALAPPDATA%\\traceanalyzer\\Cache`` on Windows)."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "traceanalyzer"
+    if sys.platform == "win32":
+        local = os.environ.get("LOCALAPPDATA")
+        return Path(local or Path.home() / "AppData" / "Local") / "traceanalyzer" / "Cache"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # XDG: relative is invalid
+    return base / "traceanalyzer"
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder: ``cache_dir``, else ``$TRACEANALYZER_CACHE_DIR``, else
+    :func:`user_cache_dir`."""
+    if cache_dir:
+        return Path(cache_dir)
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else user_cache_dir()
+
+
+def default_cache_dir(trace_path: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder used when none is named (kept for callers that pass the trace: the
+    folder no longer depends on it)."""
+    return cache_root(None)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from ``5G``, ``500MiB``, ``2.5g``, ``1048576`` (binary units). Raises ValueError."""
+    m = _SIZE.fullmatch(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 5G, 500M, 1048576)")
+    scale = 1 << (10 * " kmgt".index(m.group(2).lower() or " "))
+    return int(float(m.group(1)) * scale)
+
+
+def max_bytes() -> int:
+    """The cache's size bound: ``$TRACEANALYZER_CACHE_MAX`` (e.g. ``20G``; ``0`` keeps nothing
+    beyond the entry just written), else :data:`DEFAULT_MAX_BYTES`."""
+    from traceanalyzer.errors import UsageError
+
+    text = os.environ.get(MAX_ENV)
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"${MAX_ENV}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cache entry: its path, its kind (frames, result or export), bytes and last use."""
+
+    path: Path
+    kind: str
+    size: int
+    used: float
+
+
+def entries(root: str | os.PathLike[str]) -> Iterator[Entry]:
+    """The cache entries under ``root`` (only folders and files of the cache's own forms)."""
+    base = Path(root)
+    for folder, kind, pattern in ((base, "frames", _KEY), (base / RESULTS_DIR, "result", _KEY),
+                                  (base / EXPORTS_DIR, "export", _EXPORT)):
+        try:
+            items = list(os.scandir(folder))
+        except OSError:
+            continue
+        for item in items:
+            if not pattern.fullmatch(item.name):
+                continue
+            try:
+                st = item.stat(follow_symlinks=False)
+                if item.is_symlink():
+                    continue
+                size = st.st_size if kind == "export" else _folder_size(Path(item.path))
+            except OSError:
+                continue  # removed meanwhile
+            yield Entry(Path(item.path), kind, size, st.st_mtime)
+
+
+def _folder_size(folder: Path) -> int:
+    return sum(f.stat(follow_symlinks=False).st_size for f in os.scandir(folder)
+               if f.is_file(follow_symlinks=False))
+
+
+def touch(entry: Path) -> None:
+    """Mark ``entry`` as just used (its modification time is its last use)."""
+    try:
+        os.utime(entry)
+    except OSError:
+        pass  # a read-only cache is still read
+
+
+def remove(entry: Entry) -> None:
+    if entry.kind == "export":
+        entry.path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def prune(root: str | os.PathLike[str], limit: int | None = None,
+          keep: Path | None = None) -> int:
+    """Delete the least recently used entries under ``root`` until the rest take at most
+    ``limit`` bytes (:func:`max_bytes` by default); ``keep`` (the entry just written) stays.
+    Returns the bytes freed."""
+    limit = max_bytes() if limit is None else limit
+    found = sorted(entries(root), key=lambda e: e.used)
+    total = sum(e.size for e in found)
+    freed = 0
+    for entry in found:
+        if total <= limit:
+            break
+        if keep is not None and entry.path == keep:
+            continue
+        remove(entry)
+        total -= entry.size
+        freed += entry.size
+    return freed
+
+
+def clear(root: str | os.PathLike[str]) -> tuple[int, int]:
+    """Delete every cache entry under ``root``; (entries, bytes) removed."""
+    count = size = 0
+    for entry in list(entries(root)):
+        remove(entry)
+        count += 1
+        size += entry.size
+    return count, size
+
+
+def stored(root: Path, entry: Path) -> None:
+    """After ``entry`` was written under ``root``: keep the cache within its bound."""
+    try:
+        prune(root, keep=entry)
+    except OSError:
+        pass
 
 
 def cached_read(path: str | os.PathLike[str], fmt: str,
@@ -69,11 +220,13 @@ def cached_read(path: str | os.PathLike[str], fmt: str,
     """Read ``path`` through the cache: load the entry if present, else ingest and store it."""
     from traceanalyzer.ingest import read_any
 
-    root = Path(cache_dir) if cache_dir else default_cache_dir(path)
+    root = cache_root(cache_dir)
     entry = root / content_key(path)
     if (entry / "meta.json").exists():
         try:
-            return _load_entry(entry, path)
+            trace = _load_entry(entry, path)
+            touch(entry)
+            return trace
         except (OSError, ValueError, TypeError, KeyError, AttributeError,
                 pl.exceptions.PolarsError):
             # A damaged entry (a meta.json that is not the object it should be, a Parquet
@@ -85,7 +238,8 @@ def cached_read(path: str | os.PathLike[str], fmt: str,
     try:
         _store_entry(entry, trace)
     except OSError:
-        pass  # a read-only or full disk only costs the speed-up
+        return trace  # a read-only or full disk only costs the speed-up
+    stored(root, entry)
     return trace
 
 

@@ -21,6 +21,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None
     A crash or an exception leaves no partial report behind: either the old file or the new one.
     """
     target = Path(path)
+    if target.is_symlink() and (target.is_file() or not target.exists()):
+        target = Path(os.path.realpath(target))  # write the file it names: keep the link
     directory = target.parent if str(target.parent) else Path(".")
     if target.exists() and not target.is_file():
         # /dev/stdout, a FIFO, a device: write through it; renaming over it would replace it.

@@ -87,24 +87,21 @@ def write_annotated(trace_path: str | os.PathLike[str], trace: Trace, result: An
             raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     findings = sorted_findings(result.findings)
     if annotate_format(out, src) == "perfetto":
-        from traceanalyzer.report.perfetto_writer import write_perfetto_annotated
+        from traceanalyzer.report.perfetto_writer import write_perfetto_stream
 
-        # The writer streams into the path it is given; point it at a temp name and rename, so
-        # a failure leaves no half-written output.
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        try:
-            write_perfetto_annotated(trace, findings, tmp)
-            os.replace(tmp, out)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        # Through a temp name and a rename, so a failure leaves no half-written output; a
+        # device such as /dev/null is written through, never replaced.
+        atomic_write(out, lambda fh: write_perfetto_stream(trace, findings, fh))
         return
     extra = findings_events(findings)
     gz_out = out.name.endswith(".gz")
 
     def write(fh: IO[bytes]) -> None:
         if gz_out:
-            with gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=3, mtime=0) as gz:
+            # The header's file name marks the copy as annotated, so that a batch over its
+            # folder leaves it out without inflating it (batch/inputs.py ANNOTATED_GZIP_NAME).
+            with gzip.GzipFile(filename="traceanalyzer-annotated.json", fileobj=fh, mode="wb",
+                               compresslevel=3, mtime=0) as gz:
                 splice_events(src, gz, extra)
         else:
             splice_events(src, fh, extra)

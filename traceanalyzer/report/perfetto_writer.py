@@ -73,7 +73,12 @@ def write_perfetto_annotated(
     if out.resolve() == src.resolve() or (out.exists() and src.exists() and out.samefile(src)):
         raise UsageError(f"{out}: refusing to overwrite the input trace; choose another path")
     with open(out, "wb") as fh:
-        _Writer(fh).write(trace, findings)
+        write_perfetto_stream(trace, findings, fh)
+
+
+def write_perfetto_stream(trace: Trace, findings: list[Finding], fh: IO[bytes]) -> None:
+    """Write ``trace`` and ``findings`` as a Perfetto protobuf trace into the open file ``fh``."""
+    _Writer(fh).write(trace, findings)
 
 
 class _Writer:

@@ -277,6 +277,10 @@ def render_batch(result: BatchResult) -> str:
     lines = [f"{total} traces: {result.analyzed} analyzed, {result.skipped} up to date, "
              f"{result.failed} failed in {result.seconds:.1f} s"]
     lines += [f"  failed: {safe(error)}" for error in result.errors]
+    excluded = getattr(result, "excluded", [])
+    if excluded:  # the batch's own outputs, reports, annotated copies: say so, briefly
+        lines.append(f"left out {len(excluded)} files that are not traces to analyze "
+                     f"(e.g. {safe(excluded[0][0])}: {excluded[0][1]})")
     if result.job is not None:
         lines.append(render_job(result.job))
     lines.append(f"wrote {safe(result.out_dir / 'index.html')}")

@@ -2,9 +2,10 @@
 
 The report format is private to Nsight Systems, so we never parse it: when ``nsys`` is on PATH
 (or ``$NSYS`` names it) we run ``nsys export --type sqlite`` in a subprocess. Exports are cached
-by the report's content hash under ``$TRACEANALYZER_CACHE_DIR/nsys-export`` (default
-``$XDG_CACHE_HOME/traceanalyzer/nsys-export``, i.e. ``~/.cache/traceanalyzer/nsys-export``),
-so a report is exported once however often, and from wherever, it is analyzed.
+by the report's content hash under ``nsys-export/`` of the cache folder
+(:func:`traceanalyzer.ingest.cache.cache_root`: ``$TRACEANALYZER_CACHE_DIR``, else the user's
+cache folder), so a report is exported once however often, and from wherever, it is analyzed;
+the exports count towards the cache's size bound.
 """
 
 from __future__ import annotations
@@ -48,11 +49,9 @@ def find_nsys() -> str | None:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("TRACEANALYZER_CACHE_DIR")
-    if base:
-        return Path(base) / "nsys-export"
-    user = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(user) / "traceanalyzer" / "nsys-export"
+    from traceanalyzer.ingest.cache import EXPORTS_DIR, cache_root
+
+    return cache_root() / EXPORTS_DIR
 
 
 def content_hash(path: Path) -> str:
@@ -98,6 +97,9 @@ def export_sqlite(path: str | os.PathLike[str], use_cache: bool = True) -> Path:
     folder = cache_dir()
     target = folder / f"{key}.sqlite"
     if use_cache and target.is_file() and _export_problem(target) is None:
+        from traceanalyzer.ingest.cache import touch
+
+        touch(target)
         return target
     nsys = find_nsys()
     if nsys is None:
@@ -129,6 +131,9 @@ def export_sqlite(path: str | os.PathLike[str], use_cache: bool = True) -> Path:
         partial.unlink(missing_ok=True)
         raise InputError(rep, f"nsys export wrote {problem}, not an Nsight Systems export")
     os.replace(partial, target)
+    from traceanalyzer.ingest.cache import stored
+
+    stored(folder.parent, target)
     return target
 
 
