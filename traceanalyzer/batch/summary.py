@@ -37,7 +37,13 @@ def metric_columns() -> dict[str, pl.DataType]:
     Float64."""
     props = JSON_SCHEMA["properties"]["metrics"]["properties"]
     kinds = {"integer": pl.Int64(), "string": pl.String()}
-    return {name: kinds.get(str(spec.get("type")), pl.Float64()) for name, spec in props.items()}
+
+    def kind(spec: dict[str, Any]) -> str:  # "type": "string" or ["string", "null"]
+        types = spec.get("type")
+        return str(types) if not isinstance(types, list) else next(
+            (str(t) for t in types if t != "null"), "number")
+
+    return {name: kinds.get(kind(spec), pl.Float64()) for name, spec in props.items()}
 
 
 def finding_column(slug: str) -> str:

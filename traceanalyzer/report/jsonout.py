@@ -84,6 +84,7 @@ def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
     out["compute_pct"] = clean(pct_of(m.compute_ns, span))
     out["communication_pct"] = clean(pct_of(m.communication_ns, span))
     out["exposed_communication_pct"] = clean(pct_of(m.exposed_communication_ns, span))
+    out["exposed_transfer_pct"] = clean(pct_of(m.exposed_transfer_ns, span))
     out["memory_pct"] = clean(pct_of(m.memory_ns, span))
     return out
 
@@ -190,7 +191,8 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "launch_delay_mean_ns", "launch_delay_p50_ns", "launch_delay_p95_ns",
                 "launch_overhead_pct", "busy_pct", "idle_pct", "idle_host_wait_pct",
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
-                "exposed_communication_pct", "memory_pct"]
+                "exposed_communication_pct", "memory_pct", "exposed_transfer_ns", "comm_wait_ns",
+                "exposed_transfer_pct"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
     {
@@ -211,7 +213,9 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         }),
         "metrics": _obj({**{k: {"type": "integer"} for k in _METRIC_INTS},
                          **{k: _NUM for k in _METRIC_NUMS},
-                         "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)}}),
+                         "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)},
+                         "exposed_transfer_basis": {"type": ["string", "null"],
+                                                    "enum": ["ranks", "steps", "none", None]}}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({

@@ -131,6 +131,12 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         ["communication", fmt_ns(m.communication_ns), _share(m.communication_ns, m.span_ns)],
         ["  exposed", fmt_ns(m.exposed_communication_ns),
          _share(m.exposed_communication_ns, m.span_ns)],
+    ]
+    if m.exposed_transfer_ns is not None and m.exposed_transfer_basis != "none":
+        # docs/metrics.md: exposed less the collectives' wait for other ranks (the rule's figure)
+        rows.append(["  exposed transfer (rank wait left out)", fmt_ns(m.exposed_transfer_ns),
+                     _share(m.exposed_transfer_ns, m.span_ns)])
+    rows += [
         ["memcpy/memset", fmt_ns(m.memory_ns), _share(m.memory_ns, m.span_ns)],
         ["kernels", str(m.kernel_count), ""],
     ]
@@ -218,7 +224,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
             "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
         ])
     lines += ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
-                               "exposed comm", "exposed %", "waited", "step mean", "colls",
+                               "exposed transfer", "exposed %", "waited", "step mean", "colls",
                                "late mean", "late max", "started last", "HTA late iters"],
                         right=set(range(2, 15)))]
     lines.append(exposed_note(ranks))
