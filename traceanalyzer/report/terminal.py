@@ -11,7 +11,13 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
-from traceanalyzer.report._common import INFORMATIONAL, costs_nothing, rank_rows, step_rows
+from traceanalyzer.report._common import (
+    INFORMATIONAL,
+    costs_nothing,
+    counted,
+    rank_rows,
+    step_rows,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -160,7 +166,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
                  for r in result.kernels.head(top).iter_rows(named=True)]
-        lines += ["", f"Top {min(top, result.kernels.height)} kernels of {result.kernels.height}:",
+        lines += ["", f"Top {min(top, result.kernels.height)} of {counted(result.kernels.height, 'kernel')}:",
                   table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
                         right={2, 3, 4, 5})]
     lines.append("")
@@ -204,7 +210,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     ranks = result.ranks
-    lines = [f"== job: {ranks.height} ranks"]
+    lines = [f"== job: {counted(ranks.height, 'rank')}"]
     rows = []
     for r in ranks.iter_rows(named=True):
         span = r["span_ns"] or 0
