@@ -73,3 +73,21 @@ def test_a_pointer_to_a_rule_that_did_not_fire_says_so():
     assert fired.message == "12 ms waited (rule collective-wait stays under its threshold here)."
     assert outcomes[0].reason == fired.message
     assert other.message == "Synced (see gpu-idle-gaps)."  # it fired: the pointer stands
+
+
+@pytest.mark.skipif(not (PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz").exists(),
+                    reason="public traces absent")
+def test_terminal_fix_texts_are_cut_at_a_word_and_say_where_the_rest_is():
+    result = analyze(PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz", use_cache=False)
+    fixes = {f.slug: " ".join(f.fix.split()) for f in result.findings}
+    lines = [ln.split("; fix: ", 1)[1] for ln in render_summary(result).splitlines()
+             if "; fix: " in ln]
+    assert len(lines) == len(fixes)
+    cut = [ln for ln in lines if "…" in ln]
+    assert cut  # the V100's FP16 fix (autocast, GradScaler) is longer than a line
+    for line in cut:
+        shown, rest = line.split(" …", 1)
+        slug = rest.rsplit("rules show ", 1)[1].rstrip("`)")
+        whole = fixes[slug]
+        assert whole.startswith(shown)
+        assert whole[len(shown)] in " ,;:("  # the cut falls between words

@@ -108,7 +108,7 @@ def _steps_table(result: AnalysisResult) -> list[str]:
              str(r["kernels"]), str(r["launches"]), r["mark"]] for r in rows]
     return ["", f"Steps ({total}{shown}; idle as % of each step):",
             table(body, ["step", "time", "busy", "host wait", "kernel wait", "other", "kernels",
-                         "launches", ""], right={0, 1, 2, 3, 4, 5, 6, 7})]
+                         "launches", "note"], right={0, 1, 2, 3, 4, 5, 6, 7})]
 
 
 def render_summary(result: AnalysisResult, top: int = 10) -> str:
@@ -176,7 +176,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
             lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
             cost = (INFORMATIONAL if costs_nothing(f)
                     else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
-            lines.append(f"      {cost}; fix: {safe(_first_sentence(f.fix))}")
+            fix = _first_sentence(f.fix)
+            if fix.endswith("…"):  # cut short: say where the whole text is
+                fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"
+            lines.append(f"      {cost}; fix: {safe(fix)}")
         lines += [f"  Note: {note}" for note in result.notes()]
     elif result.rule_outcomes:
         lines.append("Findings: none.")
@@ -191,10 +194,16 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
 
 
 def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of ``text``, cut at a word (never mid-word) to ``limit`` characters,
+    with "…" where it was cut."""
     flat = " ".join(text.split())
     end = flat.find(". ")
     flat = flat[: end + 1] if end != -1 else flat
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", 0, limit - 1)
+    cut = cut if cut > limit // 2 else limit - 1
+    return flat[:cut].rstrip(" ,;:(") + " …"
 
 
 def _share(part: int | None, whole: int) -> str:
