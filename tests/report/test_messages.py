@@ -91,3 +91,31 @@ def test_terminal_fix_texts_are_cut_at_a_word_and_say_where_the_rest_is():
         whole = fixes[slug]
         assert whole.startswith(shown)
         assert whole[len(shown)] in " ,;:("  # the cut falls between words
+
+
+_DUR = r"([\d.]+) (s|ms|µs|ns)"
+_SCALE = {"s": 1e9, "ms": 1e6, "µs": 1e3, "ns": 1.0}
+
+
+def _ns(value: str, unit: str) -> float:
+    return float(value) * _SCALE[unit]
+
+
+WINDOWED = [p for p in (SAMPLES / "torch" / "small_grid_bad.json.gz",
+                        SAMPLES / "torch" / "gpt_step_bad.json.gz",
+                        SAMPLES / "torch" / "fp32_matmul_bad.json.gz") if p.exists()]
+
+
+@pytest.mark.skipif(not WINDOWED, reason="sample traces absent")
+@pytest.mark.parametrize("path", WINDOWED, ids=lambda p: p.name)
+def test_the_window_sentence_adds_up(path):
+    # captured = left out before + analyzed window + left out after, as the sentence reads
+    line = next(ln for ln in render_summary(analyze(path, use_cache=False)).splitlines()
+                if ln.strip().startswith("window:"))
+    captured = _ns(*re.search(_DUR + " captured", line).groups())
+    window = re.search(r"of steps in a " + _DUR + " window", line)
+    analyzed = _ns(*(window or re.search(r"analyzed steps [\d-]+, " + _DUR, line)).groups())
+    before = re.search(_DUR + " start-up before the first step", line)
+    after = re.search(_DUR + " after the last step", line)
+    left = sum(_ns(*m.groups()) for m in (before, after) if m)
+    assert analyzed + left == pytest.approx(captured, rel=0.01), line
