@@ -166,7 +166,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
                  for r in result.kernels.head(top).iter_rows(named=True)]
-        lines += ["", f"Top {min(top, result.kernels.height)} of {counted(result.kernels.height, 'kernel')}:",
+        lines += ["", f"Top {counted(min(top, result.kernels.height), 'kernel')} of {result.kernels.height}:",
                   table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
                         right={2, 3, 4, 5})]
     lines.append("")
