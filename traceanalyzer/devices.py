@@ -148,3 +148,79 @@ class DeviceCondition:
         if parts:
             who = "NVIDIA GPUs of compute capability " + " and ".join(parts)
         return who
+
+
+# --- peak throughput, for the performance model (docs/perf-model.md) --------------------------
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """A GPU's dense peak throughput (TFLOP/s, no 2:4 sparsity) and HBM bandwidth (GB/s), from
+    its vendor's datasheet; None where the GPU has no such unit (FP8 before Hopper/MI300)."""
+
+    name: str  # the table's name for it: "H100 SXM"
+    bf16: float  # dense BF16 (= FP16) tensor-core / matrix-core peak
+    fp8: float | None
+    tf32: float | None
+    fp32: float  # FP32 without tensor cores (NVIDIA: CUDA cores; AMD: FP32 matrix)
+    hbm_gbps: float
+    source: str  # the datasheet the figures come from
+
+
+_NV = "https://www.nvidia.com/en-us/data-center/"
+_AMD = "https://www.amd.com/en/products/accelerators/instinct/"
+_A100 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+#: Datasheet figures, dense (the datasheets' sparse figures halved). Per GPU for the
+#: multi-GPU products (HGX B200: the 8-GPU figures / 8; GB200 NVL72: per superchip / 2).
+PEAKS: dict[str, Peaks] = {p.name: p for p in (
+    Peaks("H100 SXM", 989.4, 1978.9, 494.7, 66.9, 3350.0, _NV + "h100/"),
+    Peaks("H100 PCIe", 756.0, 1513.0, 378.0, 51.2, 2000.0, _NV + "h100/"),
+    Peaks("H100 NVL", 835.0, 1670.5, 417.5, 60.0, 3900.0, _NV + "h100/"),
+    Peaks("H200 SXM", 989.4, 1978.9, 494.7, 66.9, 4800.0, _NV + "h200/"),
+    Peaks("H200 NVL", 835.0, 1670.5, 417.5, 60.0, 4800.0, _NV + "h200/"),
+    Peaks("H20", 148.0, 296.0, 74.0, 44.0, 4000.0, "NVIDIA H20 product brief (2024)"),
+    Peaks("B200", 2250.0, 4500.0, 1125.0, 75.0, 8000.0, _NV + "hgx/"),
+    Peaks("GB200", 2500.0, 5000.0, 1250.0, 90.0, 8000.0, _NV + "gb200-nvl72/"),
+    Peaks("A100 40GB", 312.0, None, 156.0, 19.5, 1555.0, _A100),
+    Peaks("A100 80GB SXM", 312.0, None, 156.0, 19.5, 2039.0, _A100),
+    Peaks("A100 80GB PCIe", 312.0, None, 156.0, 19.5, 1935.0, _A100),
+    Peaks("L40S", 362.05, 733.0, 183.0, 91.6, 864.0, _NV + "l40s/"),
+    Peaks("L4", 121.0, 242.5, 60.0, 30.3, 300.0, _NV + "l4/"),
+    Peaks("A10G", 70.0, None, 35.0, 31.2, 600.0, "https://aws.amazon.com/ec2/instance-types/g5/"),
+    Peaks("MI300X", 1307.4, 2614.9, 653.7, 163.4, 5300.0, _AMD + "mi300/mi300x.html"),
+    Peaks("MI325X", 1307.4, 2614.9, 653.7, 163.4, 6000.0, _AMD + "mi300/mi325x.html"),
+    Peaks("MI250X", 383.0, None, None, 95.7, 3276.8, _AMD + "mi200/mi250x.html"),
+    Peaks("MI210", 181.0, None, None, 45.3, 1638.4, _AMD + "mi200/mi210.html"),
+)}
+
+#: Device names as profilers record them -> the table's entry (checked in order, lowercased).
+_PEAKS_BY_NAME: tuple[tuple[str, str], ...] = (
+    (r"\bgb200\b", "GB200"),
+    (r"\bb200\b", "B200"),
+    (r"\bh200\b.*\bnvl\b", "H200 NVL"),
+    (r"\bh200\b", "H200 SXM"),
+    (r"\bh100\b.*\bnvl\b", "H100 NVL"),
+    (r"\bh100\b.*\bpcie\b", "H100 PCIe"),
+    (r"\bh100\b", "H100 SXM"),
+    (r"\bh20\b", "H20"),
+    (r"\ba100\b.*80\s*gb.*pcie|\ba100\b.*pcie.*80\s*gb", "A100 80GB PCIe"),
+    (r"\ba100\b.*80\s*gb", "A100 80GB SXM"),
+    (r"\ba100\b", "A100 40GB"),
+    (r"\bl40s\b", "L40S"),
+    (r"\bl4\b", "L4"),
+    (r"\ba10g\b", "A10G"),
+    (r"\bmi325x?\b", "MI325X"),
+    (r"\bmi300x?\b", "MI300X"),
+    (r"\bmi250x?\b", "MI250X"),
+    (r"\bmi210\b", "MI210"),
+)
+
+
+def peaks_of(device: Device | None) -> Peaks | None:
+    """The peak table's entry for ``device``, from its recorded name; None when unknown."""
+    name = ((device.name if device else None) or "").lower()
+    for pattern, key in _PEAKS_BY_NAME:
+        if re.search(pattern, name):
+            return PEAKS[key]
+    return None

@@ -147,12 +147,36 @@ COUNTER_SCHEMA = pl.Schema(
     }
 )
 
+#: Where a memory row comes from: the framework's caching allocator (torch.profiler's
+#: ``[memory]`` events), or the driver's device allocations (Nsight Systems' memory usage events,
+#: Perfetto's GPU memory counter).
+MEMORY_SOURCES: tuple[str, ...] = ("allocator", "driver")
+
+#: Device memory allocations and frees: one row per event (docs/canonical-model.md).
+MEMORY_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "pid": pl.Int64,
+        "tid": pl.Int64,  # the allocating thread, where recorded
+        "device": pl.Int32,  # null for host (pinned) memory
+        "ts_ns": pl.Int64,
+        "source": pl.Enum(MEMORY_SOURCES),
+        "bytes": pl.Int64,  # > 0 allocated, < 0 freed
+        "address": pl.Int64,  # where recorded: pairs an allocation with its free
+        "allocated_bytes": pl.Int64,  # the device's total allocated after the event
+        "reserved_bytes": pl.Int64,  # the device's total reserved after the event
+        "operator": pl.String,  # the innermost framework operator around the event
+        "api": pl.String,  # the runtime call that made it (cudaMalloc, cudaFree, ...), where known
+    }
+)
+
 FRAME_SCHEMAS: dict[str, pl.Schema] = {
     "gpu": GPU_ACTIVITY_SCHEMA,
     "cpu": CPU_ACTIVITY_SCHEMA,
     "annotations": ANNOTATION_SCHEMA,
     "syncs": SYNC_SCHEMA,
     "counters": COUNTER_SCHEMA,
+    "memory": MEMORY_SCHEMA,
 }
 
 
@@ -213,7 +237,7 @@ class TraceMeta:
 
 @dataclass
 class Trace:
-    """A trace in canonical form: its metadata and its five frames."""
+    """A trace in canonical form: its metadata and its six frames."""
 
     meta: TraceMeta
     gpu: pl.DataFrame
@@ -221,6 +245,7 @@ class Trace:
     annotations: pl.DataFrame
     syncs: pl.DataFrame
     counters: pl.DataFrame
+    memory: pl.DataFrame = field(default_factory=lambda: empty_frame("memory"))
 
     def frames(self) -> dict[str, pl.DataFrame]:
         return {name: getattr(self, name) for name in FRAME_SCHEMAS}

@@ -50,6 +50,9 @@ LOW = {
     "collective-wait": {"min_wait_pct": 0},
     "dataloader-stall": {"min_stall_pct": 0},
     "fp32-matmul": {"min_gpu_time_pct": 0, "min_impact_pct": 0},
+    "gemm-below-roofline": {"max_roofline_pct": 100, "min_kernel_us": 0, "min_impact_pct": 0},
+    "memory-bound-below-bandwidth": {"max_bandwidth_pct": 100, "min_kernel_us": 0,
+                                     "min_impact_pct": 0},
     "memcpy-bound": {"min_copy_share_pct": 0, "min_impact_pct": 0},
     "gpu-idle-gaps": {"min_idle_pct": 0},
     "gpus-take-turns": {"min_device_share_pct": 0, "min_impact_pct": 0},
@@ -152,6 +155,10 @@ def _training_step(s: Synth, ids: _Clock, step: int, t: float) -> float:
              dst_kind="device")
     s.cpu[-1]["end_ns"] = int((t + 10) * 1000)
     t += 12
+    # torch.cuda.empty_cache() and the allocation after it: the GPU idles meanwhile
+    s.api("cudaFree", t, 40)
+    s.api("cudaMalloc", t + 42, 25)
+    t += 70
     # an optimizer step with per-parameter kernels
     s.annotation("Optimizer.step#AdamW.step", t, 8 * 12 + 10)
     for j in range(8):

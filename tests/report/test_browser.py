@@ -25,8 +25,9 @@ pytestmark = pytest.mark.browser
 
 ARTIFACTS = REPO / "tests" / "artifacts"
 PUBLIC = REPO.parent / "shared" / "traces" / "public"
-SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "kernels", "operators",
-            "rules", "warnings"]
+SECTIONS = ["summary", "headline", "findings", "timeline", "charts", "memory", "kernels",
+            "operators", "rules", "warnings"]
+EMPTY_CACHE = REPO / "sample_traces" / "programs" / "torch" / "empty_cache_bad_torch.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,28 @@ def test_report_renders_without_errors_or_requests(browser, tmp_path):
     assert (ARTIFACTS / "report_dark.png").stat().st_size > 10_000
 
 
+def test_memory_chart_renders(browser, tmp_path):
+    """The device memory chart of a profile_memory=True recording: both lines, the steps and
+    the peak, whose hover names it."""
+    import traceanalyzer as ta
+
+    result = ta.analyze(EMPTY_CACHE, use_cache=False)
+    report = tmp_path / "memory.html"
+    write_html(result, report)
+    browser.open(report)
+    assert problems(browser, report) == []
+    chart = "document.getElementById('memory-chart')"
+    assert browser.evaluate(f"{chart}.querySelectorAll('polyline').length") == 2
+    assert browser.evaluate(f"{chart}.querySelectorAll('line.mem-step').length") == result.steps.height
+    peak = browser.evaluate(f"{chart}.querySelector('circle.mem-peak title').textContent")
+    assert peak.startswith("peak allocated: 1.97 GiB at") and "step" in peak
+    assert browser.evaluate(f"{chart}.getBoundingClientRect().width") > 300
+    assert "aten::" in browser.evaluate("document.getElementById('memory').textContent")
+    browser.evaluate(f"{chart}.scrollIntoView()")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "report_memory.png")
+
+
 def test_injection_runs_no_script(browser, tmp_path):
     trace, result = hostile_trace_and_result()
     report = tmp_path / "evil.html"
@@ -127,6 +150,33 @@ def test_injection_runs_no_script(browser, tmp_path):
     assert browser.evaluate("document.scripts.length") == 2  # the data block and the report's own
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.screenshot(ARTIFACTS / "report_injection.png")
+
+
+#: Names whose characters a page must show as text (issue 30, class 6): bidi overrides and
+#: isolates, a C1 CSI, an OSC title sequence, script closers and JavaScript line separators.
+BIDI_C1_NAMES = ["k_\u202eexe.txt", "k_\u2066iso\u2069", "k_\x9b31m", "k_\x1b]0;t\x07",
+                 "k_</script><!--", "k_\u2028\u2029"]
+
+
+def test_bidi_and_c1_names_show_as_text(browser, tmp_path):
+    trace = make_trace(kernel_names=BIDI_C1_NAMES)
+    report = tmp_path / "bidi.html"
+    write_html(make_result(trace), report, trace)
+    raw = report.read_text(encoding="utf-8")
+    assert not any(c in raw for c in "\u202e\u2066\u2069\x9b\x1b\x07")
+    browser.open(report)
+    exercise(browser)
+    assert problems(browser, report) == []
+    text = browser.evaluate("document.body.innerText")
+    for shown in ("k_\\u202eexe.txt", "k_\\u2066iso\\u2069", "k_\\x9b31m",
+                  "k_\\x1b]0;t\\x07", "k_</script><!--"):
+        assert shown in text, shown
+    assert not any(c in text for c in "\u202e\u2066\u2069\x9b\x1b\x07")
+    # The timeline's names (from the embedded JSON) read the same once parsed by the page.
+    names = browser.evaluate("JSON.parse(document.getElementById('ta-data').textContent).names")
+    assert "k_\\u202eexe.txt" in names and "k_</script><!--" in names
+    assert "k_\u2028\u2029" in names  # line separators kept: harmless as text
+    assert browser.evaluate("document.scripts.length") == 2
 
 
 def test_report_without_trace_has_no_timeline(browser, tmp_path):
@@ -242,3 +292,27 @@ def test_detectors_catch_script_requests_and_errors(browser, tmp_path):
     found = problems(browser, page)
     assert any(p.startswith("request: http://127.0.0.1:9/") for p in found)
     assert any("console.error" in p for p in found)
+
+
+def test_roofline_renders(browser, tmp_path):
+    """The roofline of a real H200 recording: the chart with its ridge and points, the table."""
+    path = REPO / "sample_traces" / "programs" / "torch" / "gpt_bf16_torch.json.gz"
+    if not path.is_file():
+        pytest.skip("the program recordings are not in this checkout")
+    import traceanalyzer
+    from traceanalyzer.analysis import analyze_trace
+    from traceanalyzer.analysis.window import choose_window, parse_window
+
+    trace = choose_window(traceanalyzer.load(path, use_cache=False), parse_window("steps"))
+    result = analyze_trace(trace, rules=False)
+    report = tmp_path / "roofline.html"
+    write_html(result, report, trace)
+    browser.open(report)
+    assert problems(browser, report) == []
+    assert browser.evaluate("document.querySelectorAll('svg.roofline circle.rl-point').length") > 10
+    assert "ridge" in browser.evaluate("document.querySelector('svg.roofline g.ridge').textContent")
+    assert browser.evaluate("document.querySelectorAll('table.roofline-table tbody tr').length") > 5
+    assert browser.evaluate("document.querySelector('svg.roofline').getBoundingClientRect().width") > 300
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.evaluate("document.getElementById('roofline').scrollIntoView()")
+    browser.screenshot(ARTIFACTS / "report_roofline.png", full_page=False)

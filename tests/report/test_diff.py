@@ -148,3 +148,18 @@ def test_cli_diff_kineto_pair(tmp_path):
     total = len(doc["findings"]["resolved"]) + len(doc["findings"]["new"]) + \
         len(doc["findings"]["unchanged"])
     assert total >= 1
+
+
+def test_diff_names_the_memory_peaks_where_recorded():
+    from tests.support.paths import REPO
+    from traceanalyzer import analyze
+    from traceanalyzer.report.diff import diff_results
+
+    torch_dir = REPO / "sample_traces" / "programs" / "torch"
+    bad, good = (analyze(torch_dir / f"empty_cache_{v}_torch.json.gz") for v in ("bad", "good"))
+    rows = {m.name: m for m in diff_results(bad, good).metrics}
+    assert rows["peak_memory_reserved_bytes"].before == 2315255808
+    assert rows["peak_memory_reserved_bytes"].after == 2292187136
+    assert rows["peak_memory_allocated_bytes"].verdict == "better"
+    plain = analyze(REPO / "sample_traces" / "torch" / "gpt_step_bad.json.gz")  # no memory events
+    assert "peak_memory_allocated_bytes" not in {m.name for m in diff_results(plain, plain).metrics}

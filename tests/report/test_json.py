@@ -96,3 +96,26 @@ def test_real_trace_json_matches_schema(tmp_path, rel):
         return
     jsonschema.Draft202012Validator.check_schema(jsonout.JSON_SCHEMA)
     jsonschema.validate(doc, jsonout.JSON_SCHEMA)
+
+
+@pytest.mark.parametrize("rel", ["torch/empty_cache_bad_torch.json.gz",
+                                 "nsys/empty_cache_good_range.sqlite"])
+def test_memory_in_json(rel):
+    """The device memory figures of a profile_memory=True / --cuda-memory-usage=true recording:
+    the metrics, a row per device and the holders, valid against the schema."""
+    import traceanalyzer
+
+    path = REPO / "sample_traces" / "programs" / rel
+    record = json.loads((path.parent.parent / "records" / (
+        path.name.replace(".json.gz", "").replace(".sqlite", "") + ".record.json")).read_text())
+    doc = jsonout.to_json_dict(traceanalyzer.analyze(path, use_cache=False))
+    assert jsonout.validate(doc) == []
+    metrics, (device,) = doc["metrics"], doc["memory"]
+    assert device["peak_reserved_bytes"] == metrics["peak_memory_reserved_bytes"]
+    if rel.startswith("torch"):
+        assert metrics["peak_memory_allocated_bytes"] == record["max_memory_allocated"]
+        assert device["source"] == "allocator" and device["peak_allocated_step"] is not None
+        assert sum(h["bytes"] for h in doc["memory_holders"]) == device["peak_allocated_bytes"]
+    else:
+        assert metrics["peak_memory_allocated_bytes"] is None and doc["memory_holders"] == []
+        assert device["source"] == "driver"

@@ -26,3 +26,14 @@ def test_a_file_of_several_ranks_lists_them_all(public_dir):
     text = render_summary(result)
     assert "Ranks in this file (2;" in text and "0 *" in text
     assert "**Ranks in this file** (2;" in render_markdown(result)
+
+
+def test_memory_section(tmp_path):
+    """A profile_memory=True recording: the device's peaks and who held them, one line."""
+    from tests.support.paths import REPO
+
+    trace = REPO / "sample_traces" / "programs" / "torch" / "empty_cache_good_torch.json.gz"
+    out = run_cli("analyze", str(trace), "--no-cache").stdout
+    line = out.split("Device memory:\n", 1)[1].splitlines()[0]
+    assert line.startswith("  device 0: peak allocated 1.97 GiB, 1.4% of the GPU, step ")
+    assert "peak reserved 2.13 GiB" in line and "held at the peak by aten::" in line

@@ -56,6 +56,12 @@ SCHEMAS: dict[str, str] = {
         "globalPid INTEGER, deprecatedSyncType INTEGER, syncType INTEGER NOT NULL, "
         "eventId INTEGER NOT NULL"
     ),
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": (
+        "start INTEGER NOT NULL, globalPid INTEGER NOT NULL, deviceId INTEGER NOT NULL, "
+        "contextId INTEGER NOT NULL, address INTEGER NOT NULL, pc INTEGER NOT NULL, "
+        "bytes INTEGER NOT NULL, memKind INTEGER NOT NULL, memoryOperationType INTEGER NOT NULL, "
+        "name TEXT, correlationId INTEGER, streamId INTEGER"
+    ),
     "NVTX_EVENTS": (
         "start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, rangeId INTEGER, "
         "category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, endGlobalTid INTEGER, "
@@ -151,6 +157,17 @@ class NsysBuilder:
             eventId=0,
         ))
         return corr
+
+    def alloc(self, start: int, nbytes: int, address: int, *, free: bool = False,
+              api: str | None = None, mem_kind: int = 2, pid: int = 100, device: int = 0) -> None:
+        """A row of CUDA_GPU_MEMORY_USAGE_EVENTS (--cuda-memory-usage=true), with the runtime
+        call that made it when ``api`` is given (start 0 and no call: before the capture)."""
+        corr = self.api(api, start - 100, 90, pid) if api else None
+        self.rows["CUDA_GPU_MEMORY_USAGE_EVENTS"].append(dict(
+            start=start, globalPid=global_pid(pid), deviceId=device, contextId=1,
+            address=address, pc=0, bytes=nbytes, memKind=mem_kind,
+            memoryOperationType=1 if free else 0, correlationId=corr,
+        ))
 
     def nvtx(self, text: str | None, start: int, end: int | None, event_type: int = 59,
              pid: int = 100, tid: int | None = None, registered: bool = False,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.analysis import intervals
+from traceanalyzer.analysis import intervals, memory
 from traceanalyzer.analysis.idle import idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.memory_check import check_analysis_memory
@@ -43,11 +43,29 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         streams=stream_summary(views),
         ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
     )
+    _add_memory(result, views)
+    from traceanalyzer.perfmodel import summarize
+
+    result.perf, result.perf_summary = summarize(views, metrics.rank)
     if rules:
         from traceanalyzer.rules.engine import evaluate
 
         result.findings, result.rule_outcomes = evaluate(views, rule_config)
     return result
+
+
+def _add_memory(result: AnalysisResult, views: Views) -> None:
+    """The device memory figures (analysis.memory), where the trace records memory events."""
+    if views.memory.is_empty():
+        return
+    summary = memory.memory_summary(views.memory, views.wall_steps, views.meta)
+    top = memory.headline(summary, result.metrics.rank)
+    result.memory = summary
+    result.memory_holders = memory.holders_at_peak(views.memory, summary)
+    if top is not None:
+        result.metrics.peak_memory_allocated_bytes = top["peak_allocated_bytes"]
+        result.metrics.peak_memory_reserved_bytes = top["peak_reserved_bytes"]
+        result.memory_timeline = memory.memory_timeline(views.memory, top["rank"], top["device"])
 
 
 def step_breakdown(views: Views) -> pl.DataFrame:

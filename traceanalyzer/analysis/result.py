@@ -72,6 +72,11 @@ class Metrics:
     launch_delay_p95_ns: float | None = None
     #: Share of the window the CPU spent in kernel-launch API calls.
     launch_overhead_pct: float | None = None
+    #: The highest device memory of the rank's busiest device in the window (analysis.memory):
+    #: the caching allocator's totals allocated and reserved; from the driver's allocations
+    #: when only those are recorded (then allocated is null).
+    peak_memory_allocated_bytes: int | None = None
+    peak_memory_reserved_bytes: int | None = None
 
     @property
     def busy_pct(self) -> float:
@@ -113,6 +118,19 @@ class AnalysisResult:
     rule_outcomes: list[RuleOutcome] = field(default_factory=list)
     #: Per-rank metrics and straggler info when several ranks were analyzed as one job.
     ranks: pl.DataFrame | None = None
+    #: Device memory (analysis.memory): per (rank, device) the peaks, when, in which step, % of
+    #: the device; the operators holding the most at the allocated peak; the headline device's
+    #: totals over time. None when the trace records no memory events.
+    memory: pl.DataFrame | None = None
+    memory_holders: pl.DataFrame | None = None
+    memory_timeline: pl.DataFrame | None = None
+    #: The performance model (traceanalyzer.perfmodel): per (operator signature, kernel name)
+    #: the kernels' time, FLOPs and bytes; and its summary (flops_per_step, flops_by_op,
+    #: flops_source, reason). ``perf_options`` (peaks, tokens, FLOPs the user gives) is set by
+    #: the caller after the analysis and is not cached.
+    perf: pl.DataFrame | None = None
+    perf_summary: dict[str, Any] | None = None
+    perf_options: Any = None
 
     @property
     def window(self) -> Window | None:

@@ -41,9 +41,10 @@ from traceanalyzer.ingest.cache import publish_dir
 from traceanalyzer.model import Trace, TraceMeta
 
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
-RESULT_CACHE_VERSION = "1"
+RESULT_CACHE_VERSION = "2"
 RESULTS_DIR = "results"
-FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks")
+FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
+          "memory", "memory_holders", "memory_timeline", "perf")
 DOC = "result.json"
 
 
@@ -220,7 +221,10 @@ def _read(entry: Path, path: str | os.PathLike[str]
         meta=meta, metrics=Metrics(**doc["metrics"]),
         steps=frames["steps"], kernels=frames["kernels"], categories=frames["categories"],
         operators=frames["operators"], utilization=frames["utilization"],
-        streams=frames["streams"], ranks=frames.get("ranks"),
+        streams=frames["streams"], ranks=frames.get("ranks"), memory=frames.get("memory"),
+        memory_holders=frames.get("memory_holders"),
+        memory_timeline=frames.get("memory_timeline"), perf=frames.get("perf"),
+        perf_summary=doc.get("perf_summary"),
         findings=[Finding(**f) for f in doc["findings"]],
         rule_outcomes=[RuleOutcome(**o) for o in doc["rule_outcomes"]],
     )
@@ -241,6 +245,7 @@ def store_result(entry: Path, result: AnalysisResult, timeline: dict[str, Any] |
         "metrics": dict(vars(result.metrics)),
         "findings": [asdict(f) for f in result.findings],
         "rule_outcomes": [asdict(o) for o in result.rule_outcomes],
+        "perf_summary": result.perf_summary,
         "frames": [name for name, frame in frames.items() if frame is not None],
         "timeline": timeline,
     }

@@ -1,7 +1,7 @@
 """Derived views over a canonical trace, computed once and shared by metrics and rules.
 
 Rules read these by name (also as tables in their SQL queries): ``gpu``, ``cpu``,
-``annotations``, ``syncs``, ``counters``, ``steps``, ``launches``, ``idle_gaps``,
+``annotations``, ``syncs``, ``counters``, ``memory``, ``steps``, ``launches``, ``idle_gaps``,
 ``kernel_summary``, ``collectives``. Each view is computed on first use and cached.
 """
 
@@ -20,7 +20,7 @@ from traceanalyzer.analysis.result import Metrics
 from traceanalyzer.analysis.steps import SOURCE_INFERRED, find_steps, infer_steps, with_wall_times
 from traceanalyzer.model import Trace
 
-TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "steps", "launches",
+TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "memory", "steps", "launches",
                "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives")
 
 
@@ -50,6 +50,10 @@ class Views:
     @property
     def counters(self) -> pl.DataFrame:
         return self.trace.counters
+
+    @property
+    def memory(self) -> pl.DataFrame:
+        return self.trace.memory
 
     @cached_property
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:

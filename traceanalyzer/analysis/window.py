@@ -496,6 +496,7 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
         "annotations": within(trace.annotations, "start_ns"),
         "syncs": within(trace.syncs, "start_ns"),
         "counters": within(trace.counters, "ts_ns"),
+        "memory": within(trace.memory, "ts_ns"),
     }
     return Trace(meta=trace.meta, **frames)
 

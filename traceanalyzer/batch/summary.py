@@ -38,10 +38,11 @@ def metric_columns() -> dict[str, pl.DataType]:
     props = JSON_SCHEMA["properties"]["metrics"]["properties"]
     kinds = {"integer": pl.Int64(), "string": pl.String()}
 
-    def kind(spec: dict[str, Any]) -> str:  # "type": "string" or ["string", "null"]
+    def kind(spec: dict[str, Any]) -> str:  # ["string", "null"] is text that may be missing
         types = spec.get("type")
-        return str(types) if not isinstance(types, list) else next(
-            (str(t) for t in types if t != "null"), "number")
+        if isinstance(types, list):
+            types = next((t for t in types if t != "null"), None)
+        return str(types)
 
     return {name: kinds.get(kind(spec), pl.Float64()) for name, spec in props.items()}
 
@@ -108,8 +109,8 @@ def write_summary(frame: pl.DataFrame, out_dir: str | os.PathLike[str]) -> tuple
 
 def _no_formulas(frame: pl.DataFrame) -> pl.DataFrame:
     """Text cells starting with ``= + - @``, tab or CR get a leading ``'`` (the OWASP rule against
-    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text."""
-    text = [n for n, t in frame.schema.items() if t == pl.String]
-    return frame.with_columns(
-        pl.when(pl.col(n).str.contains(r"^[=+\-@\t\r]")).then("'" + pl.col(n))
-        .otherwise(pl.col(n)).alias(n) for n in text)
+    CSV injection), so a spreadsheet shows ``=HYPERLINK(...)`` from a device name as text; control
+    and bidi characters become visible escapes (``report/textsafe.py`` ``csv_safe``)."""
+    from traceanalyzer.report.textsafe import csv_safe
+
+    return csv_safe(frame)

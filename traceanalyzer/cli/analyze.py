@@ -15,6 +15,7 @@ from traceanalyzer.cli.common import (
     trace_processor_option,
     window_option,
 )
+from traceanalyzer.cli.perf import perf_options
 from traceanalyzer.cli.rules import rule_options
 from traceanalyzer.errors import EXIT_FINDINGS, UsageError
 from traceanalyzer.findings import SEVERITIES, fail_on_reason, severity_rank
@@ -44,13 +45,14 @@ from traceanalyzer.report.terminal import render_summary, safe
               help="Analyze only START:END after the first event, e.g. 100ms:2s.")
 @click.option("--ranks", "ranks", help="Analyze only these ranks, e.g. 0,3.")
 @rule_options
+@perf_options
 @trace_processor_option
 @cache_options
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
             markdown_path: Path | None, quiet: int, verbose: int, annotate_path: Path | None, fail_on: str | None,
             top: int, no_rules: bool, window: str, steps: str | None, time_window: str | None,
-            ranks: str | None, rule_config: Any, trace_processor: Path | None, use_cache: bool,
-            cache_dir: Path | None) -> None:
+            ranks: str | None, rule_config: Any, perf: Any, trace_processor: Path | None,
+            use_cache: bool, cache_dir: Path | None) -> None:
     """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
     GPU time went and what to fix.
 
@@ -104,6 +106,7 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
         if show_progress:
             click.echo("\r\033[K", err=True, nl=False)
         result = done.result
+        result.perf_options = perf
         if verbose:
             _say_cache(path, done, use_cache, cache_dir, time.perf_counter() - t0)
         if quiet == 0:

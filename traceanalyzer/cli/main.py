@@ -7,6 +7,7 @@ user as a traceback unless ``TRACEANALYZER_DEBUG=1`` asks for it.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -14,6 +15,7 @@ import click
 
 from traceanalyzer import __version__
 from traceanalyzer.errors import EXIT_BAD_INPUT, TraceAnalyzerError
+from traceanalyzer.report.textsafe import one_line, visible
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -51,7 +53,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        # Usage errors quote the option values given, which may come from a trace or a script.
+        shown = io.StringIO()
+        exc.show(file=shown)
+        click.echo(visible(shown.getvalue(), keep_newlines=True), err=True, nl=False)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
@@ -74,5 +79,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _one_line(text: str) -> str:
-    """Make untrusted text safe for one terminal line: no newlines, no control characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text.replace("\n", " "))
+    """Make untrusted text safe for one terminal line: newlines as spaces, control characters,
+    bidi controls and lone surrogates as visible escapes (:func:`.textsafe.one_line`)."""
+    return one_line(text)

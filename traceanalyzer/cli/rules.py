@@ -65,7 +65,9 @@ def list_rules(as_json: bool, rule_config: Any) -> None:
             "detector": rule.detector, "parameters": _params(rule_config, rule.slug), "path": rule.path,
         })
     if as_json:
-        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        from traceanalyzer.report.textsafe import json_text_safe
+
+        click.echo(json_text_safe(json.dumps(rows, indent=2, ensure_ascii=False)))
         return
     click.echo(render_rules(rows))
 

@@ -25,7 +25,7 @@ from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
 #: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
 #: (see content_key), so editing a pattern never serves stale categories.
-CACHE_VERSION = "4"  # 4: demangled names, gpu.mangled_name
+CACHE_VERSION = "5"  # 5: demangled names, gpu.mangled_name
 FULL_HASH_LIMIT = 64 << 20
 DEMANGLER_SOURCE = Path(demangle.__file__).read_bytes()
 SAMPLE_COUNT = 256

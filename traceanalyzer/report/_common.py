@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+import polars as pl
+
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding, severity_rank
 
@@ -54,7 +56,9 @@ def _umask() -> int:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    data = text.encode("utf-8")
+    # A lone surrogate (from a file name, say) that a writer let through becomes "?", not an
+    # encoding error: the writers escape them (textsafe), this is the last line of defence.
+    data = text.encode("utf-8", "replace")
     atomic_write(path, lambda fh: fh.write(data))
 
 
@@ -103,6 +107,17 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else plural or word + 's'}"
 
 
+def fmt_bytes(n: Any) -> str:
+    """Bytes in binary units (1.97 GiB), as the memory figures are shown everywhere."""
+    x = finite(n)
+    if x is None:
+        return "–"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{int(x)} B"
+
+
 def fmt_pct(p: Any, digits: int = 1) -> str:
     v = finite(p)
     return "–" if v is None else f"{v:.{digits}f}%"
@@ -123,8 +138,11 @@ def safe_url(url: str) -> str | None:
 
 
 def terminal_safe(text: Any) -> str:
-    """Untrusted text for one terminal cell: no escape sequences, no newlines."""
-    return "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    """Untrusted text for one terminal cell: no escape sequences, no newlines (visible escapes
+    instead; :func:`traceanalyzer.report.textsafe.visible`)."""
+    from traceanalyzer.report.textsafe import visible
+
+    return visible(text)
 
 
 _NOISE_PREFIXES = ("void ", "at::native::", "(anonymous namespace)::", "at::", "c10::",
@@ -251,3 +269,38 @@ def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict
         keep = {r["step"] for r in sorted(out, key=lambda r: -r["duration_ns"])[:limit]}
         out = [r for r in out if r["step"] in keep]
     return out, len(rows)
+
+
+#: Operators named in the terminal and Markdown memory sections.
+MEMORY_HOLDERS_SHOWN = 3
+
+
+def memory_lines(result: Any) -> list[str]:
+    """The memory section of the terminal and Markdown reports, as plain text lines (callers
+    escape them): per device of the headline rank its peaks, and who held the allocated peak."""
+    summary = getattr(result, "memory", None)
+    if summary is None or summary.is_empty():
+        return []
+    rank = result.metrics.rank
+    out = []
+    for r in summary.filter(pl.col("rank") == rank).iter_rows(named=True):
+        parts = []
+        for kind in ("allocated", "reserved"):
+            peak = r[f"peak_{kind}_bytes"]
+            if peak is None:
+                continue
+            share = f", {fmt_pct(r[f'peak_{kind}_pct'])} of the GPU" \
+                if r[f"peak_{kind}_pct"] is not None else ""
+            step = f", step {r[f'peak_{kind}_step']}" if r[f"peak_{kind}_step"] is not None else ""
+            parts.append(f"peak {kind} {fmt_bytes(peak)}{share}{step}")
+        source = "" if r["source"] == "allocator" else " (driver allocations)"
+        line = f"device {r['device']}{source}: " + "; ".join(parts)
+        holders = getattr(result, "memory_holders", None)
+        if holders is not None and not holders.is_empty():
+            held = holders.filter(pl.col("rank") == rank, pl.col("device") == r["device"]).head(
+                MEMORY_HOLDERS_SHOWN)
+            if held.height:
+                line += "; held at the peak by " + ", ".join(
+                    f"{h['operator']} {fmt_bytes(h['bytes'])}" for h in held.iter_rows(named=True))
+        out.append(line)
+    return out

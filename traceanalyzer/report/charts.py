@@ -10,7 +10,15 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.model import CATEGORIES
-from traceanalyzer.report._common import counted, finite, fmt_ns, fmt_pct, short_kernel_name
+from traceanalyzer.report._common import (
+    counted,
+    finite,
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    short_kernel_name,
+)
+from traceanalyzer.report.textsafe import visible
 
 MAX_UTIL_POINTS = 600
 MAX_STEP_BARS = 200
@@ -21,10 +29,9 @@ PAD_L, PAD_R, PAD_T, PAD_B = 64, 12, 10, 26
 
 
 def esc(text: Any) -> str:
-    s = str(text)
-    if not s.isprintable():  # terminal escapes (ESC, BEL, CR) would act if the file is cat'ed
-        s = "".join(ch if ch.isprintable() or ch == "\n" else "?" for ch in s)
-    return html.escape(s, quote=True)
+    # Terminal escapes (ESC, BEL, CR) would act if the file is cat'ed, bidi overrides would
+    # reorder the page's text: shown as visible escapes (\x1b, \u202e) instead.
+    return html.escape(visible(text, keep_newlines=True), quote=True)
 
 
 def cat_class(category: Any) -> str:
@@ -194,3 +201,69 @@ def categories_bar(categories: pl.DataFrame | None) -> str:
     return (f'<svg class="catbar" viewBox="0 0 100 10" preserveAspectRatio="none" role="img" '
             f'aria-label="GPU time by category">{"".join(segs)}</svg>'
             f'<p class="legend">{"".join(legend)}</p>')
+
+
+def memory_svg(timeline: pl.DataFrame | None, steps: pl.DataFrame | None,
+               peak: dict[str, Any] | None) -> str:
+    """Device memory over the window (analysis.memory.memory_timeline): allocated and reserved
+    as step lines, the steps' starts as ticks along the top, the allocated (else reserved) peak
+    as a marker."""
+    if timeline is None or timeline.is_empty():
+        return '<p class="muted">No memory events (torch.profiler: profile_memory=True; ' \
+               'Nsight Systems: --cuda-memory-usage=true).</p>'
+    t = timeline.sort("ts_ns")
+    times = [int(x) for x in (t["ts_ns"].min(), t["ts_ns"].max()) if x is not None]  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    if steps is not None and not steps.is_empty():  # the x axis covers the steps too
+        times += [int(x) for x in (steps["start_ns"].min(), steps["end_ns"].max()) if x is not None]  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    t0 = min(times)
+    span = max(max(times) - t0, 1)
+    top = max(finite(t["reserved_bytes"].max()) or 0.0, finite(t["allocated_bytes"].max()) or 0.0,
+              1.0)
+    iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+
+    def x_of(ts: int) -> float:
+        return PAD_L + iw * min(max(ts - t0, 0), span) / span
+
+    def y_of(b: float) -> float:
+        return PAD_T + ih * (1 - min(max(b, 0.0), top) / top)
+
+    def line(column: str, cls: str) -> str:
+        pts, last = [], None
+        for ts, b in t.select("ts_ns", column).iter_rows():
+            if b is None:
+                continue
+            if last is not None:
+                pts.append(f"{x_of(ts):.1f},{y_of(last):.1f}")
+            pts.append(f"{x_of(ts):.1f},{y_of(b):.1f}")
+            last = b
+        if last is not None:  # the total holds until the end of the window
+            pts.append(f"{x_of(t0 + span):.1f},{y_of(last):.1f}")
+        return f'<polyline class="{cls}" points="{" ".join(pts)}"/>' if pts else ""
+
+    axis = "".join(
+        f'<line class="grid" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y_of(top * f):.1f}" '
+        f'y2="{y_of(top * f):.1f}"/><text class="tick" x="{PAD_L - 6}" y="{y_of(top * f) + 4:.1f}" '
+        f'text-anchor="end">{esc(fmt_bytes(top * f))}</text>' for f in (0, 0.5, 1))
+    marks = []
+    if steps is not None and not steps.is_empty():
+        for step, start in steps.select("step", "start_ns").iter_rows():
+            if start is None or not t0 <= start <= t0 + span:
+                continue
+            x = x_of(start)
+            marks.append(f'<line class="mem-step" x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" '
+                         f'y2="{H - PAD_B}"><title>step {esc(step)} starts at '
+                         f'{esc(fmt_ns(start - t0))}</title></line>')
+    dot = ""
+    if peak:
+        kind = "allocated" if peak.get("peak_allocated_bytes") is not None else "reserved"
+        at, b = peak.get(f"peak_{kind}_ns"), peak.get(f"peak_{kind}_bytes")
+        if at is not None and b is not None:
+            step = peak.get(f"peak_{kind}_step")
+            where = f", step {esc(step)}" if step is not None else ""
+            dot = (f'<circle class="mem-peak" cx="{x_of(at):.1f}" cy="{y_of(b):.1f}" r="4">'
+                         f'<title>peak {kind}: {esc(fmt_bytes(b))} at {esc(fmt_ns(at - t0))}'
+                   f'{where}</title></circle>')
+    return (f'<svg class="chart" id="memory-chart" viewBox="0 0 {W} {H}" role="img" '
+            f'aria-label="Device memory over time">{axis}{_axis_ms(PAD_L, W - PAD_R, span)}'
+            f'{"".join(marks)}{line("reserved_bytes", "mem-reserved")}'
+            f'{line("allocated_bytes", "mem-allocated")}{dot}</svg>')

@@ -25,6 +25,7 @@ from traceanalyzer.findings import Finding, severity_rank
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import (
     finite,
+    fmt_bytes,
     fmt_ns,
     fmt_pct,
     pct_of,
@@ -35,6 +36,7 @@ from traceanalyzer.report._common import (
 from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, meta_dict
 from traceanalyzer.report.markdown import md_escape
 from traceanalyzer.report.terminal import table
+from traceanalyzer.report.textsafe import visible
 
 TOP_KERNELS = 25
 
@@ -49,7 +51,7 @@ MAX_RELATIVE_PCT = 1000.0
 class MetricDelta:
     name: str  # machine name, e.g. "step_time_mean_ns"
     label: str  # for people
-    unit: str  # "ns", "pct" or "count"
+    unit: str  # "ns", "pct", "count" or "bytes"
     before: float | None
     after: float | None
     #: Whether a smaller value is better (step time, idle) or a larger one (busy %); None: neutral.
@@ -174,6 +176,7 @@ def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
         MetricDelta("launch_delay_p50_ns", "Launch→start delay (p50)", "ns",
                     mb.launch_delay_p50_ns, ma.launch_delay_p50_ns),
     ]
+    rows += _memory_rows(mb, ma)
     faster = bool(mb.step_time_mean_ns and ma.step_time_mean_ns
                   and ma.step_time_mean_ns < mb.step_time_mean_ns and ma.busy_pct < mb.busy_pct)
     for r in rows:
@@ -182,6 +185,14 @@ def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
         if faster and r.name in ("busy_pct", "idle_pct", "idle_host_wait_pct"):
             r.lower_is_better = None
     return rows
+
+
+def _memory_rows(mb: Any, ma: Any) -> list[MetricDelta]:
+    """The peaks of device memory, where either trace records memory events."""
+    rows = [MetricDelta(name, label, "bytes", getattr(mb, name), getattr(ma, name))
+            for name, label in (("peak_memory_allocated_bytes", "Peak memory allocated"),
+                                ("peak_memory_reserved_bytes", "Peak memory reserved"))]
+    return [r for r in rows if r.before is not None or r.after is not None]
 
 
 def _per(result: AnalysisResult, per_step: bool) -> float:
@@ -275,6 +286,8 @@ def _val(unit: str, v: float | None) -> str:
         return fmt_ns(v)
     if unit == "pct":
         return fmt_pct(v)
+    if unit == "bytes":
+        return fmt_bytes(v)
     return f"{v:,.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:,.1f}"
 
 
@@ -284,7 +297,7 @@ def _delta(unit: str, d: float | None, pct: float | None) -> str:
     sign = "+" if d > 0 else ("−" if d < 0 else "±")
     if unit == "pct":
         return f"{sign}{abs(d):.1f} pts"
-    body = fmt_ns(abs(d)) if unit == "ns" else _val("count", abs(d))
+    body = fmt_ns(abs(d)) if unit == "ns" else _val("bytes" if unit == "bytes" else "count", abs(d))
     rel = f" ({'+' if pct > 0 else '−'}{abs(pct):.1f}%)" if pct is not None and pct != 0 else ""
     return f"{sign}{body}{rel}"
 
@@ -329,7 +342,7 @@ def render_terminal(diff: DiffResult, top: int = 10) -> str:
         lines.append(f"{title} findings ({len(items)}):")
         for d in items:
             lines.append(f"  [{d.severity}] {terminal_safe(d.slug)}: {_fdelta(d)}")
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
 
 
 # -- JSON ---------------------------------------------------------------------------------------
@@ -363,8 +376,10 @@ def to_json_dict(diff: DiffResult) -> dict[str, Any]:
 
 
 def write_json(diff: DiffResult, path: str | os.PathLike[str]) -> None:
-    write_text_atomic(path, json.dumps(to_json_dict(diff), indent=2, ensure_ascii=False,
-                                       allow_nan=False) + "\n")
+    from traceanalyzer.report.textsafe import json_text_safe
+
+    write_text_atomic(path, json_text_safe(json.dumps(to_json_dict(diff), indent=2,
+                                                      ensure_ascii=False, allow_nan=False)) + "\n")
 
 
 # -- Markdown -----------------------------------------------------------------------------------

@@ -17,12 +17,14 @@ import base64
 import hashlib
 import json
 import os
+import re
 from pathlib import Path, PurePath
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.analysis.memory import headline as memory_headline
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import OUTLIER_FACTOR
 from traceanalyzer.findings import Finding
@@ -33,6 +35,7 @@ from traceanalyzer.report._common import (
     costs_nothing,
     counted,
     finite,
+    fmt_bytes,
     fmt_ns,
     fmt_pct,
     pct_of,
@@ -43,6 +46,7 @@ from traceanalyzer.report._common import (
     write_text_atomic,
 )
 from traceanalyzer.report.charts import cat_class, esc
+from traceanalyzer.report.perf import roofline_section
 from traceanalyzer.report.timeline import timeline_data
 
 _ASSETS = Path(__file__).parent / "assets"
@@ -61,9 +65,35 @@ MAX_WARNINGS = 50
 RULES_DOC = "docs/rules.md"
 
 
+# In the JSON text of the embedded data: an escaped backslash (kept), a C0 control as JSON
+# escapes it (\u001b, \r, \b, \f), or a character JSON leaves raw that a page should not act
+# on (DEL, C1, bidi controls, lone surrogates). U+2028/2029 are kept, as JSON escapes.
+_SCRIPT_JSON_TOKEN = re.compile(
+    r"(\\\\)|\\u00([01][0-9a-fA-F])|\\([rbf])"
+    "|([\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff])"
+)
+_SHORT_ESCAPES = {"r": "0d", "b": "08", "f": "0c"}
+
+
+def _visible_in_json(m: re.Match[str]) -> str:
+    if m.group(1):
+        return m.group(1)
+    if m.group(2):
+        return "\\\\x" + m.group(2).lower()
+    if m.group(3):
+        return "\\\\x" + _SHORT_ESCAPES[m.group(3)]
+    code = ord(m.group(4))
+    return f"\\\\x{code:02x}" if code < 0x100 else f"\\\\u{code:04x}"
+
+
 def json_for_script(obj: Any) -> str:
-    """JSON that is safe inside ``<script type="application/json">``: nothing can close it."""
+    """JSON that is safe inside ``<script type="application/json">``: nothing can close it
+    (``<``, ``>``, ``&`` as ``\\u003c`` ..., so no ``</script`` or ``<!--``), and the strings it
+    parses to show control characters, bidi controls and lone surrogates as visible escapes
+    (``\\x1b``, ``\\u202e``), as the page's markup does (:func:`esc`). Tabs, newlines and
+    U+2028/2029 are kept (the last two as ``\\u2028`` escapes: old JavaScript ends a line there)."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = _SCRIPT_JSON_TOKEN.sub(_visible_in_json, text)
     return (text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
@@ -82,6 +112,8 @@ def render_html(result: AnalysisResult, trace: Trace | None = None, *,
         _findings(findings, result.notes(), tl is not None, result.metrics.window_start_ns),
         _timeline(tl),
         _charts(result),
+        _memory(result),
+        roofline_section(result),
         _tables(result),
         _rules(result),
         _warnings(result),
@@ -179,9 +211,23 @@ def _id_ranges(ids: list[int]) -> str:
 
 def _nav() -> str:
     links = [("headline", "Headline"), ("findings", "Findings"), ("timeline", "Timeline"),
-             ("charts", "Charts"), ("kernels", "Kernels"), ("operators", "Operators"),
+             ("charts", "Charts"), ("memory", "Memory"), ("roofline", "Roofline"),
+             ("kernels", "Kernels"), ("operators", "Operators"),
              ("rules", "Rules"), ("warnings", "Warnings")]
     return "<nav>" + "".join(f'<a href="#{a}">{t}</a>' for a, t in links) + "</nav>"
+
+
+def _mfu_card(result: AnalysisResult) -> str:
+    """MFU, with the achieved TFLOP/s and the peak it is against (docs/perf-model.md)."""
+    from traceanalyzer.perfmodel import metrics_of
+
+    m = metrics_of(result)
+    if m["mfu_pct"] is None:
+        return _card("MFU", "–", m["mfu_reason"] or "")
+    sub = f"{m['achieved_tflops']:.0f} TFLOP/s of {m['peak_tflops']:g} ({m['peak_name']})"
+    if m["tokens_per_s"] is not None:
+        sub += f" · {m['tokens_per_s']:,.0f} tokens/s"
+    return _card("MFU", fmt_pct(m["mfu_pct"]), sub)
 
 
 def _card(label: str, value: str, sub: str = "") -> str:
@@ -217,6 +263,7 @@ def _headline(result: AnalysisResult) -> str:
         _card("Launch overhead", fmt_pct(m.launch_overhead_pct),
               f"launch→start p50 {fmt_ns(m.launch_delay_p50_ns)} · p95 "
               f"{fmt_ns(m.launch_delay_p95_ns)}"),
+        _mfu_card(result),
     ]
     return f'<section id="headline"><h2>Headline</h2><div class="cards">{"".join(cards)}</div></section>'
 
@@ -343,6 +390,39 @@ def _charts(result: AnalysisResult) -> str:
         + "<h3>GPU time by category</h3>" + charts.categories_bar(result.categories)
         + "</section>"
     )
+
+
+def _memory(result: AnalysisResult) -> str:
+    """Device memory: the timeline of the busiest device, its peaks, who held memory then."""
+    head = '<section id="memory"><h2>Device memory</h2>'
+    summary = result.memory
+    if summary is None or summary.is_empty():
+        return head + charts.memory_svg(None, None, None) + "</section>"
+    rank = result.metrics.rank
+    peak = memory_headline(summary, rank)
+    def td(value: Any) -> str:
+        return f"<td>{esc('–' if value is None else value)}</td>"
+
+    rows = [[td(r["device"]), td(r["source"]), _num(fmt_bytes(r["peak_allocated_bytes"])),
+             _num(fmt_pct(r["peak_allocated_pct"])), _num(fmt_bytes(r["peak_reserved_bytes"])),
+             _num(fmt_pct(r["peak_reserved_pct"])),
+             td(r["peak_allocated_step"] if r["peak_allocated_step"] is not None
+                else r["peak_reserved_step"])]
+            for r in summary.filter(pl.col("rank") == rank).iter_rows(named=True)]
+    out = [head, "<p class=\"legend\">allocated: solid; reserved: dashed; the dot marks the "
+           "peak; dotted lines mark the steps' starts</p>",
+           charts.memory_svg(result.memory_timeline, result.steps, peak),
+           _table([("device", ""), ("from", ""), ("peak allocated", "num"), ("% of GPU", "num"),
+                   ("peak reserved", "num"), ("% of GPU", "num"), ("peak in step", "")], rows)]
+    holders = result.memory_holders
+    if holders is not None and not holders.is_empty() and peak is not None:
+        held = holders.filter(pl.col("rank") == rank, pl.col("device") == peak["device"])
+        out.append("<h3>Held at the allocated peak</h3>" + _table(
+            [("operator", ""), ("bytes", "num"), ("% of peak", "num"), ("allocations", "num")],
+            [[td(r["operator"]), _num(fmt_bytes(r["bytes"])), _num(fmt_pct(r["pct_of_peak"])),
+              _num("–" if r["allocations"] is None else str(r["allocations"]))]
+             for r in held.iter_rows(named=True)]))
+    return "".join(out) + "</section>"
 
 
 def _table(head: list[tuple[str, str]], rows: list[list[str]], fold: str | None = None,

@@ -35,6 +35,8 @@ _FRAME_ORDER: dict[str, list[tuple[str, bool]]] = {
     "streams": [("device", False), ("stream", False)],
     "utilization": [("bucket_start_ns", False)],
     "ranks": [("rank", False)],
+    "memory": [("rank", False), ("device", False)],
+    "memory_holders": [("rank", False), ("device", False), ("bytes", True)],
 }
 
 
@@ -86,7 +88,36 @@ def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
     out["exposed_communication_pct"] = clean(pct_of(m.exposed_communication_ns, span))
     out["exposed_transfer_pct"] = clean(pct_of(m.exposed_transfer_ns, span))
     out["memory_pct"] = clean(pct_of(m.memory_ns, span))
+    out.update(perf_metrics_dict(result))
     return out
+
+
+def perf_metrics_dict(result: AnalysisResult) -> dict[str, Any]:
+    """The performance model's metrics (flops_per_step, achieved_tflops, mfu_pct, ...)."""
+    from traceanalyzer.perfmodel import metrics_of
+
+    return {k: clean(v) for k, v in metrics_of(result).items()}
+
+
+#: Columns of the JSON ``roofline`` rows, in order.
+ROOFLINE_COLUMNS = ("name", "input_dims", "input_types", "op_class", "precision", "kernels",
+                    "time_ns", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
+                    "roof_tflops", "bound", "roofline_pct", "lost_ns")
+
+
+def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
+    """The roofline per operator signature and per kernel, most time lost first."""
+    from traceanalyzer.perfmodel import kernel_roofline, op_roofline, roofline_of
+
+    roof = roofline_of(result)
+
+    def rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
+        keep = [c for c in ROOFLINE_COLUMNS if c in frame.columns]
+        return [{k: clean(v) for k, v in row.items()} for row in frame.head(top).select(keep).to_dicts()]
+
+    return {"device": roof.device, "peak_name": roof.peaks.name if roof.peaks else None,
+            "bandwidth_gbps": clean(roof.bandwidth_gbps), "ridge_bf16": clean(roof.ridge("bf16")),
+            "operators": rows(op_roofline(result)), "kernels": rows(kernel_roofline(result))}
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:
@@ -148,11 +179,25 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "streams": frame_rows(result.streams, "streams"),
         "utilization": frame_rows(result.utilization, "utilization"),
         "ranks": frame_rows(result.ranks, "ranks") if result.ranks is not None else None,
+        "roofline": roofline_dict(result),
+        **memory_dict(result),
+    }
+
+
+def memory_dict(result: AnalysisResult) -> dict[str, Any]:
+    """Device memory (analysis.memory): per device, and the operators holding it at the peak."""
+    return {
+        "memory": frame_rows(result.memory, "memory"),
+        "memory_holders": frame_rows(result.memory_holders, "memory_holders"),
     }
 
 
 def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The report's JSON text: valid for any name (lone surrogates become U+FFFD) and safe to
+    ``cat`` (C1 and bidi controls as ``\\u`` escapes; :func:`.textsafe.json_text_safe`)."""
+    from traceanalyzer.report.textsafe import json_text_safe
+
+    return json_text_safe(json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False)) + "\n"
 
 
 def render_json(result: AnalysisResult) -> str:
@@ -191,8 +236,10 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "launch_delay_mean_ns", "launch_delay_p50_ns", "launch_delay_p95_ns",
                 "launch_overhead_pct", "busy_pct", "idle_pct", "idle_host_wait_pct",
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
-                "exposed_communication_pct", "memory_pct", "exposed_transfer_ns", "comm_wait_ns",
-                "exposed_transfer_pct"]
+                "exposed_communication_pct", "memory_pct", "peak_memory_allocated_bytes",
+                "peak_memory_reserved_bytes", "flops_per_step", "achieved_tflops",
+                "mfu_pct", "peak_tflops", "tokens_per_s",
+                "exposed_transfer_ns", "comm_wait_ns", "exposed_transfer_pct"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
     {
@@ -215,7 +262,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                          **{k: _NUM for k in _METRIC_NUMS},
                          "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)},
                          "exposed_transfer_basis": {"type": ["string", "null"],
-                                                    "enum": ["ranks", "steps", "none", None]}}),
+                                                    "enum": ["ranks", "steps", "none", None]},
+                         "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({
@@ -252,6 +300,27 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                               "bucket_end_ns": {"type": "integer"}, "busy_pct": _NUM},
                              ["bucket_start_ns", "bucket_end_ns", "busy_pct"]),
         "ranks": {"type": ["array", "null"], "items": {"type": "object"}},
+        "memory": _rows({"rank": {"type": "integer"}, "device": {"type": "integer"},
+                         "source": {"type": "string"}, "peak_allocated_bytes": _INT,
+                         "peak_allocated_ns": _INT, "peak_allocated_step": _INT,
+                         "peak_allocated_pct": _NUM, "peak_reserved_bytes": _INT,
+                         "peak_reserved_ns": _INT, "peak_reserved_step": _INT,
+                         "peak_reserved_pct": _NUM, "capacity_bytes": _INT,
+                         "events": {"type": "integer"}},
+                        ["rank", "device", "source", "peak_allocated_bytes",
+                         "peak_reserved_bytes"]),
+        "memory_holders": _rows({"rank": {"type": "integer"}, "device": {"type": "integer"},
+                                 "operator": {"type": "string"}, "bytes": {"type": "integer"},
+                                 "allocations": _INT, "pct_of_peak": _NUM},
+                                ["rank", "device", "operator", "bytes"]),
+        "roofline": _obj({"device": _STR, "peak_name": _STR, "bandwidth_gbps": _NUM,
+                          "ridge_bf16": _NUM,
+                          "operators": _rows({"name": {"type": "string"}, "time_ns": _NUM,
+                                              "roofline_pct": _NUM, "lost_ns": _NUM},
+                                             ["name", "time_ns", "lost_ns"]),
+                          "kernels": _rows({"name": {"type": "string"}, "time_ns": _NUM,
+                                            "roofline_pct": _NUM, "lost_ns": _NUM},
+                                           ["name", "time_ns", "lost_ns"])}),
     }
 )
 

@@ -14,28 +14,42 @@ from traceanalyzer.report._common import (
     counted,
     fmt_ns,
     fmt_pct,
+    memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
     step_rows,
     write_text_atomic,
 )
+from traceanalyzer.report.perf import perf_rows
+from traceanalyzer.report.textsafe import visible
 
 #: Findings listed in the summary; the HTML and JSON reports have them all.
 MAX_FINDINGS = 5
 _SEVERITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵", "info": "⚪"}
-# Characters with inline meaning. Block markers (#, -, +, 1.) only matter at the start of a line,
-# and every escaped string here sits after other text.
+# Characters with inline meaning; block markers (#, -, +, =, >, 1.) are escaped at the start.
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()|~])")
+_BLOCK_START = re.compile(r"^(?=[#+\-=])")
+_ORDERED_START = re.compile(r"^(\d+)\.")  # "1." (a ")" is escaped with the specials)
+#: Where GitHub's renderer would turn text into a link: a scheme's "://" (extended URL
+#: autolinks), "www." (extended www autolinks), "@" (e-mail autolinks, mailto:/xmpp: ones and
+#: @mentions) and "#" before a digit (issue references). A zero-width joiner (U+200D) after the
+#: trigger breaks each rule's pattern and is invisible when rendered.
+_AUTOLINK_TRIGGER = re.compile(r"(?<=:)(?=//)|(?i:(?<=www)(?=\.))|(?<=@)|(?<=#)(?=\d)")
+ZWJ = "\u200d"
 
 
 def md_escape(text: Any) -> str:
-    """Untrusted text as inert Markdown inline text: no links, no HTML, no table breaks."""
+    """Untrusted text as inert Markdown inline text (GFM as GitHub renders it): no links or
+    autolinks, no images, no HTML, no table breaks, no headings or lists, no emphasis."""
     s = " ".join(str(text).split())  # one line: newlines would end a table row or a list item
-    # Terminal escape sequences (ESC, BEL, ...) would act when the file is printed with cat.
-    s = "".join(ch if ch.isprintable() else "?" for ch in s)
+    # Terminal escape sequences (ESC, BEL, C1, bidi overrides) would act when the file is printed
+    # with cat, or reorder what a reader sees: shown as visible escapes (\x1b) instead.
+    s = visible(s)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _MD_SPECIAL.sub(r"\\\1", s)
+    s = _BLOCK_START.sub("\\\\", _MD_SPECIAL.sub(r"\\\1", s))
+    s = _ORDERED_START.sub(r"\1\\.", s)
+    return _AUTOLINK_TRIGGER.sub(ZWJ, s)
 
 
 def render_markdown(result: AnalysisResult) -> str:
@@ -68,6 +82,7 @@ def render_markdown(result: AnalysisResult) -> str:
                      m.memory_ns))),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
+        *[(label, md_escape(value)) for label, value in perf_rows(result)],
     ]
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
@@ -94,6 +109,7 @@ def render_markdown(result: AnalysisResult) -> str:
                   f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
                   for r in steps]
         lines.append("")
+    lines += _memory_section(result)
     findings = sorted_findings(result.findings)
     if findings:
         lines.append(f"**Findings** ({len(findings)}, most costly first)")
@@ -128,9 +144,16 @@ def render_markdown(result: AnalysisResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _memory_section(result: AnalysisResult) -> list[str]:
+    lines = memory_lines(result)
+    if not lines:
+        return []
+    return ["**Device memory**", "", *(f"- {md_escape(line)}" for line in lines), ""]
+
+
 def _code(text: Any) -> str:
     # Code spans show text literally (no HTML, no links); only backticks and newlines break them.
-    return " ".join(str(text).replace("`", "'").split()) or " "
+    return visible(" ".join(str(text).replace("`", "'").split())) or " "
 
 
 def _short(name: Any, limit: int = 60) -> str:

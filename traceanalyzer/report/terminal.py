@@ -15,9 +15,12 @@ from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
     counted,
+    memory_lines,
     rank_rows,
     step_rows,
 )
+from traceanalyzer.report.perf import perf_rows
+from traceanalyzer.report.textsafe import csv_safe, json_text_safe, visible
 
 if TYPE_CHECKING:
     import polars as pl
@@ -28,8 +31,9 @@ if TYPE_CHECKING:
 
 
 def safe(text: object, limit: int | None = None) -> str:
-    """Untrusted text made safe for a terminal: control characters (escape sequences) replaced."""
-    out = "".join(ch if ch.isprintable() else "?" for ch in str(text))
+    """Untrusted text made safe for one terminal cell or line: control characters, bidi controls
+    and lone surrogates written as visible escapes (``\\x1b``; :func:`.textsafe.visible`)."""
+    out = visible(text)
     if limit is not None and len(out) > limit:
         out = out[: limit - 1] + "…"
     return out
@@ -65,10 +69,10 @@ def table(rows: list[list[str]], headers: list[str], right: set[int] | None = No
 
 def frame_output(frame: pl.DataFrame, fmt: str) -> str:
     """A frame as csv, json (records) or an aligned table."""
-    if fmt == "csv":
-        return frame.write_csv()
-    if fmt == "json":
-        return frame.write_json()
+    if fmt == "csv":  # formulas neutralised, control characters made visible
+        return csv_safe(frame).write_csv()
+    if fmt == "json":  # exact strings, with what a terminal acts on as \u escapes
+        return json_text_safe(frame.write_json())
     rows = [[safe(v, 80) if isinstance(v, str) else _cell(v) for v in row] for row in frame.rows()]
     numeric = {i for i, dt in enumerate(frame.dtypes) if dt.is_numeric()}
     return table(rows, frame.columns, right=numeric)
@@ -154,6 +158,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
              f"{fmt_ns(m.step_time_p95_ns)}", ""],
             ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
         ]
+    rows += [[label, value, ""] for label, value in perf_rows(result)]
     if m.launch_delay_mean_ns is not None:
         rows.append(["launch delay mean/p95",
                      f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])
@@ -162,6 +167,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += ["", table(rows, ["metric", "value", "% of span"], right={1, 2})]
     lines += _ranks_table(result)
     lines += _steps_table(result)
+    lines += _memory_section(result)
     if not result.kernels.is_empty():
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
@@ -190,7 +196,12 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if errors:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
                      + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+def _memory_section(result: AnalysisResult) -> list[str]:
+    lines = memory_lines(result)
+    return ["", "Device memory:", *(f"  {safe(line)}" for line in lines)] if lines else []
 
 
 def _first_sentence(text: str, limit: int = 200) -> str:
@@ -264,7 +275,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
                            right={2, 3, 4}))
     for warning in result.warnings:
         lines.append(f"warning: {safe(warning)}")
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
 
 
 # -- a batch (``traceanalyzer batch``) ------------------------------------------------------------
@@ -279,7 +290,7 @@ def render_batch(result: BatchResult) -> str:
     if result.job is not None:
         lines.append(render_job(result.job))
     lines.append(f"wrote {safe(result.out_dir / 'index.html')}")
-    return "\n".join(lines)
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
 
 
 # -- the rules (``traceanalyzer rules list``) -----------------------------------------------------
@@ -289,7 +300,7 @@ def render_rules(rows: list[dict[str, Any]]) -> str:
     """The rule list as a table: one row per rule (``id``, ``slug``, ``severity``, ``enabled``,
     ``title``, and the parameters in effect)."""
     return table(
-        [[r["id"], safe(r["slug"]), r["severity"], "on" if r["enabled"] else "off",
+        [[safe(r["id"]), safe(r["slug"]), safe(r["severity"]), "on" if r["enabled"] else "off",
           safe(r["title"], 60), safe(" ".join(f"{k}={v}" for k, v in r["parameters"].items()))]
          for r in rows],
         ["id", "slug", "severity", "state", "title", "parameters"],

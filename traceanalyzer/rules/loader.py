@@ -168,10 +168,12 @@ def read_project_config(path: Path) -> dict[str, Any]:
         data = safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RuleError(f"{path}: cannot read config ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # its str() holds the whole file: say where, not what
+        raise RuleError(f"{path}: the config is not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise RuleError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    if data is None:
-        return {}
+    if data is None:  # empty, or only comments: no settings
+        data = {}
     if not isinstance(data, dict):
         raise RuleError(f"{path}: the config must be a mapping of keys")
     out: dict[str, Any] = {}

@@ -198,8 +198,10 @@ def load_rule_file(path: Path) -> Rule:
     """Read and validate one rule file. Raises :class:`RuleError` naming file, rule and field."""
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}: cannot read rule file ({exc})") from None
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read rule file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # its str() holds the whole file: say where, not what
+        raise RuleError(f"{path}: the rule file is not UTF-8 text (byte {exc.start})") from None
     return _parse_rule_text(text, str(path))
 
 
@@ -327,7 +329,7 @@ def _parse_parameters(raw: Any, where: _Where) -> dict[str, Parameter]:
         if isinstance(default, float) and not math.isfinite(default):
             raise RuleError(f"{w}: default must be finite")
         unit = spec["unit"]
-        if unit not in UNITS:
+        if not isinstance(unit, str) or unit not in UNITS:  # a list or mapping is unhashable
             raise RuleError(f"{w}: unit must be one of {', '.join(UNITS)}, got {unit!r}")
         if not name.endswith("_" + unit):
             raise RuleError(f"{w}: the name must end with its unit, '_{unit}'")

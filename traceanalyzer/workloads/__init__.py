@@ -88,8 +88,8 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         WorkloadInfo(
             "odd_matmul_shape",
             "BF16 GEMMs with dimensions of 4095 vs padded to 4096 (multiple of 64)",
-            ("odd-matmul-shape",),
-            torch_only_rules=("odd-matmul-shape",),
+            ("odd-matmul-shape", "gemm-below-roofline"),
+            torch_only_rules=("odd-matmul-shape", "gemm-below-roofline"),
         ),
         WorkloadInfo(
             "unfused_optimizer",

@@ -293,3 +293,38 @@ def test_pytorch_1_8_category_names(tmp_path, monkeypatch):
     reference = read_kineto(path)
     for name, frame in trace.frames().items():
         assert frame.equals(reference.frames()[name]), name
+
+
+def _memory_event(ts: float, nbytes: int, addr: int, allocated: int, device: int = 0) -> dict:
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1,
+            "tid": 1, "ts": ts,
+            "args": {"Total Reserved": 1 << 30, "Total Allocated": allocated, "Bytes": nbytes,
+                     "Device Id": device, "Device Type": 1 if device >= 0 else 0,
+                     "Addr": addr}}
+
+
+def test_memory_events_carry_bytes_address_and_the_innermost_operator(tmp_path, kineto):
+    kineto.op("aten::linear", 10, 50)
+    kineto.op("aten::addmm", 12, 30)
+    kineto.op("aten::empty_strided", 14, 2)  # a factory: charged to aten::addmm
+    kineto.op("aten::relu", 70, 10)
+    for e in kineto.events:
+        e["pid"], e["tid"] = 1, 1
+    kineto.events += [_memory_event(15, 4096, 0xA0, 4096), _memory_event(45, 512, 0xB0, 4608),
+                      _memory_event(75, -4096, 0xA0, 512), _memory_event(90, -512, 0xB0, 0),
+                      _memory_event(95, 64, 0xC0, 64, device=-1)]  # host memory
+    path = kineto.write(tmp_path / "t.json")
+    trace = read_kineto(path)
+    trace.validate()
+    mem = trace.memory
+    # the Parquet cache stores the frame: a second load reads it back
+    load(path, cache_dir=tmp_path / "cache")
+    assert load(path, cache_dir=tmp_path / "cache").memory.equals(mem)
+    assert mem["bytes"].to_list() == [4096, 512, -4096, -512, 64]
+    assert mem["address"].to_list() == [0xA0, 0xB0, 0xA0, 0xB0, 0xC0]
+    assert mem["allocated_bytes"].to_list() == [4096, 4608, 512, 0, 64]
+    assert mem["device"].to_list() == [0, 0, 0, 0, None]
+    # 45 is in aten::linear after aten::addmm ended; 90 is after every operator
+    assert mem["operator"].to_list() == ["aten::addmm", "aten::linear", "aten::relu", None, None]
+    assert mem["source"].cast(pl.String).to_list() == ["allocator"] * 5
+    assert trace.counters.height == 10  # the totals as counters, as before

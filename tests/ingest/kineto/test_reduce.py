@@ -84,7 +84,8 @@ args = st.fixed_dictionaries({}, optional={
     "Input Dims": st.lists(st.lists(st.integers(0, 9), max_size=2), max_size=2) | texts,
     "Input type": st.lists(st.sampled_from(["float", ""]), max_size=2),
     "Call stack": st.sampled_from(["", "a.py(1): f;b.py(2): g"]) | st.none(),
-    "Total Allocated": ints, "Total Reserved": ints, "Device Id": ints,
+    "Total Allocated": ints, "Total Reserved": ints, "Device Id": ints, "Bytes": ints,
+    "Addr": ints,
 })
 anything = st.fixed_dictionaries({}, optional={
     "ph": st.sampled_from(["X", "X", "X", "i", "I", "x"]),
@@ -183,7 +184,8 @@ def mixed_trace(tmp_path, n: int = 3000):
              event(cat="user_annotation", name="ProfilerStep#2"),
              event(cat="cuda_sync", name="Stream Sync", args={"stream": 7}),
              event(ph="i", cat="cpu_instant_event", name="[memory]",
-                   args={"Total Allocated": 5, "Total Reserved": 9, "Device Id": 0}),
+                   args={"Total Allocated": 5, "Total Reserved": 9, "Device Id": 0,
+                         "Bytes": -512, "Addr": 140201892511744}),
              {"ph": "f", "id": 1, "ts": 1}]
     events = [{**kinds[i % len(kinds)], "ts": i} for i in range(n)]
     events[n // 2]["cat"] = "\u212aernel"  # this chunk goes to Polars
@@ -213,10 +215,12 @@ def test_whole_reads_are_the_same_without_the_compiled_reduction(monkeypatch, tm
     assert outcomes.count(False) == 1 and outcomes.count(True) > 4  # one chunk went to Polars
     monkeypatch.setattr(reduce, "_eventreduce", None)
     reference = read_kineto(path)
-    for name in ("cpu", "gpu", "annotations", "syncs", "counters"):
+    for name in ("cpu", "gpu", "annotations", "syncs", "counters", "memory"):
         assert_frame_equal(getattr(fast, name), getattr(reference, name), check_exact=True)
     assert fast.meta.warnings == reference.meta.warnings
     assert fast.gpu.height and fast.syncs.height and fast.counters.height
+    assert fast.memory["bytes"].unique().to_list() == [-512]
+    assert fast.memory["address"].unique().to_list() == [140201892511744]
     assert fast.annotations["kind"].to_list().count("step")
 
 

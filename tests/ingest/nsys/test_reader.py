@@ -398,3 +398,30 @@ def test_through_the_parquet_cache(tmp_path):
         assert frame.equals(again.frames()[name]), name
     assert again.meta.extra["nsys"]["processes"] == first.meta.extra["nsys"]["processes"]
     assert [p.meta.rank for p in split_by_process(again)] == [0, 1]
+
+
+def test_memory_usage_events_become_the_memory_frame(tmp_path, engine):
+    b = basic_export()
+    b.alloc(0, 20 << 20, 0xA000)  # before the capture range: no call, time 0
+    b.alloc(2_000, 4 << 20, 0xB000, api="cudaMalloc_v3020")
+    b.alloc(3_000, 1 << 20, 0xC000, api="cudaHostAlloc_v3020", mem_kind=1)  # pinned host
+    b.alloc(8_000, 4 << 20, 0xB000, free=True, api="cudaFree_v3020")
+    trace = read_nsys(b.write(tmp_path / "mem.sqlite"))
+    trace.validate()
+    mem = trace.memory
+    assert mem["bytes"].to_list() == [20 << 20, 4 << 20, 1 << 20, -(4 << 20)]
+    assert mem["api"].to_list() == [None, "cudaMalloc", "cudaHostAlloc", "cudaFree"]
+    assert mem["device"].to_list() == [0, 0, None, 0]
+    # the running total of the device's allocations; the host buffer counts on none
+    assert mem["reserved_bytes"].to_list() == [20 << 20, 24 << 20, None, 20 << 20]
+    assert mem["source"].cast(pl.String).unique().to_list() == ["driver"]
+    assert mem["tid"].drop_nulls().len() == 3
+
+
+def test_allocation_calls_without_the_memory_table(tmp_path):
+    b = basic_export()
+    b.api("cudaMalloc_v3020", 2_000, 300)
+    b.api("cudaFree_v3020", 9_000, 800)
+    mem = read_nsys(b.write(tmp_path / "calls.sqlite")).memory
+    assert mem["api"].to_list() == ["cudaMalloc", "cudaFree"]
+    assert mem["bytes"].null_count() == 2 and mem["ts_ns"].to_list() == [2_000, 9_000]

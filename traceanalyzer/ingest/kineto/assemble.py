@@ -33,6 +33,7 @@ from traceanalyzer.ingest.kineto.reduce import (
     kept,
     reduce_frame,
 )
+from traceanalyzer.ingest.memory import innermost_operator
 from traceanalyzer.model import (
     API_KINDS,
     COLLECT_ENGINE,
@@ -92,13 +93,15 @@ def assemble(parts: list[Parts | Reduced], meta: TraceMeta) -> Trace:
     rank = pl.lit(meta.rank, pl.Int32)
     cpu, gpu = _cpu_and_gpu_frames([cat("cpu").with_columns(rank=rank)],
                                    cat("gpu").with_columns(rank=rank), meta)
+    memory = cat("memory").with_columns(rank=rank)
     return Trace(
         meta=meta,
         gpu=gpu,
         cpu=cpu,
         annotations=cat("annotations").with_columns(rank=rank).sort("start_ns", maintain_order=True),
         syncs=cat("syncs").with_columns(rank=rank).sort("start_ns", maintain_order=True),
-        counters=_counter_frame(cat("memory").with_columns(rank=rank)),
+        counters=_counter_frame(memory),
+        memory=_memory_frame(memory, cpu),
     )
 
 
@@ -112,11 +115,12 @@ def assemble_compiled(tables: list[ReducedTable], meta: TraceMeta) -> Trace | No
     if frames["gpu"].height:
         meta.extra["gpu_without_launch"] = without_launch
     layout, batches = tables[Parts.TABLES.index("memory")]
-    counters = empty_frame("counters")
+    counters, memory = empty_frame("counters"), empty_frame("memory")
     if any(rows for rows, _ in batches):
-        memory = batches_frame(layout, COMPILED_COLUMNS[-1], batches)
-        counters = _counter_frame(memory.with_columns(rank=pl.lit(meta.rank, pl.Int32)))
-    return Trace(meta=meta, counters=counters, **frames)
+        events = batches_frame(layout, COMPILED_COLUMNS[-1], batches)
+        events = events.with_columns(rank=pl.lit(meta.rank, pl.Int32))
+        counters, memory = _counter_frame(events), _memory_frame(events, frames["cpu"])
+    return Trace(meta=meta, counters=counters, memory=memory, **frames)
 
 
 def _cpu_and_gpu_frames(cpu_rows: list[pl.DataFrame], gpu_rows: pl.DataFrame,
@@ -264,6 +268,21 @@ def _counter_frame(mem: pl.DataFrame) -> pl.DataFrame:
         ]
     )
     return conform(long.sort("ts_ns"), "counters")
+
+
+def _memory_frame(mem: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """The caching allocator's events (``[memory]`` instants), each with the operator around it."""
+    if mem.is_empty():
+        return empty_frame("memory")
+    rows = mem.select(
+        # Host allocations (profile_memory=True records them too) carry Device Id -1.
+        "rank", pid="pid_int", tid="tid_int", device=pl.when(pl.col("Device Id") >= 0)
+        .then("Device Id"), ts_ns="start_ns",
+        source=pl.lit("allocator"), bytes="Bytes", address="Addr",
+        allocated_bytes="Total Allocated", reserved_bytes="Total Reserved",
+    ).sort("ts_ns", maintain_order=True)
+    rows = rows.with_columns(operator=innermost_operator(rows, cpu))
+    return conform(rows, "memory")
 
 
 # --- the compiled twin ---------------------------------------------------------------------

@@ -146,6 +146,20 @@ def _find_events_array(header: bytes) -> tuple[int, int] | None:
     return None
 
 
+def _pair_events(opens: np.ndarray, closes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's ``{`` with the first ``}`` after it at the event depth, for a chunk whose
+    brackets do not alternate (a stray ``{`` or ``}`` outside strings, from damage): unpaired
+    brackets are left out instead of shifting every later pair, so events never overlap."""
+    if not opens.size or not closes.size:
+        return opens[:0], closes[:0]
+    first_close = np.searchsorted(closes, opens)
+    ok = first_close < closes.size
+    opens, first_close = opens[ok], first_close[ok]
+    # Of several opens before one close, the last is the event; the others never closed.
+    last = np.append(first_close[1:] != first_close[:-1], True)
+    return opens[last], closes[first_close[last]]
+
+
 def _to_ndjson(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray, cr: bool = True) -> bytes:
     """NDJSON bytes for the complete events ``seg[starts[i] : ends[i] + 1]``.
 
@@ -504,6 +518,8 @@ def iter_ndjson_chunks(
         # Bytes of the event still open: kept before the chunk buffer is rewritten into NDJSON.
         carry = bytes(raw[int(opens[n]) :]) if opens.size > n and not done_events else b""
         starts, ends = opens[:n], closes[:n]
+        if n and (np.any(starts > ends) or np.any(starts[1:] <= ends[:-1])):
+            starts, ends = _pair_events(opens, closes)  # damaged: a stray bracket shifted pairs
         if by_layout and prefix is None and not done_events and attempts < 3:
             attempts += 1
             prefix = _learn_layout(buf, raw, starts, n)

@@ -31,7 +31,9 @@ def read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
             warnings.append("the trace's top-level metadata is not valid JSON; ignored it")
     if not isinstance(top, dict):
         top = {}
-    devices = [_device(d, top) for d in top.get("deviceProperties") or [] if isinstance(d, dict)]
+    props = top.get("deviceProperties")
+    props = props if isinstance(props, list) else []  # a number or an object: read as missing
+    devices = [_device(d, top) for d in props if isinstance(d, dict)]
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     base = top.get("baseTimeNanoseconds")
     extra = {k: top[k] for k in ("schemaVersion", "displayTimeUnit", "traceName", "cupti_version",

@@ -216,7 +216,8 @@ def _sync_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
 
 def _memory_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
     return ev.filter(pl.col("name") == "[memory]").select(
-        "pid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved"
+        "pid_int", "tid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved",
+        "Bytes", "Addr",
     )
 
 
@@ -246,7 +247,8 @@ COMPILED_COLUMNS = (
      "bytes"),
     ("pid", "tid", "kind", "name", "start_ns", "end_ns", "step"),
     ("pid", "tid", "device", "stream", "sync_type", "start_ns", "end_ns", "correlation"),
-    ("pid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved"),
+    ("pid_int", "tid_int", "Device Id", "start_ns", "Total Allocated", "Total Reserved", "Bytes",
+     "Addr"),
 )
 
 

@@ -32,6 +32,8 @@ ARG_FIELDS: dict[str, DType] = {
     "Total Allocated": pl.Int64,
     "Total Reserved": pl.Int64,
     "Device Id": pl.Int64,
+    "Bytes": pl.Int64,  # signed: > 0 allocated, < 0 freed
+    "Addr": pl.Int64,
 }
 
 EVENT_SCHEMA: dict[str, DType] = {

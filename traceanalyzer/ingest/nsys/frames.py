@@ -15,6 +15,7 @@ from typing import TypeVar
 import polars as pl
 
 from traceanalyzer.categories import kernel_category
+from traceanalyzer.ingest.memory import ALLOCATION_APIS, DRIVER_RESERVED
 from traceanalyzer.ingest.nsys.tables import sorted_by
 from traceanalyzer.model import (
     ANNOTATION_KINDS,
@@ -380,3 +381,39 @@ def with_parent_op(cpu: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
         check_sortedness=False,
     ).select(_j=pl.when(pl.col("_oe") >= pl.col("end_ns")).then(pl.col("_j")))["_j"]
     return cpu.with_columns(parent_op=ops["_op"].gather(found))
+
+
+#: ENUM_CUDA_DEV_MEM_EVENT_OPER: 0 allocation, 1 deallocation.
+MEM_FREE = 1
+#: ENUM_CUDA_MEM_KIND of host memory (pageable, pinned): on no device.
+HOST_MEM_KINDS = (0, 1)
+
+
+def memory_frame(usage: pl.DataFrame | None, cpu: pl.DataFrame,
+                 ranks: pl.DataFrame) -> pl.DataFrame:
+    """Device allocations and frees: ``CUDA_GPU_MEMORY_USAGE_EVENTS`` where the export has it
+    (sizes, addresses, the running total per device as ``reserved_bytes``), else the runtime's
+    allocation calls themselves (no sizes). ``api`` and ``tid`` come from the runtime call of
+    the same correlation id."""
+    keys = ["rank", "pid", "correlation"]
+    calls = cpu.filter(pl.col("name").is_in(ALLOCATION_APIS))
+    if usage is None or usage.height == 0:
+        if calls.height == 0:
+            return empty_frame("memory")
+        return conform(calls.select("rank", "pid", "tid", ts_ns="start_ns", api="name",
+                                    source=pl.lit("driver")), "memory")
+    host = pl.col("memKind").is_in(HOST_MEM_KINDS)
+    frame = _with_rank(usage.with_columns(pid=_pid("globalPid")), ranks).select(
+        "rank", "pid", ts_ns="start",
+        device=pl.when(~host | pl.col("memKind").is_null()).then("deviceId"),
+        bytes=pl.when(pl.col("memoryOperationType") == MEM_FREE).then(-pl.col("bytes"))
+        .otherwise("bytes"),
+        address="address", correlation="correlationId", source=pl.lit("driver"),
+    )
+    by_call = calls.select(*keys, "tid", api="name").unique(keys, keep="first")
+    frame = (
+        sorted_by(frame, "ts_ns")
+        .join(by_call, on=keys, how="left", maintain_order="left")
+        .with_columns(reserved_bytes=DRIVER_RESERVED)
+    )
+    return conform(frame, "memory")

@@ -29,6 +29,7 @@ from traceanalyzer.ingest.nsys.frames import (
     cpu_frame,
     gpu_frame,
     gpu_rows,
+    memory_frame,
     nvtx_rows,
     operator_ranges,
     rank_map,
@@ -43,6 +44,7 @@ from traceanalyzer.ingest.nsys.tables import (
     I64,
     KERNEL,
     MEMCPY,
+    MEMORY_USAGE,
     MEMSET,
     NSYS_MARKER_TABLES,
     NVTX,
@@ -102,7 +104,7 @@ def _read(db: ExportDb) -> Trace:
             sort_by="start", prepare=nvtx_rows,
         )
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
-        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC)}
+        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC, MEMORY_USAGE)}
         gpu_raw = gpu_rows(strings,
                             *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
         ranks = rank_map(gpu_raw)
@@ -113,6 +115,7 @@ def _read(db: ExportDb) -> Trace:
         cpu = cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
                          ranks)
         syn = sync_frame(tables.pop(SYNC).result(), cpu, ranks)
+        mem = memory_frame(tables.pop(MEMORY_USAGE).result(), cpu, ranks)
     cpu = with_parent_op(cpu, ops)
     del ops
 
@@ -121,11 +124,11 @@ def _read(db: ExportDb) -> Trace:
         meta.warnings.append("the export holds no CUDA or NVTX events")
     if ranks.height == 1 and meta.rank:
         # A per-rank report (nsys launched by torchrun): its one GPU process is that rank.
-        gpu, cpu, ann, syn = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
-                              for f in (gpu, cpu, ann, syn))
+        gpu, cpu, ann, syn, mem = (f.with_columns(rank=pl.lit(meta.rank, pl.Int32))
+                                   for f in (gpu, cpu, ann, syn, mem))
     gpu, cpu, ann, syn = (_no_backwards(f, meta) for f in (gpu, cpu, ann, syn))
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
-                 counters=empty_frame("counters"))
+                 counters=empty_frame("counters"), memory=mem)
 
 
 def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:
@@ -163,5 +166,6 @@ def split_by_process(trace: Trace) -> list[Trace]:
             annotations=trace.annotations.filter(by_pid),
             syncs=trace.syncs.filter(by_pid),
             counters=trace.counters.filter(by_pid),
+            memory=trace.memory.filter(by_pid).with_columns(rank=pl.lit(rank, pl.Int32)),
         ))
     return out

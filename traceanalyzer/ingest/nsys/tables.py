@@ -30,6 +30,8 @@ MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 NVTX = "NVTX_EVENTS"
+#: Device allocations and frees, recorded with --cuda-memory-usage=true.
+MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 
 #: Per table: (required columns, optional columns). A table that is present but lacks a required
 #: column is an error (a renamed column in an nsys version we do not know); optional ones -> null.
@@ -56,6 +58,8 @@ TABLE_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("deviceId", "streamId", "correlationId", "globalPid", "syncType", "deprecatedSyncType"),
     ),
     NVTX: (("start", "eventType"), ("end", "globalTid", "text", "textId", "domainId")),
+    MEMORY_USAGE: (("start", "globalPid", "deviceId", "bytes", "memoryOperationType"),
+                   ("address", "memKind", "correlationId")),
     "StringIds": (("id", "value"), ()),
 }
 #: Of these, at least one must be present.

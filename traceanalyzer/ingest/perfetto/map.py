@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.categories import activity_category
+from traceanalyzer.ingest.memory import counter_memory
 from traceanalyzer.ingest.perfetto.tables import (
     TYPE_COMPLETE,
     TYPE_INSTANT,
@@ -305,7 +306,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     counters = _counter_frame(raw.counters, tracks, meta.rank)
     _describe(meta, gpu, raw)
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=annotations, syncs=syncs,
-                 counters=counters)
+                 counters=counters, memory=counter_memory(counters))
 
 
 def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta) -> None:

@@ -35,7 +35,8 @@
 enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
 enum {
     A_EXTERNAL, A_CORRELATION, A_DEVICE, A_STREAM, A_GRID, A_BLOCK, A_REGISTERS, A_SHARED,
-    A_BYTES, A_DIMS, A_TYPES, A_STACK, A_ALLOCATED, A_RESERVED, A_DEVICE_ID, ARGS_N
+    A_BYTES, A_DIMS, A_TYPES, A_STACK, A_ALLOCATED, A_RESERVED, A_DEVICE_ID, A_MEM_BYTES,
+    A_ADDR, ARGS_N
 };
 
 typedef struct {
@@ -336,7 +337,8 @@ static const char *const LAYOUT[N_TABLES] = {
                             block_xyz registers shared_mem bytes */
     "llttlll",          /* annotations: pid tid kind name start end step */
     "lliltlll",         /* syncs: pid tid device stream sync_type start end correlation */
-    "lllll",            /* memory: pid Device Id start Total Allocated Total Reserved */
+    "llllllll",         /* memory: pid tid Device Id start Total Allocated Total Reserved Bytes
+                            Addr */
 };
 
 /* Text made here, or copied out of the chunk: its own buffer (Made), which the annotation names
@@ -465,10 +467,13 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             Out *o = tables[T_MEMORY];
             Py_ssize_t r = row[T_MEMORY]++;
             set_int(&o[0], r, pid, has_pid);
-            set_arg(&o[1], r, in, A_DEVICE_ID, i);
-            set_int(&o[2], r, start, 1);
-            set_arg(&o[3], r, in, A_ALLOCATED, i);
-            set_arg(&o[4], r, in, A_RESERVED, i);
+            set_int(&o[1], r, tid, has_tid);
+            set_arg(&o[2], r, in, A_DEVICE_ID, i);
+            set_int(&o[3], r, start, 1);
+            set_arg(&o[4], r, in, A_ALLOCATED, i);
+            set_arg(&o[5], r, in, A_RESERVED, i);
+            set_arg(&o[6], r, in, A_MEM_BYTES, i);
+            set_arg(&o[7], r, in, A_ADDR, i);
         }
     }
 }

@@ -1,0 +1,142 @@
+"""The performance model: FLOPs and bytes per operator and kernel, the roofline, MFU
+(docs/perf-model.md).
+
+The analysis stores what does not depend on the GPU's peaks (:func:`summarize`: the kernels'
+FLOPs, bytes and time per operator signature and kernel name, and the model FLOPs per step);
+the reports draw the roofline from it with the peaks of the device, or the user's
+(:class:`PerfOptions`), so ``--peak-tflops`` needs no new analysis.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from traceanalyzer.devices import peaks_of
+from traceanalyzer.model import DType
+from traceanalyzer.perfmodel.model import (
+    PerfOptions,
+    Roofline,
+    attributed_kernels,
+    flops_per_step,
+    perf_metrics,
+    roofline_table,
+)
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.result import AnalysisResult
+    from traceanalyzer.analysis.views import Views
+
+__all__ = [
+    "PerfOptions",
+    "Roofline",
+    "kernel_roofline",
+    "metrics_of",
+    "op_roofline",
+    "roofline_of",
+    "summarize",
+]
+
+#: The stored frame (AnalysisResult.perf): one row per (operator signature, kernel name).
+PERF_SCHEMA: dict[str, DType] = {
+    "op_name": pl.String,
+    "input_dims": pl.String,
+    "input_types": pl.String,
+    "name": pl.String,
+    "op_class": pl.String,
+    "precision": pl.String,
+    "kernels": pl.Int64,
+    "dur_ns": pl.Int64,
+    "flops": pl.Float64,
+    "bytes": pl.Float64,
+}
+
+
+def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The model of ``rank``: the per (signature, kernel) frame and the summary (model FLOPs per
+    step, the model FLOPs of each operator per step, how they were found)."""
+    launches = views.launches.filter(pl.col("rank") == rank)
+    cpu = views.cpu.filter(pl.col("rank") == rank)
+    kernels = attributed_kernels(launches, cpu)
+    flops, by_op = flops_per_step(kernels)
+    frame = (
+        kernels.group_by("op_name", "input_dims", "input_types", "name")
+        .agg(
+            op_class=pl.col("op_class").first(),
+            precision=pl.col("precision").first(),
+            kernels=pl.len().cast(pl.Int64),
+            dur_ns=pl.col("dur_ns").sum(),
+            flops=pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+            bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
+        )
+        .select(list(PERF_SCHEMA))
+        .cast(PERF_SCHEMA)  # type: ignore[arg-type]  # Polars: a dict of dtypes is accepted
+        .sort("dur_ns", "name", descending=[True, False])
+    )
+    has_shapes = not cpu.is_empty() and cpu["input_dims"].null_count() < cpu.height
+    source = "shapes" if flops is not None else None
+    reason = None
+    if flops is None:
+        reason = (
+            (
+                "the trace records no operator shapes (Nsight Systems, or torch.profiler "
+                "without record_shapes=True)"
+            )
+            if not has_shapes
+            else "no steps with model FLOPs"
+        )
+    return frame, {
+        "flops_per_step": flops,
+        "flops_by_op": by_op,
+        "flops_source": source,
+        "reason": reason,
+    }
+
+
+def roofline_of(result: AnalysisResult) -> Roofline:
+    """The roofline for the headline rank's GPU, with the user's overrides."""
+    devices = sorted(result.meta.devices, key=lambda d: d.id)
+    device = devices[0] if devices else None
+    options = getattr(result, "perf_options", None) or PerfOptions()
+    return Roofline(device.name if device else None, peaks_of(device), options)
+
+
+def metrics_of(result: AnalysisResult) -> dict[str, Any]:
+    """The model's entries of the JSON ``metrics`` object (docs/metrics.md)."""
+    summary = result.perf_summary or {}
+    out = perf_metrics(
+        summary.get("flops_per_step"),
+        summary.get("flops_source"),
+        result.metrics.step_time_p50_ns,
+        roofline_of(result),
+    )
+    if out["flops_per_step"] is None and summary.get("reason"):
+        out["mfu_reason"] = f"no model FLOPs: {summary['reason']}; give --flops-per-step"
+    return out
+
+
+def _kernels(result: AnalysisResult) -> pl.DataFrame:
+    perf = result.perf
+    if perf is None or perf.is_empty():
+        return pl.DataFrame(schema={**PERF_SCHEMA, "dur_ns": pl.Int64})
+    return perf
+
+
+def op_roofline(result: AnalysisResult) -> pl.DataFrame:
+    """The roofline per operator signature (model.roofline_table), most time lost first."""
+    frame = _kernels(result).rename({"name": "kernel"}).rename({"op_name": "name"})
+    return roofline_table(
+        frame.with_columns(pl.col("dur_ns").cast(pl.Float64)),
+        roofline_of(result),
+        ("name", "input_dims", "input_types"),
+    )
+
+
+def kernel_roofline(result: AnalysisResult) -> pl.DataFrame:
+    """The roofline per kernel name, most time lost first."""
+    return roofline_table(
+        _kernels(result).with_columns(pl.col("dur_ns").cast(pl.Float64)),
+        roofline_of(result),
+        ("name",),
+    )

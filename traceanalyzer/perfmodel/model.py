@@ -1,0 +1,272 @@
+"""The performance model of one trace: FLOPs and bytes per operator and per kernel, the roofline,
+model FLOPs per step (docs/perf-model.md).
+
+Each kernel is attributed to one operator call: to the model-FLOP operator (matmul, attention,
+convolution; formulas.FLOP_OPS) whose time range on the launching thread holds the kernel's
+launch call, else to the innermost operator that launched it (Kineto's External id). An
+operator call's FLOPs and bytes are split over its kernels in proportion to their durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.devices import Peaks
+from traceanalyzer.model import DType
+from traceanalyzer.perfmodel.formulas import FLOP_CLASSES, FLOP_OPS, SIGNATURE, signature_costs
+
+#: One row per kernel instance that the model attributes (analysis frame "perf_kernels").
+KERNEL_COLUMNS: dict[str, DType] = {
+    "name": pl.String,
+    "op_name": pl.String,
+    "input_dims": pl.String,
+    "input_types": pl.String,
+    "op_class": pl.String,
+    "precision": pl.String,
+    "step": pl.Int64,
+    "dur_ns": pl.Int64,
+    "flops": pl.Float64,
+    "bytes": pl.Float64,
+}
+
+
+def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
+    """Kernels of ``launches`` (one rank's) with the operator call they belong to and their share
+    of its FLOPs and bytes (:data:`KERNEL_COLUMNS`)."""
+    kernels = launches.filter(pl.col("kind") == "kernel").select(
+        "rank",
+        "name",
+        "start_ns",
+        "end_ns",
+        "external_id",
+        "launch_start_ns",
+        "launch_tid",
+        "step",
+        dur_ns=pl.col("end_ns") - pl.col("start_ns"),
+    )
+    ops = cpu.filter(pl.col("kind") == "op").select(
+        "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE
+    )
+    if kernels.is_empty() or ops.is_empty() or ops["input_dims"].null_count() == ops.height:
+        return pl.DataFrame(schema=KERNEL_COLUMNS)
+    flop_ops = (
+        ops.filter(pl.col("name").is_in(list(FLOP_OPS)))
+        .sort("start_ns")
+        .select(
+            "rank",
+            pl.col("tid").alias("launch_tid"),
+            _op_start="start_ns",
+            _op_end="end_ns",
+            _flop_id="external_id",
+        )
+    )
+    launched = kernels.filter(pl.col("launch_start_ns").is_not_null()).sort("launch_start_ns")
+    if not flop_ops.is_empty():
+        # Model-FLOP operators do not nest in one another: the last one to start on the
+        # launching thread before the launch call holds it, if it has not ended yet.
+        launched = launched.join_asof(
+            flop_ops,
+            left_on="launch_start_ns",
+            right_on="_op_start",
+            by=["rank", "launch_tid"],
+            strategy="backward",
+            check_sortedness=False,
+        ).with_columns(
+            _flop_id=pl.when(pl.col("launch_start_ns") < pl.col("_op_end")).then("_flop_id")
+        )
+    else:
+        launched = launched.with_columns(_flop_id=pl.lit(None, pl.Int64))
+    launched = launched.with_columns(op_id=pl.coalesce("_flop_id", "external_id")).filter(
+        pl.col("op_id").is_not_null()
+    )
+    signatures = ops.select(SIGNATURE).unique()
+    costs = signature_costs(signatures)
+    calls = ops.select("rank", pl.col("external_id").alias("op_id"), *SIGNATURE).join(
+        costs, on=list(SIGNATURE), how="left", nulls_equal=True
+    )
+    out = (
+        launched.join(calls, on=["rank", "op_id"], how="inner")
+        .with_columns(
+            _share=pl.col("dur_ns")
+            / pl.col("dur_ns").sum().over("rank", "op_id").clip(lower_bound=1),
+        )
+        .with_columns(
+            flops=pl.col("flops") * pl.col("_share"), bytes=pl.col("bytes") * pl.col("_share")
+        )
+    )
+    return out.select(
+        pl.col("name"),
+        pl.col("name_right").alias("op_name"),
+        *[c for c in KERNEL_COLUMNS if c not in ("name", "op_name")],
+    ).cast(KERNEL_COLUMNS)  # type: ignore[arg-type]  # Polars: a dict of dtypes is accepted
+
+
+def flops_per_step(kernels: pl.DataFrame) -> tuple[float | None, dict[str, float]]:
+    """Model FLOPs (classes gemm, attention, conv) per step: the median over the steps, and each
+    operator's (by name) mean per step. (None, {}) when the trace has no steps or no shapes."""
+    model = kernels.filter(
+        pl.col("op_class").is_in(list(FLOP_CLASSES)),
+        pl.col("step").is_not_null(),
+        pl.col("flops").is_not_null(),
+    )
+    if model.is_empty():
+        return None, {}
+    per_step = model.group_by("step").agg(pl.col("flops").sum())
+    steps = per_step.height
+    by_op = model.group_by("op_name").agg(pl.col("flops").sum() / steps)
+    return (
+        float(per_step["flops"].median()),  # type: ignore[arg-type]
+        dict(zip(by_op["op_name"], by_op["flops"], strict=True)),
+    )
+
+
+@dataclass
+class PerfOptions:
+    """What the user says about the run: peak overrides (TFLOP/s, GB/s), tokens per step and,
+    for traces without shapes, the model FLOPs per step."""
+
+    peak_tflops: float | None = None
+    peak_bandwidth_gbps: float | None = None
+    tokens_per_step: int | None = None
+    flops_per_step: float | None = None
+
+
+@dataclass
+class Roofline:
+    """The machine the roofline is drawn for: compute peaks by precision and the bandwidth."""
+
+    device: str | None  # the device name in the trace
+    peaks: Peaks | None  # the table's entry, None when unknown
+    options: PerfOptions = field(default_factory=PerfOptions)
+
+    def compute_tflops(self, precision: str | None) -> float | None:
+        """The compute roof for ``precision`` (bf16, fp8, tf32, fp32; None means bf16)."""
+        if self.options.peak_tflops is not None:
+            return self.options.peak_tflops
+        if self.peaks is None:
+            return None
+        value = getattr(self.peaks, precision or "bf16", None)
+        return float(value) if value is not None else self.peaks.bf16
+
+    @property
+    def bandwidth_gbps(self) -> float | None:
+        if self.options.peak_bandwidth_gbps is not None:
+            return self.options.peak_bandwidth_gbps
+        return self.peaks.hbm_gbps if self.peaks is not None else None
+
+    @property
+    def peak_label(self) -> str | None:
+        """Which peak MFU is against, in words."""
+        if self.options.peak_tflops is not None:
+            return "--peak-tflops"
+        if self.peaks is None:
+            return None
+        return f"{self.peaks.name} dense BF16"
+
+    def ridge(self, precision: str | None = None) -> float | None:
+        """The ridge point, FLOP per byte: compute roof / bandwidth."""
+        roof, bw = self.compute_tflops(precision), self.bandwidth_gbps
+        return roof * 1e12 / (bw * 1e9) if roof and bw else None
+
+
+def roofline_table(
+    kernels: pl.DataFrame, roof: Roofline, by: tuple[str, ...], steps: int | None = None
+) -> pl.DataFrame:
+    """Per group (``by``: an operator signature, or a kernel name): calls, time, FLOPs and bytes,
+    intensity (FLOP/B), achieved TFLOP/s and GB/s, the roof at that intensity, the bound, % of
+    roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take. Per
+    step when ``steps`` is given (the sums divided by it)."""
+    frame = kernels.filter(pl.col("bytes") > 0)
+    divisor = float(steps) if steps else 1.0
+    agg = frame.group_by(*by, "precision").agg(
+        op_class=pl.col("op_class").first(),
+        kernels=(pl.col("kernels").sum() if "kernels" in frame.columns else pl.len()).cast(
+            pl.Int64
+        ),
+        time_ns=pl.col("dur_ns").sum() / divisor,
+        flops=pl.col("flops").sum() / divisor,
+        bytes=pl.col("bytes").sum() / divisor,
+    )
+    prec = agg["precision"].to_list()
+    roofs = [roof.compute_tflops(p) for p in prec]
+    bw = roof.bandwidth_gbps
+    agg = agg.with_columns(
+        compute_roof_tflops=pl.Series(roofs, dtype=pl.Float64),
+        bandwidth_gbps=pl.lit(bw, pl.Float64),
+    )
+    seconds = pl.col("time_ns") / 1e9
+    intensity = pl.col("flops") / pl.col("bytes")
+    attainable = pl.min_horizontal(
+        pl.col("compute_roof_tflops"), intensity * pl.col("bandwidth_gbps") / 1e3
+    )
+    best_s = pl.max_horizontal(
+        pl.col("flops") / (pl.col("compute_roof_tflops") * 1e12),
+        pl.col("bytes") / (pl.col("bandwidth_gbps") * 1e9),
+    )
+    return (
+        agg.with_columns(
+            intensity=intensity,
+            achieved_tflops=pl.col("flops") / seconds / 1e12,
+            achieved_gbps=pl.col("bytes") / seconds / 1e9,
+            roof_tflops=attainable,
+            bound=pl.when(
+                intensity.is_null()
+                | pl.col("compute_roof_tflops").is_null()
+                | pl.col("bandwidth_gbps").is_null()
+            )
+            .then(pl.lit(None, pl.String))
+            .when(intensity >= pl.col("compute_roof_tflops") * 1e3 / pl.col("bandwidth_gbps"))
+            .then(pl.lit("compute"))
+            .otherwise(pl.lit("memory")),
+        )
+        .with_columns(
+            # The time at the roof over the time taken: achieved / attainable FLOP/s, and for an
+            # operator without FLOPs (a copy) achieved / peak bandwidth.
+            roofline_pct=100.0 * best_s / seconds,
+            lost_ns=(pl.col("time_ns") - best_s * 1e9).clip(lower_bound=0.0),
+        )
+        .sort(["lost_ns", *by], descending=[True, *[False] * len(by)], nulls_last=True)
+    )
+
+
+def perf_metrics(
+    flops: float | None, flops_source: str | None, step_ns: float | None, roof: Roofline
+) -> dict[str, Any]:
+    """The JSON metrics of the model (docs/metrics.md): flops_per_step, achieved_tflops,
+    mfu_pct, peak_tflops, peak_name, tokens_per_s, and the reasons for what is null."""
+    opts = roof.options
+    if opts.flops_per_step is not None:
+        flops, flops_source = opts.flops_per_step, "--flops-per-step"
+    out: dict[str, Any] = {
+        "flops_per_step": flops,
+        "flops_source": flops_source,
+        "achieved_tflops": None,
+        "mfu_pct": None,
+        "peak_tflops": roof.compute_tflops("bf16"),
+        "peak_name": roof.peak_label,
+        "tokens_per_s": None,
+        "mfu_reason": None,
+    }
+    step_s = step_ns / 1e9 if step_ns else None
+    if flops is None:
+        out["mfu_reason"] = (
+            "no model FLOPs: the trace records no operator shapes (profile with "
+            "record_shapes=True, or give --flops-per-step)"
+        )
+    elif step_s is None:
+        out["mfu_reason"] = "no steps found, so no step time"
+    else:
+        out["achieved_tflops"] = flops / step_s / 1e12
+        peak = out["peak_tflops"]
+        if peak:
+            out["mfu_pct"] = 100.0 * out["achieved_tflops"] / peak
+        else:
+            out["mfu_reason"] = (
+                f"no peak known for {roof.device or 'an unrecorded GPU'} (give --peak-tflops)"
+            )
+    if opts.tokens_per_step is not None and step_s:
+        out["tokens_per_s"] = opts.tokens_per_step / step_s
+    return out

@@ -1,0 +1,43 @@
+"""The performance model's roofline per operator signature, shared by gemm-below-roofline and
+memory-bound-below-bandwidth (docs/perf-model.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.devices import peaks_of
+from traceanalyzer.perfmodel import summarize
+from traceanalyzer.perfmodel.model import Roofline, roofline_table
+from traceanalyzer.rules.detectors import NotApplicable
+from traceanalyzer.rules.detectors._common import analyzed_device
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.views import Views
+
+_CACHE = "_perf_roofline"
+
+
+def op_roofline(views: Views) -> pl.DataFrame:
+    """The roofline per (operator signature, precision) of the headline rank over the window,
+    most time lost first; NotApplicable when there are no shapes or no peaks for the device."""
+    cached = views.__dict__.get(_CACHE)
+    if cached is not None:
+        return cached
+    cpu = views.cpu
+    if cpu.is_empty() or cpu["input_dims"].null_count() == cpu.height:
+        raise NotApplicable("operator shapes were not recorded (profile with record_shapes=True)")
+    device = analyzed_device(views)
+    peaks = peaks_of(device)
+    if peaks is None:
+        name = device.name if device is not None and device.name else "an unrecorded GPU"
+        raise NotApplicable(f"no peak throughput known for {name}")
+    frame, _ = summarize(views, views.metrics.rank)
+    table = roofline_table(
+        frame.rename({"name": "kernel"}).rename({"op_name": "name"}),
+        Roofline(device.name if device else None, peaks),
+        ("name", "input_dims", "input_types"),
+    )
+    views.__dict__[_CACHE] = table
+    return table

@@ -1,0 +1,76 @@
+"""memory-bound-below-bandwidth: memory-bound operators far below the GPU's HBM bandwidth."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.perfmodel.formulas import FLOP_CLASSES
+from traceanalyzer.rules.detectors import Detection, Params, detector
+from traceanalyzer.rules.detectors._common import ms, pct, window_length
+from traceanalyzer.rules.detectors._roofline import op_roofline
+
+if TYPE_CHECKING:
+    from traceanalyzer.analysis.views import Views
+
+
+@detector(
+    params=("max_bandwidth_pct", "min_kernel_us", "min_impact_pct"),
+    fields=(
+        "op_count",
+        "lost_ms",
+        "slow_ms",
+        "top_op",
+        "top_shape",
+        "top_gbps",
+        "top_bandwidth_pct",
+        "bandwidth_gbps",
+    ),
+)
+def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
+    """Memory operators (norms, softmax, elementwise, copies, reductions, embedding: not the
+    model-FLOP classes, which gemm-below-roofline judges) left of the ridge point whose kernels moved their
+    bytes at less than ``max_bandwidth_pct`` of HBM bandwidth (their % of roofline); the impact
+    is the time beyond moving those bytes at the full bandwidth, signatures whose kernels average less than ``min_kernel_us`` left out (launch
+    latency and the tail bound them, not the kernel); fired when it is at least
+    ``min_impact_pct`` of the window."""
+    ops = op_roofline(views)
+    slow = ops.filter(
+        pl.col("bound") == "memory",
+        ~pl.col("op_class").is_in(list(FLOP_CLASSES)),
+        pl.col("roofline_pct") < p["max_bandwidth_pct"],
+        pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
+    ).sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
+    window = window_length(views)
+    if slow.is_empty() or not window:
+        return None
+    lost = int(slow["lost_ns"].sum())
+    if pct(lost, window) < p["min_impact_pct"]:
+        return None
+    top = slow.row(0, named=True)
+    evidence = slow.select(
+        pl.col("name").alias("op"),
+        pl.col("input_dims").alias("shape"),
+        "op_class",
+        "kernels",
+        (pl.col("time_ns") / 1e3).alias("total_us"),
+        (pl.col("bytes") / 1e6).alias("mbytes"),
+        "achieved_gbps",
+        "roofline_pct",
+        (pl.col("lost_ns") / 1e3).alias("lost_us"),
+    )
+    return Detection(
+        impact_ns=lost,
+        fields={
+            "op_count": slow.height,
+            "lost_ms": ms(lost),
+            "slow_ms": ms(int(slow["time_ns"].sum())),
+            "top_op": top["name"],
+            "top_shape": top["input_dims"],
+            "top_gbps": float(top["achieved_gbps"]),
+            "top_bandwidth_pct": float(top["roofline_pct"]),
+            "bandwidth_gbps": float(top["bandwidth_gbps"]),
+        },
+        evidence=evidence,
+    )
