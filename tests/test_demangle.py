@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tests.support.paths import PUBLIC
 from traceanalyzer.categories import kernel_category
 from traceanalyzer.demangle import demangle, demangled, display_name
 
@@ -85,3 +86,56 @@ def test_a_gpu_frame_gets_demangled_names_and_their_categories():
     assert out["name"].to_list()[1:] == ["nvjet_sm90_tst", "Memcpy HtoD"]
     plain = gpu.filter(pl.col("kind") == "memcpy")
     assert demangle_gpu(plain) is plain
+
+
+# -- at ingest, on real traces ---------------------------------------------------------------
+
+ROCM_VLLM = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # MI300X, vLLM decode
+ROCM_MI250 = PUBLIC / "kineto" / "hta_mi250_rocm.json.gz"
+
+
+@pytest.mark.skipif(not ROCM_VLLM.exists(), reason="public traces absent")
+def test_rocm_kernel_names_are_demangled_at_ingest_and_keep_the_recorded_name():
+    import traceanalyzer
+
+    trace = traceanalyzer.load(ROCM_VLLM, use_cache=False)
+    trace.validate()
+    gpu = trace.gpu.filter(pl.col("kind") == "kernel")
+    assert gpu.filter(pl.col("name").str.starts_with("_Z")).height == 0
+    renamed = gpu.filter(pl.col("mangled_name").is_not_null())
+    assert renamed.height == 49  # the ck_tile RMSNorm kernels, all of them
+    assert renamed["mangled_name"].str.starts_with("_ZN7ck_tile6kentry").all()
+    assert renamed["name"].str.starts_with("void ck_tile::kentry<1, ck_tile::Rmsnorm2dFwd<").all()
+    assert set(renamed["category"].cast(pl.String)) == {"norm"}  # judged on the readable name
+    # Every other kernel keeps its name, and no mangled_name.
+    assert gpu.filter(pl.col("mangled_name").is_null()).height == gpu.height - 49
+
+
+@pytest.mark.skipif(not ROCM_MI250.exists(), reason="public traces absent")
+def test_a_rocm_trace_recorded_demangled_is_left_as_it_is():
+    import traceanalyzer
+
+    trace = traceanalyzer.load(ROCM_MI250, use_cache=False)
+    assert trace.gpu["mangled_name"].is_null().all()
+    assert trace.gpu.filter(pl.col("kind") == "kernel")["name"].str.starts_with("Cijk_").any()
+
+
+def test_the_kineto_reader_demangles_names_once_per_distinct_name(tmp_path, monkeypatch):
+    import json
+
+    import traceanalyzer
+    from traceanalyzer import demangle as module
+
+    fmha = "_ZN7ck_tile6kentryILi2ENS_13FmhaFwdKernelIfEEJNS2_5KargsEiEEEvDpT1_"
+    events = [{"ph": "X", "cat": "kernel", "name": fmha, "pid": 0, "tid": 7, "ts": 10.0 * i,
+               "dur": 5.0, "args": {"device": 0, "stream": 7, "correlation": i}}
+              for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    calls = []
+    real = module.demangle.__wrapped__
+    monkeypatch.setattr(module, "demangle", lambda n: calls.append(n) or real(n))
+    gpu = traceanalyzer.load(path, use_cache=False).gpu
+    assert calls == [fmha]
+    assert gpu["category"].cast(pl.String).unique().to_list() == ["attention"]
+    assert gpu["mangled_name"].unique().to_list() == [fmha]

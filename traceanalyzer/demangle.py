@@ -477,11 +477,12 @@ def demangled(name: pl.Expr) -> pl.Expr:
 
 
 def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
-    """A canonical GPU frame with its mangled kernel names demangled and those kernels'
-    categories taken from the demangled names; the frame itself when no name is mangled.
+    """A canonical GPU frame with its mangled kernel names demangled (the name as recorded kept
+    in ``mangled_name``) and those kernels' categories taken from the demangled names; the
+    frame itself when no name is mangled.
 
-    Meant for the ingestors, after they build the frame (names are set at ingest): the work is
-    one pass over the distinct names.
+    Every ingestor's frame goes through it (:meth:`traceanalyzer.ingest.formats.Format.read`):
+    the work is one pass over the distinct mangled names, then one join.
     """
     import polars as pl
 
@@ -489,18 +490,22 @@ def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
 
     if gpu.height == 0 or "name" not in gpu.columns:
         return gpu
-    names = gpu.select(pl.col("name").cast(pl.String).unique()).to_series()
-    mangled = [n for n in names.to_list() if n and n.startswith("_Z")]
-    mapping = {n: d for n in mangled if (d := demangle(n)) is not None}
+    name = pl.col("name").cast(pl.String)
+    names = gpu.lazy().select(name.unique()).filter(pl.col("name").str.starts_with("_Z")
+                                                    ).collect()["name"].to_list()
+    mapping = {n: d for n in names if n and (d := demangle(n)) is not None}
     if not mapping:
         return gpu
     table = pl.DataFrame({"_mangled": list(mapping), "_demangled": list(mapping.values())},
                          schema={"_mangled": pl.String, "_demangled": pl.String})
     dtype, cat_dtype = gpu.schema["name"], gpu.schema.get("category")
-    out = gpu.with_columns(pl.col("name").cast(pl.String).alias("_mangled")).join(
+    out = gpu.with_columns(name.alias("_mangled")).join(
         table, on="_mangled", how="left", maintain_order="left")
     changed = pl.col("_demangled").is_not_null()
     columns = [pl.coalesce("_demangled", "_mangled").cast(dtype).alias("name")]
+    if "mangled_name" in gpu.columns:
+        columns.append(pl.when(changed).then(pl.col("_mangled"))
+                       .otherwise(pl.col("mangled_name")).alias("mangled_name"))
     if cat_dtype is not None:
         recat = pl.when(changed & (pl.col("kind").cast(pl.String) == "kernel")).then(
             kernel_category(pl.col("_demangled"))).otherwise(pl.col("category").cast(pl.String))

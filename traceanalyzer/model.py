@@ -65,7 +65,7 @@ GPU_ACTIVITY_SCHEMA = pl.Schema(
         "device": pl.Int32,  # GPU index on its host
         "stream": pl.Int64,  # CUDA/HIP stream id
         "kind": pl.Enum(GPU_KINDS),
-        "name": pl.String,  # kernel name as recorded (demangled when the profiler demangles)
+        "name": pl.String,  # kernel name, demangled (traceanalyzer.demangle) when recorded mangled
         "category": pl.Enum(CATEGORIES),  # see traceanalyzer.categories
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,
@@ -84,6 +84,7 @@ GPU_ACTIVITY_SCHEMA = pl.Schema(
         "src_kind": pl.Enum(MEMORY_KINDS),  # memcpy/memset only, where recorded
         "dst_kind": pl.Enum(MEMORY_KINDS),
         "graph_launched": pl.Boolean,  # launched as part of a CUDA graph, where recorded
+        "mangled_name": pl.String,  # the name as recorded, where ``name`` is its demangled form
     }
 )
 

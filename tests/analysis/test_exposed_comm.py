@@ -94,9 +94,9 @@ def test_steps_restrict_per_rank_and_the_note_says_which() -> None:
     table = exposed_by_rank(views.collectives, views.steps, views.ranks)
     assert table.to_dicts() == [
         {"rank": 0, "exposed_comm_ns": 500_000, "exposed_comm_collectives": 1,
-         "exposed_comm_window": "steps", "comm_wait_ns": 0},
+         "exposed_comm_window": "steps", "comm_wait_ns": 0, "exposed_comm_basis": "ranks"},
         {"rank": 1, "exposed_comm_ns": 2_500_000, "exposed_comm_collectives": 2,
-         "exposed_comm_window": "trace", "comm_wait_ns": 0},
+         "exposed_comm_window": "trace", "comm_wait_ns": 0, "exposed_comm_basis": "ranks"},
     ]
     note = exposed_note(table)
     assert "rank 0: collectives launched inside profiler steps" in note

@@ -23,3 +23,13 @@ def test_launch_overhead_bound_quiet_when_queued_ahead():
     for i in range(60):
         s.kernel("vectorized_elementwise_kernel", 400 + i * 4, 3, launch=5 + i * 5)
     assert "launch-overhead-bound" not in run(s)[0]
+
+
+def test_without_steps_the_message_speaks_of_the_window_not_of_one_step():
+    s = Synth()
+    for i in range(60):
+        s.kernel("vectorized_elementwise_kernel", 10 + i * 25, 3, launch=5 + i * 25)
+    findings, _ = run(s)
+    f = findings["launch-overhead-bound"]
+    assert f.message.startswith("The window (no steps found) launched 60 kernels, ")
+    assert "1 of 1 step" not in f.message

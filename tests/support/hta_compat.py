@@ -19,7 +19,12 @@ def hta_window(trace: Trace) -> Trace:
     steps = trace.annotations.filter(pl.col("kind") == "step")
     if steps["name"].n_unique() < 2:
         return trace
-    last_start = steps["start_ns"].max()
+    # HTA takes the latest start of any event named ProfilerStep#N, and PyTorch 2.x writes each
+    # step twice: on the CPU and as a GPU-side annotation (gpu_user_annotation), which starts
+    # when the GPU reaches the step. Where the GPU lags the CPU, HTA's last step so starts late
+    # and keeps work launched inside the last CPU step (docs/hta-parity.md).
+    named = trace.annotations.filter(pl.col("name").is_in(steps["name"].unique().implode()))
+    last_start = named["start_ns"].max()
     launches = Views(trace).launches
     keep = launches.filter(pl.col("launch_start_ns") < last_start).select(
         "rank", "correlation").unique()

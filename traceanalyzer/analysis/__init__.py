@@ -162,4 +162,4 @@ def stream_summary(views: Views) -> pl.DataFrame:
 
 
 def rank_table(by_rank: dict[int, Metrics]) -> pl.DataFrame:
-    return pl.DataFrame([m.to_dict() for _, m in sorted(by_rank.items())])
+    return pl.DataFrame([m.to_dict() for _, m in sorted(by_rank.items())], infer_schema_length=None)

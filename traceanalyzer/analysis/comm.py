@@ -34,7 +34,8 @@ from traceanalyzer.analysis.intervals import overlap_ns
 
 #: Per-rank columns of :func:`exposed_by_rank`.
 RANK_SCHEMA = {"rank": pl.Int32, "exposed_comm_ns": pl.Int64, "exposed_comm_collectives": pl.Int64,
-               "exposed_comm_window": pl.String, "comm_wait_ns": pl.Int64}
+               "exposed_comm_window": pl.String, "comm_wait_ns": pl.Int64,
+               "exposed_comm_basis": pl.String}
 
 
 def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -105,7 +106,8 @@ def _with_transfer(comm: pl.DataFrame) -> pl.DataFrame:
 def exposed_by_rank(collectives: pl.DataFrame, steps: pl.DataFrame,
                     ranks: list[int]) -> pl.DataFrame:
     """Per rank: exposed_comm_ns, exposed_comm_collectives (how many were counted),
-    exposed_comm_window (``steps`` when only the steps' collectives count, else ``trace``) and
+    exposed_comm_window (``steps`` when only the steps' collectives count, else ``trace``),
+    exposed_comm_basis (what the wait was estimated from: ``ranks``, ``steps`` or ``none``) and
     comm_wait_ns (their wait for the other ranks with no compute beside it: rule
     collective-wait's figure), from :func:`step_collectives`' frame (``Views.collectives``)."""
     counted = (
@@ -114,10 +116,15 @@ def exposed_by_rank(collectives: pl.DataFrame, steps: pl.DataFrame,
              comm_wait_ns=pl.col("exposed_wait_ns").sum())
     )
     stepped = set(steps["rank"].unique().to_list()) if steps.height else set()
+    # What the wait was estimated from: the other ranks of this analysis, else the rank's own
+    # other steps, else nothing (whole durations count).
+    basis = "ranks" if len(ranks) > 1 else "steps" if stepped else "none"
     base = pl.DataFrame({"rank": ranks,
                          "exposed_comm_window": ["steps" if r in stepped else "trace"
-                                                 for r in ranks]},
-                        schema={"rank": pl.Int32, "exposed_comm_window": pl.String})
+                                                 for r in ranks],
+                         "exposed_comm_basis": [basis] * len(ranks)},
+                        schema={"rank": pl.Int32, "exposed_comm_window": pl.String,
+                                "exposed_comm_basis": pl.String})
     return (
         base.join(counted.cast({"rank": pl.Int32}), on="rank", how="left")
         .with_columns(pl.col("exposed_comm_ns", "exposed_comm_collectives", "comm_wait_ns")

@@ -47,7 +47,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import exposed_by_rank, launched_in_trace, numbered
+from traceanalyzer.analysis.comm import launched_in_trace, numbered
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
@@ -333,10 +333,12 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                for r in src["ranks"]}
     # The exposed communication the nccl-not-overlapped rule reports (steps only, when steps are
     # marked); the metrics' exposed_communication_ns stays the whole-trace HTA/TraceLens figure.
-    exposed = exposed_by_rank(views.collectives, views.marked_steps, ranks)
+    # The figure the headline's metrics hold as exposed_transfer_ns (and comm_wait_ns).
+    exposed = views.exposed_comm.drop("comm_wait_ns")
     table = (
         metrics.join(lateness, on="rank", how="left")
         .join(exposed, on="rank", how="left")
+        .with_columns(pl.col("comm_wait_ns").fill_null(0))
         .with_columns(exposed_comm_pct=_of_span("exposed_comm_ns"),
                       comm_wait_pct=_of_span("comm_wait_ns"),
                       host_wait_pct=_of_span("idle_host_wait_ns"))
@@ -369,7 +371,8 @@ def exposed_note(ranks: pl.DataFrame) -> str:
     """Which window the exposed-communication column covers: the rule nccl-not-overlapped's."""
     where = {"steps": "collectives launched inside profiler steps (set-up before the first step "
                       "left out)",
-             "trace": "all collectives (the trace marks no steps)"}
+             "trace": "all collectives in the window (no marked steps; inferred steps are "
+                      "not matched across ranks)"}
     by_window: dict[str, list[str]] = {}
     for rank, window in zip(ranks["rank"], ranks["exposed_comm_window"], strict=True):
         by_window.setdefault(window, []).append(str(rank))
@@ -377,8 +380,10 @@ def exposed_note(ranks: pl.DataFrame) -> str:
         which = where[next(iter(by_window))]
     else:
         which = "; ".join(f"rank {', '.join(rs)}: {where[w]}" for w, rs in sorted(by_window.items()))
-    return (f"exposed comm: {which}, not covered by compute on the same GPU; % of the rank's "
-            "span. Same figure as rule nccl-not-overlapped.")
+    return (f"exposed transfer: {which}, the part of their transfers not covered by compute on "
+            "the same GPU (the wait for other ranks, 'waited', left out); % of the rank's span. "
+            "The figure of rule nccl-not-overlapped and of analyze's 'exposed transfer' on a "
+            "file of every rank; analyze's 'exposed' counts whole collectives.")
 
 
 def job_to_dict(job: JobResult) -> dict[str, Any]:

@@ -49,6 +49,15 @@ class Metrics:
     communication_ns: int = 0  # |union of communication kernels|
     memory_ns: int = 0  # |union of memcpy and memset|
     exposed_communication_ns: int = 0  # communication not covered by compute
+    #: Exposed transfer: the collectives' transfers not covered by compute, their wait for the
+    #: other ranks left out (analysis/comm.py; rule nccl-not-overlapped's and the job view's
+    #: figure); None without communication. comm_wait_ns: that wait with no compute beside it
+    #: (rule collective-wait's). exposed_transfer_basis: what the wait was estimated from,
+    #: "ranks" (other ranks in the same analysis), "steps" (this rank's other steps) or
+    #: "none" (nothing to compare with: whole durations count).
+    exposed_transfer_ns: int | None = None
+    comm_wait_ns: int | None = None
+    exposed_transfer_basis: str | None = None
     comm_overlap_pct: float | None = None  # HTA: |compute ∩ comm| / |comm|
     kernel_count: int = 0
     memcpy_count: int = 0

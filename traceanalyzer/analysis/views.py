@@ -11,7 +11,7 @@ from functools import cached_property
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import step_collectives
+from traceanalyzer.analysis.comm import exposed_by_rank, step_collectives
 from traceanalyzer.analysis.idle import RANK_KEYS, assign_steps, idle_gaps
 from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.analysis.launches import launches
@@ -153,7 +153,20 @@ class Views:
                 return frame.filter(pl.col("rank") == rank)
             out[rank] = compute_metrics(rank, of(self.launches), of(self.cpu), of(self.gpu_idle_gaps),
                                         of(self.wall_steps))
+        if any(m.communication_ns for m in out.values()):
+            for row in self.exposed_comm.iter_rows(named=True):
+                m = out.get(row["rank"])
+                if m is not None and m.communication_ns:
+                    m.exposed_transfer_ns = int(row["exposed_comm_ns"])
+                    m.comm_wait_ns = int(row["comm_wait_ns"])
+                    m.exposed_transfer_basis = row["exposed_comm_basis"]
         return out
+
+    @cached_property
+    def exposed_comm(self) -> pl.DataFrame:
+        """Per rank, exposed transfer and wait (:func:`analysis.comm.exposed_by_rank`): the one
+        computation the headline, the rules and the job view read."""
+        return exposed_by_rank(self.collectives, self.marked_steps, self.ranks)
 
     @cached_property
     def metrics(self) -> Metrics:

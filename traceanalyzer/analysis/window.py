@@ -233,6 +233,11 @@ class Window:
             return f"{captured}; analyzed all of it{why}."
         took = self.steps_ns if self.steps_ns is not None else self.analyzed_ns
         analyzed = f"analyzed {self._what()}, {fmt_ns(took)}"
+        if took and abs(self.analyzed_ns - took) > max(0.05 * took, 100_000):
+            # The steps' own time and the window they span differ (the GPU still ran earlier
+            # steps' work, or time passed between steps): give both, so that captured = left
+            # out + analyzed holds on the page.
+            analyzed += f" of steps in a {fmt_ns(self.analyzed_ns)} window"
         left = []
         if self.before_ns > 0:
             before = "start-up before the first step" if self.kind == "steps" else "before it"

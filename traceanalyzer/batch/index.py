@@ -57,7 +57,7 @@ def render_index(summary: pl.DataFrame, sections: list[str] | None = None) -> st
     ]
     if ok:
         head = ("<tr><th>trace</th><th>format</th><th>device</th><th class=n>rank</th>"
-                "<th class=n>GPU busy</th><th class=n>idle</th><th class=n>exposed comm</th>"
+                "<th class=n>GPU busy</th><th class=n>idle</th><th class=n>exposed</th>"
                 "<th class=n>step mean</th><th class=n>findings</th><th>worst</th></tr>")
         body = []
         for r in ok:
@@ -89,7 +89,7 @@ def job_section(job: Any, top: int = 10) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     head = ("<tr><th class=n>rank</th><th>trace</th><th class=n>span</th><th class=n>busy</th>"
-            "<th class=n>host wait</th><th class=n>comm</th><th class=n>exposed comm</th>"
+            "<th class=n>host wait</th><th class=n>comm</th><th class=n>exposed transfer</th>"
             "<th class=n>waited</th><th class=n>collectives</th>"
             "<th class=n>late mean</th><th class=n>late max</th><th class=n>started last</th>"
             "<th class=n>HTA late iters</th></tr>")

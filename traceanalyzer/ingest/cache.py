@@ -32,14 +32,16 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer import demangle
 from traceanalyzer.categories import KERNEL_PATTERNS
 from traceanalyzer.ingest.bounds import clean_meta
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
 #: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
 #: (see content_key), so editing a pattern never serves stale categories.
-CACHE_VERSION = "4"
+CACHE_VERSION = "5"  # 5: demangled names, gpu.mangled_name
 FULL_HASH_LIMIT = 64 << 20
+DEMANGLER_SOURCE = Path(demangle.__file__).read_bytes()
 SAMPLE_COUNT = 256
 SAMPLE_BYTES = 64 << 10
 #: The cache's size bound when ``$TRACEANALYZER_CACHE_MAX`` does not name one: 5 GiB.
@@ -58,6 +60,7 @@ def content_key(path: str | os.PathLike[str]) -> str:
     h = hashlib.blake2b(digest_size=20)
     h.update(CACHE_VERSION.encode())
     h.update(repr(KERNEL_PATTERNS).encode())
+    h.update(DEMANGLER_SOURCE)  # names are demangled at ingest: a demangler change is a new key
     size = os.path.getsize(path)
     h.update(str(size).encode())
     with open(path, "rb") as fh:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.demangle import demangle_gpu
+
 if TYPE_CHECKING:
     from traceanalyzer.model import Trace
 
@@ -74,7 +76,11 @@ class Format:
         """Read ``path`` with this format's reader."""
         module, _, function = self.reader.partition(":")
         reader: Callable[..., Trace] = getattr(importlib.import_module(module), function)
-        return reader(path, **options)
+        trace = reader(path, **options)
+        # Names are set at ingest: mangled kernel names (ROCm's, some CUDA traces') demangled
+        # once per distinct name, so that categories, rules and reports read what they are.
+        trace.gpu = demangle_gpu(trace.gpu)
+        return trace
 
     def reads_externally(self, program: str | os.PathLike[str] | None = None) -> bool:
         """Whether an external program the user named reads it (``program``, or the format's

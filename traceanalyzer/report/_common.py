@@ -104,6 +104,11 @@ def fmt_ns(ns: Any) -> str:
     return f"{v / 1e9:.3g} s"
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` with ``word`` in the number it takes: "1 step", "3 steps", "1 of 1 step"."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"
+
+
 def fmt_bytes(n: Any) -> str:
     """Bytes in binary units (1.97 GiB), as the memory figures are shown everywhere."""
     x = finite(n)

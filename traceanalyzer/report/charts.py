@@ -10,7 +10,14 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.model import CATEGORIES
-from traceanalyzer.report._common import finite, fmt_bytes, fmt_ns, fmt_pct, short_kernel_name
+from traceanalyzer.report._common import (
+    counted,
+    finite,
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    short_kernel_name,
+)
 from traceanalyzer.report.textsafe import visible
 
 MAX_UTIL_POINTS = 600
@@ -102,7 +109,7 @@ def steps_svg(steps: pl.DataFrame | None) -> str:
     if s.height > MAX_STEP_BARS:
         k = -(-s.height // MAX_STEP_BARS)
         s = s.gather_every(k)
-        note = (f'<p class="muted">{steps.height} steps; every {k}th is drawn.</p>')
+        note = (f'<p class="muted">{counted(steps.height, "step")}; every {k}th is drawn.</p>')
     rows = s.to_dicts()
     top = max((finite(r.get("duration_ns")) or 0 for r in rows), default=0) or 1
     iw, ih = W - PAD_L - PAD_R, H - PAD_T - PAD_B

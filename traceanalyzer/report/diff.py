@@ -41,6 +41,12 @@ from traceanalyzer.report.textsafe import visible
 TOP_KERNELS = 25
 
 
+#: A relative change is given only up to this (11x the base): past it the base is too small for
+#: a percentage to mean anything ("+84257529.4%" on a kernel that took 1 µs before), and the
+#: absolute change stands alone (docs/metrics.md, diff).
+MAX_RELATIVE_PCT = 1000.0
+
+
 @dataclass
 class MetricDelta:
     name: str  # machine name, e.g. "step_time_mean_ns"
@@ -61,7 +67,8 @@ class MetricDelta:
     def delta_pct(self) -> float | None:
         if self.delta is None or not self.before:
             return None
-        return 100.0 * self.delta / abs(self.before)
+        rel = 100.0 * self.delta / abs(self.before)
+        return rel if abs(rel) <= MAX_RELATIVE_PCT else None
 
     @property
     def verdict(self) -> str:
@@ -212,6 +219,8 @@ def _compare(before: pl.DataFrame, after: pl.DataFrame, key: list[str], count_co
         .with_columns(delta_ns=pl.col("after_ns") - pl.col("before_ns"))
         .with_columns(delta_pct=pl.when(pl.col("before_ns") > 0)
                       .then(100.0 * pl.col("delta_ns") / pl.col("before_ns")))
+        .with_columns(delta_pct=pl.when(pl.col("delta_pct").abs() <= MAX_RELATIVE_PCT)
+                      .then("delta_pct"))
         .sort([pl.col("delta_ns").abs(), *key], descending=[True] + [False] * len(key))
     )
 

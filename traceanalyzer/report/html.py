@@ -33,6 +33,7 @@ from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
+    counted,
     finite,
     fmt_bytes,
     fmt_ns,
@@ -250,7 +251,7 @@ def _headline(result: AnalysisResult) -> str:
         _card("GPU idle", p(m.idle_ns),
               f"host wait {p(m.idle_host_wait_ns)} · kernel wait {p(m.idle_kernel_wait_ns)} · "
               f"other {p(m.idle_other_ns)}"),
-        _card("Compute", p(m.compute_ns), f"{m.kernel_count:,} kernels"),
+        _card("Compute", p(m.compute_ns), counted(m.kernel_count, "kernel")),
         _card("Communication", p(m.communication_ns),
               f"exposed {p(m.exposed_communication_ns)} · overlap "
               f"{fmt_pct(m.comm_overlap_pct)}"),
@@ -258,7 +259,7 @@ def _headline(result: AnalysisResult) -> str:
               f"{m.memcpy_count:,} copies · {m.memset_count:,} sets"),
         _card("Kernels per step",
               "–" if m.kernels_per_step is None else f"{m.kernels_per_step:,.0f}",
-              f"{m.step_count} steps"),
+              counted(m.step_count, "step")),
         _card("Launch overhead", fmt_pct(m.launch_overhead_pct),
               f"launch→start p50 {fmt_ns(m.launch_delay_p50_ns)} · p95 "
               f"{fmt_ns(m.launch_delay_p95_ns)}"),
@@ -499,7 +500,7 @@ def _tables(result: AnalysisResult) -> str:
         out.append('<section id="ranks"><h2>Ranks</h2>' + _frame_table(result.ranks) + "</section>")
     steps, total = step_rows(result, limit=None)
     if steps:
-        out.append(f'<section id="steps"><h2>Steps</h2><p class="muted">{total} steps in the '
+        out.append(f'<section id="steps"><h2>Steps</h2><p class="muted">{counted(total, "step")} in the '
                    "window; idle as % of each step; the slowest and any outlier (over "
                    f"{OUTLIER_FACTOR:g}× the median step) marked.</p>")
         rows = [[_num(str(r["step"])), _num(fmt_ns(r["duration_ns"])), _num(fmt_pct(r["busy_pct"])),

@@ -86,6 +86,7 @@ def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
     out["compute_pct"] = clean(pct_of(m.compute_ns, span))
     out["communication_pct"] = clean(pct_of(m.communication_ns, span))
     out["exposed_communication_pct"] = clean(pct_of(m.exposed_communication_ns, span))
+    out["exposed_transfer_pct"] = clean(pct_of(m.exposed_transfer_ns, span))
     out["memory_pct"] = clean(pct_of(m.memory_ns, span))
     out.update(perf_metrics_dict(result))
     return out
@@ -237,7 +238,8 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
                 "exposed_communication_pct", "memory_pct", "peak_memory_allocated_bytes",
                 "peak_memory_reserved_bytes", "flops_per_step", "achieved_tflops",
-                "mfu_pct", "peak_tflops", "tokens_per_s"]
+                "mfu_pct", "peak_tflops", "tokens_per_s",
+                "exposed_transfer_ns", "comm_wait_ns", "exposed_transfer_pct"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
     {
@@ -259,6 +261,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         "metrics": _obj({**{k: {"type": "integer"} for k in _METRIC_INTS},
                          **{k: _NUM for k in _METRIC_NUMS},
                          "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)},
+                         "exposed_transfer_basis": {"type": ["string", "null"],
+                                                    "enum": ["ranks", "steps", "none", None]},
                          "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},

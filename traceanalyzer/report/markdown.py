@@ -11,6 +11,7 @@ from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
+    counted,
     fmt_ns,
     fmt_pct,
     memory_lines,
@@ -63,7 +64,7 @@ def render_markdown(result: AnalysisResult) -> str:
         facts.append(devices)
     if meta.world_size > 1:
         facts.append(f"rank {meta.rank} of {meta.world_size}")
-    facts.append(f"{m.step_count} steps" if m.step_count else "no steps found")
+    facts.append(counted(m.step_count, "step") if m.step_count else "no steps found")
     lines += [" · ".join(facts), ""]
     if result.window is not None:
         lines += [f"**Window:** {md_escape(result.window.describe())}", ""]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
+    counted,
     memory_lines,
     rank_rows,
     step_rows,
@@ -111,7 +112,7 @@ def _steps_table(result: AnalysisResult) -> list[str]:
              str(r["kernels"]), str(r["launches"]), r["mark"]] for r in rows]
     return ["", f"Steps ({total}{shown}; idle as % of each step):",
             table(body, ["step", "time", "busy", "host wait", "kernel wait", "other", "kernels",
-                         "launches", ""], right={0, 1, 2, 3, 4, 5, 6, 7})]
+                         "launches", "note"], right={0, 1, 2, 3, 4, 5, 6, 7})]
 
 
 def render_summary(result: AnalysisResult, top: int = 10) -> str:
@@ -140,6 +141,12 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         ["communication", fmt_ns(m.communication_ns), _share(m.communication_ns, m.span_ns)],
         ["  exposed", fmt_ns(m.exposed_communication_ns),
          _share(m.exposed_communication_ns, m.span_ns)],
+    ]
+    if m.exposed_transfer_ns is not None and m.exposed_transfer_basis != "none":
+        # docs/metrics.md: exposed less the collectives' wait for other ranks (the rule's figure)
+        rows.append(["  exposed transfer (rank wait left out)", fmt_ns(m.exposed_transfer_ns),
+                     _share(m.exposed_transfer_ns, m.span_ns)])
+    rows += [
         ["memcpy/memset", fmt_ns(m.memory_ns), _share(m.memory_ns, m.span_ns)],
         ["kernels", str(m.kernel_count), ""],
     ]
@@ -171,7 +178,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
                  for r in result.kernels.head(top).iter_rows(named=True)]
-        lines += ["", f"Top {min(top, result.kernels.height)} kernels of {result.kernels.height}:",
+        lines += ["", f"Top {counted(min(top, result.kernels.height), 'kernel')} of {result.kernels.height}:",
                   table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
                         right={2, 3, 4, 5})]
     lines.append("")
@@ -181,7 +188,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
             lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
             cost = (INFORMATIONAL if costs_nothing(f)
                     else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
-            lines.append(f"      {cost}; fix: {safe(_first_sentence(f.fix))}")
+            fix = _first_sentence(f.fix)
+            if fix.endswith("…"):  # cut short: say where the whole text is
+                fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"
+            lines.append(f"      {cost}; fix: {safe(fix)}")
         lines += [f"  Note: {note}" for note in result.notes()]
     elif result.rule_outcomes:
         lines.append("Findings: none.")
@@ -201,10 +211,16 @@ def _memory_section(result: AnalysisResult) -> list[str]:
 
 
 def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence of ``text``, cut at a word (never mid-word) to ``limit`` characters,
+    with "…" where it was cut."""
     flat = " ".join(text.split())
     end = flat.find(". ")
     flat = flat[: end + 1] if end != -1 else flat
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    if len(flat) <= limit:
+        return flat
+    cut = flat.rfind(" ", 0, limit - 1)
+    cut = cut if cut > limit // 2 else limit - 1
+    return flat[:cut].rstrip(" ,;:(") + " …"
 
 
 def _share(part: int | None, whole: int) -> str:
@@ -220,7 +236,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
     from traceanalyzer.analysis.job import exposed_note
 
     ranks = result.ranks
-    lines = [f"== job: {ranks.height} ranks"]
+    lines = [f"== job: {counted(ranks.height, 'rank')}"]
     rows = []
     for r in ranks.iter_rows(named=True):
         span = r["span_ns"] or 0
@@ -240,7 +256,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
             "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
         ])
     lines += ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
-                               "exposed comm", "exposed %", "waited", "step mean", "colls",
+                               "exposed transfer", "exposed %", "waited", "step mean", "colls",
                                "late mean", "late max", "started last", "HTA late iters"],
                         right=set(range(2, 15)))]
     lines.append(exposed_note(ranks))

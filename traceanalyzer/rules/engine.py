@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -139,7 +140,35 @@ def evaluate(
         if finding is not None:
             findings.append(finding)
     findings.sort(key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule_id))
+    _point_only_at_findings(findings, outcomes)
     return findings, outcomes
+
+
+#: "see <rule slug>" in a message: a pointer to another finding.
+_SEE_RULE = re.compile(r"\b([Ss])ee ([a-z0-9]+(?:-[a-z0-9]+)+)\b")
+_NOT_FIRED = {"quiet": "rule {} stays under its threshold here",
+              "not_applicable": "rule {} does not apply to this trace",
+              "error": "rule {} could not run"}
+
+
+def _point_only_at_findings(findings: list[Finding], outcomes: list[RuleOutcome]) -> None:
+    """A message that says "see <rule>" where that rule did not fire says so instead: a
+    pointer to a finding the report does not hold sends the reader looking for nothing."""
+    status = {o.slug: o.status for o in outcomes}
+
+    def fix(text: str) -> str:
+        def repl(m: re.Match[str]) -> str:
+            slug = m.group(2)
+            if status.get(slug, "fired") == "fired":
+                return m.group(0)
+            return _NOT_FIRED.get(status[slug], "rule {} did not fire").format(slug)
+        return _SEE_RULE.sub(repl, text)
+
+    for f in findings:
+        f.message = fix(f.message)
+    for o in outcomes:
+        if o.status == "fired":
+            o.reason = fix(o.reason)
 
 
 def _run_rule(

@@ -316,11 +316,16 @@ class Assembled(NamedTuple):
     frames: dict[str, pl.DataFrame]
 
 
+#: Canonical columns the compiled assembly does not build: set after the readers.
+LATER_COLUMNS = frozenset({"mangled_name"})
+
+
 def layout(name: str) -> str:
     """The letters of a canonical frame's columns, as the compiled pass writes them (an Enum is
-    text until cast)."""
+    text until cast; :data:`LATER_COLUMNS` are not written)."""
     return "".join(LayoutLetter.TEXT.value if isinstance(dtype, pl.Enum)
-                   else LETTER_OF[dtype] for dtype in FRAME_SCHEMAS[name].values())
+                   else LETTER_OF[dtype] for col, dtype in FRAME_SCHEMAS[name].items()
+                   if col not in LATER_COLUMNS)
 
 
 def compiled_frames(tables: list[ReducedTable], rank: int) -> Assembled | None:
@@ -338,9 +343,15 @@ def compiled_frames(tables: list[ReducedTable], rank: int) -> Assembled | None:
     frames = {}
     for name, (rows, letters, columns) in zip(FRAMES, assembled, strict=True):
         schema = FRAME_SCHEMAS[name]
-        frame = batches_frame(letters, tuple(schema), [(rows, columns)])
-        for i, (col, dtype) in enumerate(schema.items()):
+        # Columns set after the readers (demangled names, traceanalyzer.demangle) come last.
+        built = [c for c in schema if c not in LATER_COLUMNS]
+        frame = batches_frame(letters, tuple(built), [(rows, columns)])
+        for i, col in enumerate(built):
+            dtype = schema[col]
             if isinstance(dtype, pl.Enum):  # text that holds only the Enum's values, or null
                 frame.replace_column(i, frame.get_column(col).cast(dtype))
+        if len(built) < len(schema):
+            frame = frame.with_columns(pl.lit(None, schema[c]).alias(c)
+                                       for c in schema if c in LATER_COLUMNS)
         frames[name] = frame
     return Assembled(without_launch, frames)

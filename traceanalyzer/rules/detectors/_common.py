@@ -255,6 +255,9 @@ _COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|red
 
 
 def collective_name(name: pl.Expr) -> pl.Expr:
-    """allreduce, allgather, sendrecv, ... from a communication kernel's name; "other" if none."""
+    """allreduce, allgather, sendrecv, ... from a communication kernel's name; else the kernel's
+    own name up to its arguments (never a bare "other", which a message would print as "worst
+    other")."""
+    short = name.str.extract(r"^(?:void )?([^(<]{1,60})", 1).str.strip_chars()
     return (name.str.extract(_COLLECTIVE, 1).str.to_lowercase().str.replace_all("_", "")
-            .fill_null("other"))
+            .fill_null(short).fill_null("unnamed kernel"))

@@ -64,7 +64,10 @@ def gpu_idle_gaps(views: Views, p: Params) -> Detection | None:
     if host >= 50:
         verdict = "Host wait dominates: the GPU waits for the CPU to issue work (CPU-bound)."
     elif pct(by_cause.get("other", 0), idle) >= 50:
-        verdict = "Most gaps have no queued work and are not launch waits (syncs, events, I/O)."
+        # docs/metrics.md: "other" is a gap of 30 µs or more before work that was already
+        # launched when the previous activity ended (queued behind a sync, an event, a copy).
+        verdict = ("Most idle is in gaps of 30 µs or more before work that was already launched "
+                   "(the GPU waited on a sync, an event or a dependency, not on the CPU).")
     else:
         verdict = "Most gaps are short waits between back-to-back kernels."
     # Per-stream view: the stream whose own long gaps add up to the most.
@@ -85,7 +88,14 @@ def gpu_idle_gaps(views: Views, p: Params) -> Detection | None:
             .sort(["duration_ns", "step"], descending=[True, False]).row(0)
         )
         worst_step, worst_step_idle = row[0], row[1]
-    where = f"Most idle in step {worst_step} ({ms(worst_step_idle):.1f} ms)" if worst_step is not None else "No steps marked"
+    in_steps = int(stepped["duration_ns"].sum() or 0)
+    if worst_step is None:
+        where = "No steps found"
+    elif 2 * in_steps < idle:  # most of the idle is in no step: say so, beside the worst step
+        where = (f"{ms(idle - in_steps):.1f} ms of it falls between or outside the steps; the most "
+                 f"in one step: step {worst_step} ({ms(worst_step_idle):.1f} ms)")
+    else:
+        where = f"Most idle in step {worst_step} ({ms(worst_step_idle):.1f} ms)"
     where += f"; stream {worst_stream} has the most long gaps." if worst_stream is not None else "."
     evidence = _evidence_gaps(views, gaps.sort("duration_ns", descending=True).head(50))
     return Detection(

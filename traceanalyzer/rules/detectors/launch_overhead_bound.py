@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     params=("max_kernel_us", "min_short_kernels_pct", "min_kernels_count", "max_launch_gap_us",
             "min_gap_to_run_ratio"),
     fields=("flagged_steps", "steps_seen", "kernels_per_step", "short_kernel_pct",
-            "launch_overhead_pct", "median_kernel_us", "gap_ms", "run_ms"),
+            "launch_overhead_pct", "median_kernel_us", "gap_ms", "run_ms", "scope"),
     aliases=("launch_overhead",),
 )
 def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
@@ -53,6 +53,11 @@ def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
     if flagged.height == 0:
         return None
     gap_ns = int(flagged["gap_ns"].sum())
+    kernels_each = float(flagged["kernels"].mean())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    # Without steps the window is judged as one piece: say so, not "1 of 1 step".
+    scope = (f"{flagged.height} of {per_step.height} {'step' if per_step.height == 1 else 'steps'}"
+             f" launched {kernels_each:,.0f} kernels each" if has_steps else
+             f"The window (no steps found) launched {kernels_each:,.0f} kernels")
     span = int((flagged["last_ns"] - flagged["first_ns"]).sum())
     evidence = flagged.sort("gap_ns", descending=True).select(
         pl.col("first_ns").alias("start_ns"), pl.col("last_ns").alias("end_ns"), "step",
@@ -73,6 +78,7 @@ def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
             / NS_PER_US,
             "gap_ms": ms(gap_ns),
             "run_ms": ms(flagged["run_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+            "scope": scope,
         },
         evidence=evidence,
     )
