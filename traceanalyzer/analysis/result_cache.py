@@ -36,6 +36,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
+from traceanalyzer.analysis.timings import step
 from traceanalyzer.findings import Finding, RuleOutcome
 from traceanalyzer.ingest.cache import publish_dir
 from traceanalyzer.model import Trace, TraceMeta
@@ -155,11 +156,13 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     from traceanalyzer.ingest.formats import FORMATS
 
     def read() -> Trace:
-        trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
-                     trace_processor=trace_processor)
+        with step("ingest", "ingest"):
+            trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
+                         trace_processor=trace_processor)
         from traceanalyzer.analysis.window import choose_window
 
-        return choose_window(trace, window, selection)
+        with step("window", "ingest"):
+            return choose_window(trace, window, selection)
 
     fmt = sniff(path)  # a missing or unreadable file fails here, as without the cache
     entry = None
@@ -184,8 +187,10 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     result = analyze_trace(trace, rule_config=rule_config, rules=rules)
     if entry is None:  # nothing to store it in: a report draws it from the trace, if one is asked for
         return Analyzed(result, None, trace, cached=False)
-    timeline = timeline_data(result, trace)
-    store_result(entry, result, timeline, path)
+    with step("timeline", "report"):
+        timeline = timeline_data(result, trace)
+    with step("result cache", "report"):
+        store_result(entry, result, timeline, path)
     return Analyzed(result, timeline, trace, cached=False)
 
 
