@@ -72,13 +72,20 @@ def step(name: str, kind: str = "step") -> Iterator[None]:
             _stack[-1][0] += wall
             _stack[-1][1] += cpu
         rss = _rss_mb()
-        _records.append({
-            "name": name, "kind": kind, "depth": len(_stack),
-            "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
-            "self_wall_s": round(wall - nested_wall, 6), "self_cpu_s": round(cpu - nested_cpu, 6),
-            "rss_mb": round(rss, 1), "rss_grew_mb": round(rss - rss0, 1),
-            "peak_grew_mb": round(_peak_mb() - peak0, 1),
-        })
+        _records.append(
+            {
+                "name": name,
+                "kind": kind,
+                "depth": len(_stack),
+                "wall_s": round(wall, 6),
+                "cpu_s": round(cpu, 6),
+                "self_wall_s": round(wall - nested_wall, 6),
+                "self_cpu_s": round(cpu - nested_cpu, 6),
+                "rss_mb": round(rss, 1),
+                "rss_grew_mb": round(rss - rss0, 1),
+                "peak_grew_mb": round(_peak_mb() - peak0, 1),
+            }
+        )
 
 
 def records() -> list[dict[str, Any]]:
