@@ -164,6 +164,9 @@ class Views:
         out = {}
         for rank in self.ranks:
             def of(frame: pl.DataFrame, rank: int = rank) -> pl.DataFrame:
+                ranks = frame["rank"]
+                if ranks.null_count() == 0 and ranks.min() == rank and ranks.max() == rank:
+                    return frame  # all of it (one rank): no copy of every column
                 return frame.filter(pl.col("rank") == rank)
             out[rank] = compute_metrics(rank, of(self.launches), of(self.cpu), of(self.gpu_idle_gaps),
                                         of(self.wall_steps))

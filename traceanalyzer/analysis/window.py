@@ -348,7 +348,9 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
     from traceanalyzer.report._common import fmt_ns
 
     out = []
-    calls = trace.cpu.filter(pl.col("kind").is_in(API_KINDS))
+    # The columns it reads, before filtering: a filter copies every column (stacks, shapes).
+    calls = trace.cpu.select("kind", "rank", "name", "correlation").filter(
+        pl.col("kind").is_in(API_KINDS))
     begins = calls.filter(pl.col("name").str.contains(CAPTURE_BEGIN))
     if begins.height:
         launches = calls.filter(pl.col("name").str.contains(LAUNCH_CALLS),
@@ -360,7 +362,7 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
                    f"{launches.height} kernel launches were captured and ran no kernel; what ran "
                    f"is {graphs} graph launch{'es' if graphs != 1 else ''} and the work outside "
                    "the graph. Profile the replays (steps after the capture) to judge the loop")
-    gpu = trace.gpu.sort("start_ns")
+    gpu = trace.gpu.select("start_ns", "end_ns").sort("start_ns")
     if gpu.height >= 2:
         ends = gpu["end_ns"].cum_max()
         gaps = (gpu["start_ns"].slice(1) - ends.slice(0, gpu.height - 1)).clip(lower_bound=0)

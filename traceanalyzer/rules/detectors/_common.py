@@ -71,8 +71,8 @@ def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") ->
     starts finds the candidate, O(n log n) however many calls there are.
     """
     thread = ["rank", "pid", "tid"]
-    top = (
-        cpu.filter(pl.col("kind") == "op")
+    top = (  # lazy: only the columns it needs are filtered (the CPU frame's stacks are not)
+        cpu.lazy().filter(pl.col("kind") == "op")
         .select(*thread, pl.col("name").alias("_op"), pl.col("start_ns").alias("_os"),
                 pl.col("end_ns").alias("_oe"))
         .sort(*thread, "_os")
@@ -80,6 +80,7 @@ def enclosing_op(calls: pl.DataFrame, cpu: pl.DataFrame, *, name: str = "op") ->
             pl.col("_os") >= pl.col("_oe").cum_max().shift(1).over(thread).fill_null(pl.col("_os"))
         )
         .sort("_os")
+        .collect()
     )
     fallback = pl.col("parent_op") if "parent_op" in calls.columns else pl.lit(None, pl.String)
     if top.height == 0 or calls.height == 0:
@@ -121,6 +122,9 @@ def own_rank(views: Views, frame: pl.DataFrame) -> pl.DataFrame:
     if frame.height == 0 or "rank" not in frame.columns:
         return frame
     rank = views.metrics.rank
+    ranks = frame["rank"]
+    if ranks.null_count() == 0 and ranks.min() == rank and ranks.max() == rank:
+        return frame  # one rank (most traces): no copy of every column
     return frame.filter(pl.col("rank") == rank)
 
 
@@ -151,7 +155,8 @@ def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",
 
     Meant for the few calls a rule reports (syncs, copies), not for every event.
     """
-    frames = cpu.filter(pl.col("kind") == "python", ~pl.col("name").str.contains(_LIBRARY_FRAME))
+    frames = cpu.select("kind", "rank", "tid", "name", "start_ns", "end_ns").filter(
+        pl.col("kind") == "python", ~pl.col("name").str.contains(_LIBRARY_FRAME))
     indexed = calls.with_row_index("_row")
     if frames.height == 0 or indexed.height == 0:
         return calls.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
