@@ -168,6 +168,8 @@ def measure(kind: str, fmt: str, seed: Path, size: int, a: argparse.Namespace) -
         "format": fmt,
         "seed": str(seed.relative_to(REPO.parent) if seed.is_relative_to(REPO.parent) else seed),
         "size": label(size),
+        "git": git_rev(),  # of the working tree the child imports: a matrix can span commits
+        "started": datetime.now(timezone.utc).strftime("%H:%M:%S"),
     }
     try:
         if not path.exists():
@@ -341,11 +343,26 @@ def main(argv: list[str] | None = None) -> None:
         help="raw records (appended to when it exists: one file per matrix)",
     )
     ap.add_argument("--results", type=Path, default=None, help="write the Markdown here")
-    ap.add_argument("--render", type=Path, default=None, help="only render this JSON")
+    ap.add_argument(
+        "--render",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="only render these JSON files (a later file's cell replaces an earlier's)",
+    )
     a = ap.parse_args(argv)
     if a.render:
-        doc = json.loads(a.render.read_text())
-        text = render(doc["rows"], doc["info"])
+        cells: dict[tuple[str, str], dict[str, Any]] = {}
+        infos = []
+        for path in a.render:
+            doc = json.loads(path.read_text())
+            infos.append(doc["info"])
+            cells.update({(r["kind"], r["size"]): r for r in doc["rows"]})
+        info = dict(infos[-1])
+        info["command"] = "; ".join(i["command"] for i in infos)
+        info["git"] = ", ".join(dict.fromkeys(i["git"] for i in infos))
+        info["when"] = ", ".join(i["when"] for i in infos)
+        text = render(list(cells.values()), info)
         (a.results.write_text(text) if a.results else sys.stdout.write(text))
         return
     sizes = [parse_size(s) for s in (a.sizes or (QUICK_SIZES if a.quick else SIZES)).split(",")]
