@@ -161,6 +161,15 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
                          trace_processor=trace_processor)
         from traceanalyzer.analysis.window import choose_window
 
+        if selection is None or selection.empty:
+            # The window is found from views of the whole trace (launches, steps): check the
+            # memory before them, not only before the rules (analyze_trace checks the narrowed
+            # trace again). A --steps/--time-window/--ranks selection, the way out the message
+            # names, is applied first and checked after.
+            from traceanalyzer.analysis.memory_check import check_analysis_memory
+
+            with step("memory check", "ingest"):
+                check_analysis_memory(trace)
         with step("window", "ingest"):
             return choose_window(trace, window, selection)
 
