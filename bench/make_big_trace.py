@@ -236,12 +236,20 @@ def tile_nsys(seed: Path, out: Path, size: int) -> dict[str, Any]:
                       for t, cols in tables if "correlationId" in cols)
     seed_rows = {t: con.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] for t, _ in tables}
     seed_size = seed.stat().st_size
-    # Measure what one copy really adds, then size the rest from it.
-    _insert_copies(con, tables, seed_rows, period, id_span, 1, 2)
-    per_copy = max(1, out.stat().st_size - seed_size)
-    copies = max(2, math.ceil((size - seed_size) / per_copy) + 1)
-    if copies > 2:
-        _insert_copies(con, tables, seed_rows, period, id_span, 2, copies)
+    # Measure what copies really add, then size the rest from them. One copy of a small seed
+    # can fit in the free pages of the file and add nothing: double the copies until the file
+    # has grown by a megabyte (or reached the size), then extrapolate.
+    done = 1
+    while True:
+        _insert_copies(con, tables, seed_rows, period, id_span, done, 2 * done)
+        done *= 2
+        grown = out.stat().st_size - seed_size
+        if grown >= min(1 << 20, size - seed_size) or done >= 1 << 20:
+            break
+    per_copy = max(1.0, grown / (done - 1))
+    copies = max(done, math.ceil((size - seed_size) / per_copy) + 1)
+    if copies > done:
+        _insert_copies(con, tables, seed_rows, period, id_span, done, copies)
     con.close()
     return {"out": str(out), "bytes": out.stat().st_size, "copies": copies, "period_ns": period}
 

@@ -71,3 +71,21 @@ def test_cli_says_it_in_one_line_and_exits_2(tmp_path: Path, monkeypatch: pytest
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert str(SAMPLE) in line and "memory to analyze" in line and NO_MEMORY_CHECK_ENV in line
     assert not out.exists()
+
+
+def test_the_window_of_the_whole_trace_is_checked_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default window builds views of the whole trace: too little memory for them stops the
+    run before they are built; a selection (the message's way out) is applied first."""
+    from traceanalyzer.analysis import result_cache, window
+    from traceanalyzer.analysis.window import Selection
+
+    def no_window(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the window was computed before the memory check")
+
+    monkeypatch.delenv(NO_MEMORY_CHECK_ENV, raising=False)
+    monkeypatch.setattr(memory_check, "available_memory", lambda: 1)
+    monkeypatch.setattr(window, "choose_window", no_window)
+    with pytest.raises(InputError):
+        result_cache.analyze_path(SAMPLE, use_cache=False)
+    with pytest.raises(AssertionError):  # a selection goes to the window first
+        result_cache.analyze_path(SAMPLE, use_cache=False, selection=Selection(ranks=frozenset({0})))

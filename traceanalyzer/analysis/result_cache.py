@@ -36,6 +36,7 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
+from traceanalyzer.analysis.timings import step
 from traceanalyzer.findings import Finding, RuleOutcome
 from traceanalyzer.ingest.cache import RESULTS_DIR, publish_dir, stored, touch
 from traceanalyzer.model import Trace, TraceMeta
@@ -155,11 +156,22 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     from traceanalyzer.ingest.formats import FORMATS
 
     def read() -> Trace:
-        trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
-                     trace_processor=trace_processor)
+        with step("ingest", "ingest"):
+            trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
+                         trace_processor=trace_processor)
         from traceanalyzer.analysis.window import choose_window
 
-        return choose_window(trace, window, selection)
+        if selection is None or selection.empty:
+            # The window is found from views of the whole trace (launches, steps): check the
+            # memory before them, not only before the rules (analyze_trace checks the narrowed
+            # trace again). A --steps/--time-window/--ranks selection, the way out the message
+            # names, is applied first and checked after.
+            from traceanalyzer.analysis.memory_check import check_analysis_memory
+
+            with step("memory check", "ingest"):
+                check_analysis_memory(trace)
+        with step("window", "ingest"):
+            return choose_window(trace, window, selection)
 
     fmt = sniff(path)  # a missing or unreadable file fails here, as without the cache
     entry = None
@@ -184,8 +196,10 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     result = analyze_trace(trace, rule_config=rule_config, rules=rules)
     if entry is None:  # nothing to store it in: a report draws it from the trace, if one is asked for
         return Analyzed(result, None, trace, cached=False)
-    timeline = timeline_data(result, trace)
-    store_result(entry, result, timeline, path)
+    with step("timeline", "report"):
+        timeline = timeline_data(result, trace)
+    with step("result cache", "report"):
+        store_result(entry, result, timeline, path)
     return Analyzed(result, timeline, trace, cached=False)
 
 

@@ -7,7 +7,9 @@ Rules read these by name (also as tables in their SQL queries): ``gpu``, ``cpu``
 
 from __future__ import annotations
 
-from functools import cached_property
+from collections.abc import Callable
+from functools import cached_property, wraps
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -18,10 +20,26 @@ from traceanalyzer.analysis.launches import launches
 from traceanalyzer.analysis.metrics import compute_metrics
 from traceanalyzer.analysis.result import Metrics
 from traceanalyzer.analysis.steps import SOURCE_INFERRED, find_steps, infer_steps, with_wall_times
+from traceanalyzer.analysis.timings import step
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "memory", "steps", "launches",
                "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives")
+
+
+T = TypeVar("T")
+
+
+def _view(fn: Callable[[Any], T]) -> cached_property[T]:
+    """A cached view whose first computation is a step of the run's timings (analysis.timings)."""
+    name = fn.__name__.lstrip("_")
+
+    @wraps(fn)
+    def timed(self: Any) -> T:
+        with step(name, "view"):
+            return fn(self)
+
+    return cached_property(timed)
 
 
 class Views:
@@ -55,7 +73,7 @@ class Views:
     def memory(self) -> pl.DataFrame:
         return self.trace.memory
 
-    @cached_property
+    @_view
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:
         steps, source, label = find_steps(self.trace)
         if steps.is_empty():
@@ -80,23 +98,23 @@ class Views:
         """The steps' shared name with the number taken out ("step #"), or how they were inferred."""
         return self._found_steps[2]
 
-    @cached_property
+    @_view
     def steps(self) -> pl.DataFrame:
         """Steps with their CPU range (start_ns, end_ns), the GPU work launched in them
         (gpu_start_ns, gpu_end_ns) and their wall-clock range (wall_start_ns, wall_end_ns);
         see analysis.steps.with_wall_times."""
         return with_wall_times(self.cpu_steps, self.launches)
 
-    @cached_property
+    @_view
     def wall_steps(self) -> pl.DataFrame:
         """Steps whose start_ns/end_ns are their wall-clock range, for placing GPU-side events."""
         return self.steps.with_columns(start_ns="wall_start_ns", end_ns="wall_end_ns")
 
-    @cached_property
+    @_view
     def _raw_launches(self) -> pl.DataFrame:
         return launches(self.trace)
 
-    @cached_property
+    @_view
     def launches(self) -> pl.DataFrame:
         """GPU activity + launching call (see analysis.launches), with the step whose CPU range
         it was launched in."""
@@ -108,20 +126,20 @@ class Views:
             _at=pl.coalesce("launch_start_ns", pl.when(~known).then("start_ns")))
         return assign_steps(frame, self.cpu_steps, at="_at").drop("_at")
 
-    @cached_property
+    @_view
     def idle_gaps(self) -> pl.DataFrame:
         return idle_gaps(self.launches, self.wall_steps)
 
-    @cached_property
+    @_view
     def gpu_idle_gaps(self) -> pl.DataFrame:
         """Gaps in the union of each rank's GPU activity: when no stream was busy."""
         return idle_gaps(self.launches, self.wall_steps, keys=RANK_KEYS)
 
-    @cached_property
+    @_view
     def kernel_summary(self) -> pl.DataFrame:
         return kernel_summary(self.gpu)
 
-    @cached_property
+    @_view
     def collectives(self) -> pl.DataFrame:
         """The communication kernels that count (every rank's), with their transfer, wait and
         exposed parts: see analysis.comm.step_collectives."""
@@ -140,16 +158,19 @@ class Views:
             return self.launches
         return self.launches.with_columns(step=pl.lit(None, pl.Int64))
 
-    @cached_property
+    @_view
     def ranks(self) -> list[int]:
         ranks = set(self.gpu["rank"].unique().to_list()) | set(self.cpu["rank"].unique().to_list())
         return sorted(r for r in ranks if r is not None) or [self.meta.rank]
 
-    @cached_property
+    @_view
     def metrics_by_rank(self) -> dict[int, Metrics]:
         out = {}
         for rank in self.ranks:
             def of(frame: pl.DataFrame, rank: int = rank) -> pl.DataFrame:
+                ranks = frame["rank"]
+                if ranks.null_count() == 0 and ranks.min() == rank and ranks.max() == rank:
+                    return frame  # all of it (one rank): no copy of every column
                 return frame.filter(pl.col("rank") == rank)
             out[rank] = compute_metrics(rank, of(self.launches), of(self.cpu), of(self.gpu_idle_gaps),
                                         of(self.wall_steps))
@@ -162,13 +183,13 @@ class Views:
                     m.exposed_transfer_basis = row["exposed_comm_basis"]
         return out
 
-    @cached_property
+    @_view
     def exposed_comm(self) -> pl.DataFrame:
         """Per rank, exposed transfer and wait (:func:`analysis.comm.exposed_by_rank`): the one
         computation the headline, the rules and the job view read."""
         return exposed_by_rank(self.collectives, self.marked_steps, self.ranks)
 
-    @cached_property
+    @_view
     def metrics(self) -> Metrics:
         """Headline metrics: of the trace's own rank, or the lowest rank present."""
         by_rank = self.metrics_by_rank

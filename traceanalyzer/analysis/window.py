@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis.launches import unique_calls
 from traceanalyzer.errors import UsageError
 from traceanalyzer.model import API_KINDS, TIME_LIMIT_NS, Trace
 
@@ -370,7 +371,9 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
     from traceanalyzer.report._common import fmt_ns
 
     out = []
-    calls = trace.cpu.filter(pl.col("kind").is_in(API_KINDS))
+    # The columns it reads, before filtering: a filter copies every column (stacks, shapes).
+    calls = trace.cpu.select("kind", "rank", "name", "correlation").filter(
+        pl.col("kind").is_in(API_KINDS))
     begins = calls.filter(pl.col("name").str.contains(CAPTURE_BEGIN))
     if begins.height:
         launches = calls.filter(pl.col("name").str.contains(LAUNCH_CALLS),
@@ -382,7 +385,7 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
                    f"{launches.height} kernel launches were captured and ran no kernel; what ran "
                    f"is {graphs} graph launch{'es' if graphs != 1 else ''} and the work outside "
                    "the graph. Profile the replays (steps after the capture) to judge the loop")
-    gpu = trace.gpu.sort("start_ns")
+    gpu = trace.gpu.select("start_ns", "end_ns").sort("start_ns")
     if gpu.height >= 2:
         ends = gpu["end_ns"].cum_max()
         gaps = (gpu["start_ns"].slice(1) - ends.slice(0, gpu.height - 1)).clip(lower_bound=0)
@@ -493,15 +496,22 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
     bounds = bounds.select(pl.col("rank").cast(pl.Int32), pl.col("lo").cast(pl.Int64),
                            pl.col("hi").cast(pl.Int64))
 
-    def within(frame: pl.DataFrame, column: str) -> pl.DataFrame:
-        joined = frame.join(bounds, on="rank", how="left")
-        inside = pl.col("lo").is_null() | pl.col(column).is_between("lo", "hi", closed="left")
-        return joined.filter(inside).drop("lo", "hi")
+    # Each rank's bounds looked up per row (a small mapping), not joined onto the frame: a join
+    # would copy every column of the frame before the filter drops most rows.
+    lo = pl.col("rank").replace_strict(bounds["rank"], bounds["lo"], default=None,
+                                       return_dtype=pl.Int64)
+    hi = pl.col("rank").replace_strict(bounds["rank"], bounds["hi"], default=None,
+                                       return_dtype=pl.Int64)
 
-    launch_at = (
-        trace.cpu.filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation").agg(_at=pl.col("start_ns").min())
-    )
+    def within(frame: pl.DataFrame, column: str) -> pl.DataFrame:
+        if frame.is_empty():
+            return frame
+        return frame.filter(lo.is_null() | pl.col(column).is_between(lo, hi, closed="left"))
+
+    launch_at = trace.cpu.select("rank", "correlation", "kind", _at="start_ns").filter(
+        pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null()).drop("kind")
+    if not unique_calls(launch_at):
+        launch_at = launch_at.group_by("rank", "correlation").agg(pl.col("_at").min())
     gpu = (
         trace.gpu.join(launch_at, on=["rank", "correlation"], how="left")
         .with_columns(_at=pl.coalesce("_at", "start_ns"))

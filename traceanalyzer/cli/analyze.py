@@ -189,31 +189,37 @@ def _write_outputs(result: Any, trace: Any, path: Path, json_path: Path | None,
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    from traceanalyzer.analysis.timings import step
+
     if json_path:
         from traceanalyzer.report.jsonout import render_json, write_json
 
-        if str(json_path) == "-":
-            stdout(render_json(result))
-        else:
-            write_json(result, json_path)
+        with step("json", "report"):
+            if str(json_path) == "-":
+                stdout(render_json(result))
+            else:
+                write_json(result, json_path)
     if html_path:
         from traceanalyzer.report.html import render_html, write_html
 
-        if str(html_path) == "-":
-            stdout(render_html(result, trace=trace, timeline=timeline))
-        else:
-            write_html(result, html_path, trace=trace, timeline=timeline)
+        with step("html", "report"):
+            if str(html_path) == "-":
+                stdout(render_html(result, trace=trace, timeline=timeline))
+            else:
+                write_html(result, html_path, trace=trace, timeline=timeline)
     if markdown_path:
         from traceanalyzer.report.markdown import render_markdown, write_markdown
 
-        if str(markdown_path) == "-":
-            stdout(render_markdown(result))
-        else:
-            write_markdown(result, markdown_path)
+        with step("markdown", "report"):
+            if str(markdown_path) == "-":
+                stdout(render_markdown(result))
+            else:
+                write_markdown(result, markdown_path)
     if annotate_path:
         from traceanalyzer.report.annotate import write_annotated
 
-        write_annotated(path, trace, result, annotate_path)
+        with step("annotate", "report"):
+            write_annotated(path, trace, result, annotate_path)
     for out in (json_path, html_path, markdown_path, annotate_path):
         if out and str(out) != "-" and say:
             click.echo(f"wrote {safe(out)}", err=err)

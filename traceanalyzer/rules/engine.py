@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.analysis import intervals
+from traceanalyzer.analysis.timings import step
 from traceanalyzer.errors import RuleError
 from traceanalyzer.findings import Finding, RuleOutcome, severity_of, severity_rank
 from traceanalyzer.rules.detectors import Detection, NotApplicable, get_detector
@@ -134,8 +135,9 @@ def evaluate(
     steps = step_count(views)
     device = analyzed_device(views)
     for rule, params in config.active():
-        finding, outcome = _run_rule(rule, params, views, window, steps, config.max_evidence,
-                                     device)
+        with step(rule.slug, "rule"):
+            finding, outcome = _run_rule(rule, params, views, window, steps,
+                                         config.max_evidence, device)
         outcomes.append(outcome)
         if finding is not None:
             findings.append(finding)

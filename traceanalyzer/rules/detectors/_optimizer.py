@@ -26,9 +26,9 @@ def optimizer_ranges(views: Views) -> pl.DataFrame:
     ann = views.annotations.filter(
         pl.col("kind").is_in(["user", "nvtx"]), pl.col("name").str.contains(OPTIMIZER_RANGE)
     ).select("rank", "tid", "name", "start_ns", "end_ns")
-    cpu = views.cpu.filter(
+    cpu = views.cpu.lazy().filter(
         pl.col("kind").is_in(["op", "python", "other"]), pl.col("name").str.contains(OPTIMIZER_RANGE)
-    ).select("rank", "tid", "name", "start_ns", "end_ns")
+    ).select("rank", "tid", "name", "start_ns", "end_ns").collect()
     return own_rank(views, pl.concat([ann, cpu])).unique(["rank", "tid", "start_ns"]).sort("start_ns")
 
 

@@ -47,9 +47,9 @@ def loader_ranges(views: Views) -> pl.DataFrame:
         & pl.col("name").str.contains(DATALOADER_FRAME)
         & ~pl.col("name").str.contains(NOT_DATALOADER_FRAME)
     )
-    cpu = views.cpu.filter(is_op | is_frame, pl.col("end_ns") > pl.col("start_ns")).select(
+    cpu = views.cpu.lazy().filter(is_op | is_frame, pl.col("end_ns") > pl.col("start_ns")).select(
         "rank", "name", "start_ns", "end_ns"
-    )
+    ).collect()
     return own_rank(views, pl.concat([ann, cpu]))
 
 

@@ -67,30 +67,41 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         * pl.col("grid_z").fill_null(1) * pl.col("block_x").fill_null(1)
         * pl.col("block_y").fill_null(1) * pl.col("block_z").fill_null(1)
     )
-    prev = pl.col("_threads").shift(1).over(keys)
-    prev_numel = pl.col("_numel").shift(1).over(keys)
+    # Sorted by stream then time, a row's predecessor on its stream is the previous row when
+    # that row is on the same stream: shifts masked at the streams' boundaries, instead of one
+    # window (a hash of the keys) per shifted column.
+    same = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in keys)
+
+    def before(col: str | pl.Expr) -> pl.Expr:
+        expr = pl.col(col) if isinstance(col, str) else col
+        return pl.when(pl.col("_same")).then(expr.shift(1))
+
+    prev = before("_threads")
+    prev_numel = before("_numel")
     generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
         "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
     k = (
         kernels.sort(*keys, "start_ns")
         .with_columns(
+            _same=same.fill_null(False),
             _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
             & ~generated,
             _threads=threads,
-            _gap=pl.col("start_ns") - pl.col("end_ns").shift(1).over(keys),
         )
+        .with_columns(_gap=pl.col("start_ns") - before("end_ns"))
         .with_columns(
             _break=~pl.col("_ew")
-            | ~pl.col("_ew").shift(1).over(keys).fill_null(False)
+            | ~before("_ew").fill_null(False)
             # same-sized data: recorded input sizes within 2x, else launch sizes within 16x
             # (vectorized and unrolled kernels over the same tensor differ in grid by up to 8x)
             | (pl.col("_numel") > 2 * prev_numel).fill_null(False)
             | (prev_numel > 2 * pl.col("_numel")).fill_null(False)
             | (pl.col("_threads") > 16 * prev) | (prev > 16 * pl.col("_threads"))
-            | (pl.col("step").ne_missing(pl.col("step").shift(1).over(keys)))
+            | pl.col("step").ne_missing(before("step"))
             | (pl.col("_gap") > p["max_gap_us"] * NS_PER_US)
         )
-        .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum().over(keys))
+        # chain numbers unique over the whole frame: a stream's first row always breaks
+        .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum())
         .filter("_ew")
     )
     chains = (
