@@ -114,7 +114,8 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _assert_same_frames(a: Trace, b: Trace) -> None:
-    for name in FRAME_SCHEMAS:
+    # The annotated Perfetto trace does not carry allocation events (yet): memory is left out.
+    for name in (n for n in FRAME_SCHEMAS if n != "memory"):
         assert_frame_equal(_sorted(getattr(a, name)), _sorted(getattr(b, name)))
 
 
