@@ -33,12 +33,14 @@ def near_capacity() -> KinetoBuilder:
         b.step(n, t0, STEP_US - 100)
         b.op("aten::linear", t0 + 10, 100, ext=10 * n + 1)
         b.memory(t0 + 20, ACTIVATIONS, WEIGHTS + ACTIVATIONS, RESERVED, addr=2 + 2 * n)
-        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", t0 + 50, 10, t0 + 200, 4000,
-                 ext=10 * n + 1)
+        b.launch(
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", t0 + 50, 10, t0 + 200, 4000, ext=10 * n + 1
+        )
         b.op("aten::matmul", t0 + 150, 100, ext=10 * n + 2)
         b.memory(t0 + 160, WORKSPACE, WEIGHTS + ACTIVATIONS + WORKSPACE, RESERVED, addr=3 + 2 * n)
-        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", t0 + 200, 10, t0 + 4300, 4000,
-                 ext=10 * n + 2)
+        b.launch(
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", t0 + 200, 10, t0 + 4300, 4000, ext=10 * n + 2
+        )
         b.memory(t0 + 9000, -WORKSPACE, WEIGHTS + ACTIVATIONS, RESERVED, addr=3 + 2 * n)
         b.memory(t0 + 9010, -ACTIVATIONS, WEIGHTS, RESERVED, addr=2 + 2 * n)
     return b

@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.analysis.memory import BEFORE_WINDOW, OTHER_OPERATORS, holders_at_peak, memory_summary
+from traceanalyzer.analysis.memory import (
+    BEFORE_WINDOW,
+    OTHER_OPERATORS,
+    holders_at_peak,
+    memory_summary,
+)
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import own_rank
 
@@ -40,8 +45,8 @@ NAMED_HOLDERS = 3
 def memory_near_capacity(views: Views, p: Params) -> Detection | None:
     """Fires when a device's peak reserved memory (the caching allocator's ``Total Reserved``, or
     what the process holds from the driver) is at least ``min_reserved_pct`` of the device's
-    memory. The fragmentation is reserved minus allocated at the reserved peak (allocator rows
-    only). Informational: a risk of running out of memory, not time lost, so its impact is 0."""
+    memory. The fragmentation is the reserved peak minus the highest allocated total while the
+    reserved stood at it (allocator rows only). Informational: a risk of running out of memory, not time lost, so its impact is 0."""
     memory = own_rank(views, views.memory)
     if memory.filter(pl.col("device").is_not_null()).is_empty():
         raise NotApplicable(
@@ -61,15 +66,15 @@ def memory_near_capacity(views: Views, p: Params) -> Detection | None:
         return None
     worst = over.sort("peak_reserved_pct", descending=True).row(0, named=True)
     rank, device = worst["rank"], worst["device"]
-    # The allocated total at the reserved peak: the row memory_summary took the peak from.
-    at_peak = (
-        memory.filter(
-            pl.col("rank") == rank, pl.col("device") == device, pl.col("source") == "allocator"
-        )
-        .sort("ts_ns")
-        .select(pl.col("allocated_bytes").get(pl.col("reserved_bytes").arg_max()))
-    )
-    allocated_then = at_peak.item() if at_peak.height and worst["source"] == "allocator" else None
+    # The allocated total at the reserved peak: the highest of the events while the reserved
+    # total stood at its peak, so the gap is what stayed unallocated all the time it did.
+    at_peak = memory.filter(
+        pl.col("rank") == rank,
+        pl.col("device") == device,
+        pl.col("source") == "allocator",
+        pl.col("reserved_bytes") == worst["peak_reserved_bytes"],
+    ).select(pl.col("allocated_bytes").max())
+    allocated_then = at_peak.item() if worst["source"] == "allocator" else None
     reserved = int(worst["peak_reserved_bytes"])
     frag = reserved - int(allocated_then) if allocated_then is not None else None
     holders = holders_at_peak(memory, summary.filter(pl.col("device") == device)).filter(
