@@ -54,6 +54,7 @@ LOW = {
     "memory-bound-below-bandwidth": {"max_bandwidth_pct": 100, "min_kernel_us": 0,
                                      "min_impact_pct": 0},
     "memcpy-bound": {"min_copy_share_pct": 0, "min_impact_pct": 0},
+    "memory-near-capacity": {"min_reserved_pct": 0},
     "gpu-idle-gaps": {"min_idle_pct": 0},
     "gpus-take-turns": {"min_device_share_pct": 0, "min_impact_pct": 0},
     "hidden-sync": {"min_impact_pct": 0},
@@ -158,6 +159,9 @@ def _training_step(s: Synth, ids: _Clock, step: int, t: float) -> float:
     # torch.cuda.empty_cache() and the allocation after it: the GPU idles meanwhile
     s.api("cudaFree", t, 40)
     s.api("cudaMalloc", t + 42, 25)
+    # what the caching allocator recorded of them: a block freed and allocated again
+    s.memory(t + 1, -(1 << 30), 2 << 30, 3 << 30, address=step, operator="aten::empty")
+    s.memory(t + 43, 1 << 30, 3 << 30, 4 << 30, address=step, operator="aten::empty")
     t += 70
     # an optimizer step with per-parameter kernels
     s.annotation("Optimizer.step#AdamW.step", t, 8 * 12 + 10)
@@ -176,9 +180,10 @@ def _training_step(s: Synth, ids: _Clock, step: int, t: float) -> float:
 
 
 def build(steps: int) -> Trace:
-    s = Synth()
+    s = Synth(memory_bytes=150 * 2**30)
     s.devices.append(s.devices[0].__class__(id=1, name="NVIDIA H200", sm_count=132,
-                                            compute_capability="9.0", vendor="nvidia"))
+                                            compute_capability="9.0", vendor="nvidia",
+                                            memory_bytes=150 * 2**30))
     ids = _Clock()
     t = 0.0
     for step in range(steps):

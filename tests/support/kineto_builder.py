@@ -46,6 +46,15 @@ class KinetoBuilder:
                             "ts": gpu_ts, "dur": gpu_dur, "args": args})
         return c
 
+    def memory(self, ts: float, nbytes: int, allocated: int, reserved: int, addr: int,
+               device: int = 0) -> None:
+        """A ``[memory]`` instant event as ``profile_memory=True`` records it."""
+        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                            "pid": 1, "tid": 1, "ts": ts,
+                            "args": {"Total Reserved": reserved, "Total Allocated": allocated,
+                                     "Bytes": nbytes, "Device Id": device, "Device Type": 1,
+                                     "Addr": addr}})
+
     def document(self) -> dict[str, Any]:
         return {**self.top, "traceEvents": self.events}
 

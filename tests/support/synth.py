@@ -22,13 +22,15 @@ NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 class Synth:
     """A tiny trace in canonical frames. Times are given in µs."""
 
-    def __init__(self, sm_count: int | None = 132, cc: str | None = "9.0") -> None:
+    def __init__(self, sm_count: int | None = 132, cc: str | None = "9.0",
+                 memory_bytes: int | None = None) -> None:
         self.gpu: list[dict[str, Any]] = []
+        self.mem: list[dict[str, Any]] = []
         self.cpu: list[dict[str, Any]] = []
         self.ann: list[dict[str, Any]] = []
         self.corr = 0
         self.devices = [Device(id=0, name="NVIDIA H200", sm_count=sm_count, compute_capability=cc,
-                               vendor="nvidia")]
+                               vendor="nvidia", memory_bytes=memory_bytes)]
 
     def _base(self) -> dict[str, Any]:
         return {"rank": 0, "pid": 1, "tid": 1}
@@ -74,6 +76,16 @@ class Synth:
     def step(self, n: int, start: float, dur: float) -> None:
         self.annotation(f"ProfilerStep#{n}", start, dur, kind="step", step=n)
 
+    def memory(self, ts: float, nbytes: int, allocated: int | None, reserved: int, *,
+               address: int | None = None, operator: str | None = None,
+               source: str = "allocator", device: int = 0) -> None:
+        """A device memory event: ``nbytes`` allocated (> 0) or freed (< 0), then the device's
+        totals (``allocated`` is None for the driver's rows, which do not see it)."""
+        self.mem.append({**self._base(), "device": device, "ts_ns": int(ts * US),
+                         "source": source, "bytes": nbytes, "address": address,
+                         "allocated_bytes": allocated, "reserved_bytes": reserved,
+                         "operator": operator})
+
     def trace(self) -> Trace:
         gpu = pl.DataFrame(self.gpu, infer_schema_length=None) if self.gpu else pl.DataFrame()
         if self.gpu:
@@ -86,6 +98,8 @@ class Synth:
             if self.ann else conform(pl.DataFrame({"rank": []}), "annotations"),
             "syncs": conform(pl.DataFrame({"rank": []}), "syncs"),
             "counters": conform(pl.DataFrame({"rank": []}), "counters"),
+            "memory": conform(pl.DataFrame(self.mem, infer_schema_length=None), "memory")
+            if self.mem else conform(pl.DataFrame({"rank": []}), "memory"),
         }
         trace = Trace(meta=TraceMeta(path="synthetic", source_format="kineto",
                                      devices=self.devices), **frames)
