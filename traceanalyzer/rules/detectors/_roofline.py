@@ -10,8 +10,8 @@ import polars as pl
 from traceanalyzer.devices import peaks_of
 from traceanalyzer.perfmodel import summarize
 from traceanalyzer.perfmodel.model import Roofline, roofline_table
-from traceanalyzer.rules.detectors import NotApplicable
-from traceanalyzer.rules.detectors._common import analyzed_device
+from traceanalyzer.rules.detectors import NotApplicable, Params
+from traceanalyzer.rules.detectors._common import analyzed_device, pct, window_length
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -41,3 +41,22 @@ def op_roofline(views: Views) -> pl.DataFrame:
     )
     views.__dict__[_CACHE] = table
     return table
+
+
+def slow_signatures(
+    views: Views, p: Params, *predicates: pl.Expr
+) -> tuple[pl.DataFrame, int] | None:
+    """The signatures matching ``predicates`` whose kernels average at least ``min_kernel_us``
+    (shorter ones are bound by launch latency and the tail, not the kernel), most time lost
+    first, and the time they lose; None unless it is ``min_impact_pct`` of the window."""
+    slow = op_roofline(views).filter(
+        *predicates,
+        pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
+    ).sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
+    window = window_length(views)
+    if slow.is_empty() or not window:
+        return None
+    lost = int(slow["lost_ns"].sum())
+    if pct(lost, window) < p["min_impact_pct"]:
+        return None
+    return slow, lost

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms, pct, window_length
-from traceanalyzer.rules.detectors._roofline import op_roofline
+from traceanalyzer.rules.detectors._common import ms
+from traceanalyzer.rules.detectors._roofline import slow_signatures
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -33,18 +33,12 @@ def gemm_below_roofline(views: Views, p: Params) -> Detection | None:
     arithmetic intensity; the impact is the time beyond a roofline-speed kernel (``lost_ns``),
     signatures whose kernels average less than ``min_kernel_us`` left out (launch
     latency and the tail bound them, not the kernel); fired when it is at least ``min_impact_pct`` of the window."""
-    ops = op_roofline(views)
-    slow = ops.filter(
-        pl.col("op_class") == "gemm",
-        pl.col("roofline_pct") < p["max_roofline_pct"],
-        pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
-    ).sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
-    window = window_length(views)
-    if slow.is_empty() or not window:
+    found = slow_signatures(
+        views, p, pl.col("op_class") == "gemm", pl.col("roofline_pct") < p["max_roofline_pct"]
+    )
+    if found is None:
         return None
-    lost = int(slow["lost_ns"].sum())
-    if pct(lost, window) < p["min_impact_pct"]:
-        return None
+    slow, lost = found
     top = slow.row(0, named=True)
     evidence = slow.select(
         pl.col("name").alias("op"),

@@ -8,8 +8,8 @@ import polars as pl
 
 from traceanalyzer.perfmodel.formulas import FLOP_CLASSES
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms, pct, window_length
-from traceanalyzer.rules.detectors._roofline import op_roofline
+from traceanalyzer.rules.detectors._common import ms
+from traceanalyzer.rules.detectors._roofline import slow_signatures
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -35,19 +35,16 @@ def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
     is the time beyond moving those bytes at the full bandwidth, signatures whose kernels average less than ``min_kernel_us`` left out (launch
     latency and the tail bound them, not the kernel); fired when it is at least
     ``min_impact_pct`` of the window."""
-    ops = op_roofline(views)
-    slow = ops.filter(
+    found = slow_signatures(
+        views,
+        p,
         pl.col("bound") == "memory",
         ~pl.col("op_class").is_in(list(FLOP_CLASSES)),
         pl.col("roofline_pct") < p["max_bandwidth_pct"],
-        pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
-    ).sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
-    window = window_length(views)
-    if slow.is_empty() or not window:
+    )
+    if found is None:
         return None
-    lost = int(slow["lost_ns"].sum())
-    if pct(lost, window) < p["min_impact_pct"]:
-        return None
+    slow, lost = found
     top = slow.row(0, named=True)
     evidence = slow.select(
         pl.col("name").alias("op"),
