@@ -59,9 +59,7 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         ranks=rank_table(views.metrics_by_rank) if len(views.ranks) > 1 else None,
     )
     _add_memory(result, views)
-    from traceanalyzer.perfmodel import summarize
-
-    result.perf, result.perf_summary = summarize(views, metrics.rank)
+    result.perf, result.perf_summary = views.perf_model
     if rules:
         from traceanalyzer.rules.engine import evaluate
 

@@ -195,6 +195,14 @@ class Views:
         by_rank = self.metrics_by_rank
         return by_rank.get(self.meta.rank) or by_rank[min(by_rank)]
 
+    @_view
+    def perf_model(self) -> tuple[pl.DataFrame, dict[str, Any]]:
+        """The performance model of the headline rank (:func:`perfmodel.summarize`), computed
+        once for the result and the roofline rules."""
+        from traceanalyzer.perfmodel import summarize
+
+        return summarize(self, self.metrics.rank)
+
     @property
     def window(self) -> tuple[int, int] | None:
         """The analyzed window: from the first to the last GPU activity (or CPU event)."""

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.devices import peaks_of
-from traceanalyzer.perfmodel import summarize
 from traceanalyzer.perfmodel.model import Roofline, roofline_table
 from traceanalyzer.rules.detectors import NotApplicable, Params
 from traceanalyzer.rules.detectors._common import analyzed_device, pct, window_length
@@ -33,7 +32,7 @@ def op_roofline(views: Views) -> pl.DataFrame:
     if peaks is None:
         name = device.name if device is not None and device.name else "an unrecorded GPU"
         raise NotApplicable(f"no peak throughput known for {name}")
-    frame, _ = summarize(views, views.metrics.rank)
+    frame, _ = views.perf_model
     table = roofline_table(
         frame.rename({"name": "kernel"}).rename({"op_name": "name"}),
         Roofline(device.name if device else None, peaks),
