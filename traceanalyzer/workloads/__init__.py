@@ -76,8 +76,17 @@ WORKLOADS: dict[str, WorkloadInfo] = {
         ),
         WorkloadInfo(
             "fp32_matmul",
-            "FP32 GEMMs (TF32 off) vs the same GEMMs in BF16 on tensor cores",
+            "FP32 GEMMs (TF32 off) vs the same GEMMs in BF16 on tensor cores; tf32: the FP32 "
+            "GEMMs with TF32 allowed",
             ("fp32-matmul",),
+            variants=("bad", "good", "tf32"),
+        ),
+        WorkloadInfo(
+            "strided_elementwise",
+            "bf16 residual add reading a transposed view vs the operand transposed once before "
+            "the steps",
+            ("memory-bound-below-bandwidth",),
+            torch_only_rules=("memory-bound-below-bandwidth",),
         ),
         WorkloadInfo(
             "small_batch_decode",
