@@ -17,6 +17,7 @@ import torch
 
 
 def best_gbps(fn, nbytes: int, repeats: int = 20) -> float:  # type: ignore[no-untyped-def]
+    """GB/s of the fastest of ``repeats`` timed calls of ``fn`` that move ``nbytes``."""
     for _ in range(3):
         fn()
     times = []
@@ -30,21 +31,27 @@ def best_gbps(fn, nbytes: int, repeats: int = 20) -> float:  # type: ignore[no-u
     return nbytes / min(times) / 1e9
 
 
+def measure(dtype) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Copy, add, triad and sum of 1 GiB tensors of ``dtype``."""
+    n = (1 << 30) // torch.finfo(dtype).bits * 8
+    a = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    c = torch.empty_like(a)
+    size = a.numel() * a.element_size()
+    name = str(dtype).removeprefix("torch.")
+    return {
+        f"copy_{name}": best_gbps(lambda: c.copy_(a), 2 * size),
+        f"add_{name}": best_gbps(lambda: torch.add(a, b, out=c), 3 * size),
+        f"triad_{name}": best_gbps(lambda: torch.add(a, b, alpha=2.0, out=c), 3 * size),
+        f"sum_{name}": best_gbps(lambda: a.sum(), size),
+    }
+
+
 def main() -> None:
     out: dict[str, object] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    results = {}
+    results: dict[str, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
-        n = (1 << 30) // torch.finfo(dtype).bits * 8
-        a = torch.randn(n, device="cuda", dtype=dtype)
-        b = torch.randn(n, device="cuda", dtype=dtype)
-        c = torch.empty_like(a)
-        size = a.numel() * a.element_size()
-        name = str(dtype).removeprefix("torch.")
-        results[f"copy_{name}"] = best_gbps(lambda: c.copy_(a), 2 * size)
-        results[f"add_{name}"] = best_gbps(lambda: torch.add(a, b, out=c), 3 * size)
-        results[f"triad_{name}"] = best_gbps(lambda: torch.add(a, b, alpha=2.0, out=c), 3 * size)
-        results[f"sum_{name}"] = best_gbps(lambda: a.sum(), size)
-        del a, b, c
+        results.update(measure(dtype))
     out["gbps"] = {k: round(v, 1) for k, v in results.items()}
     props = torch.cuda.get_device_properties(0)
     out["sm_count"] = props.multi_processor_count
