@@ -31,6 +31,7 @@ CATEGORIES: tuple[str, ...] = (
     "elementwise",
     "reduction",
     "norm",
+    "embedding",
     "optimizer",
     "communication",
     "memcpy",

@@ -9,15 +9,18 @@ from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.report._common import (
+    EXPOSED_TRANSFER_LABEL,
     INFORMATIONAL,
     costs_nothing,
     counted,
+    exposed_transfer,
     fmt_ns,
     fmt_pct,
     memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
+    step_numbering,
     step_rows,
     write_text_atomic,
 )
@@ -68,6 +71,8 @@ def render_markdown(result: AnalysisResult) -> str:
     lines += [" · ".join(facts), ""]
     if result.window is not None:
         lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
+    if m.step_count:
+        lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -80,6 +85,9 @@ def render_markdown(result: AnalysisResult) -> str:
          " / ".join(fmt_pct(pct_of(x, m.span_ns)) for x in
                     (m.compute_ns, m.communication_ns, m.exposed_communication_ns,
                      m.memory_ns))),
+        *([(EXPOSED_TRANSFER_LABEL.capitalize(),
+            f"{fmt_pct(pct_of(transfer, m.span_ns))} ({fmt_ns(transfer)})")]
+          if (transfer := exposed_transfer(m)) is not None else []),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
         *[(label, md_escape(value)) for label, value in perf_rows(result)],
