@@ -176,3 +176,108 @@ def test_bert_window_names_the_first_steps_cpu_range_before_its_gpu_work():
         "start of its GPU work, while the GPU ran" in sentence
     )
     assert "of work launched before the capture began" in sentence
+
+
+# --- 6. what the nsys reports said that did not hold for the trace ---------------------------
+
+NSYS = SAMPLES / "nsys"
+NSYS_GPT = NSYS / "gpt_step_bad.sqlite"
+NSYS_NANOGPT = SAMPLES / "holdout" / "nsys" / "nanogpt_train.sqlite"
+NSYS_RTX = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"
+
+
+def _finding(result, slug):
+    return next((f for f in result.findings if f.slug == slug), None)
+
+
+NO_SHAPES = _have(NSYS_GPT, NSYS_NANOGPT, NSYS_RTX)
+
+
+@pytest.mark.skipif(len(NO_SHAPES) < 2, reason="traces absent")
+@pytest.mark.parametrize("path", NO_SHAPES, ids=lambda p: p.name)
+def test_nsys_traces_are_not_told_to_record_shapes_with_torch_profiler_options(path):
+    result = analyze(path, use_cache=False)
+    reasons = [o.reason for o in result.rule_outcomes if o.status == "not_applicable"]
+    shapes = [r for r in reasons if "shapes were not recorded" in r]
+    assert shapes
+    for reason in shapes:
+        assert "(profile with record_shapes=True)" not in reason
+        assert "Nsight Systems records none" in reason
+    line = next(ln for ln in render_summary(result).splitlines() if "MFU:" in ln)
+    assert "Nsight Systems records none" in line and "Nsight Systems, or torch.profiler" not in line
+
+
+@pytest.mark.skipif(not (NSYS / "hidden_sync_bad.sqlite").exists(), reason="sample traces absent")
+def test_hidden_sync_names_a_costliest_operator_only_where_operators_are_recorded():
+    for path in (NSYS_GPT, NSYS / "hidden_sync_bad.sqlite", NSYS / "sync_memcpy_bad.sqlite"):
+        f = _finding(analyze(path, use_cache=False), "hidden-sync")
+        assert f is not None and "no operator recorded" not in f.message
+        assert "costliest operator" not in f.message
+    f = _finding(
+        analyze(SAMPLES / "torch" / "hidden_sync_bad.json.gz", use_cache=False), "hidden-sync"
+    )
+    assert f is not None and re.search(r"costliest operator aten::\w+, \d+x", f.message)
+
+
+@pytest.mark.skipif(not NSYS_NANOGPT.exists(), reason="holdout traces absent")
+def test_odd_matmul_shape_counts_kernels_not_shapes_where_shapes_are_not_recorded():
+    for path in (NSYS_NANOGPT, NSYS / "odd_matmul_shape_bad.sqlite"):
+        f = _finding(analyze(path, use_cache=False), "odd-matmul-shape")
+        kernels = len({row["kernel"] for row in f.evidence})
+        assert re.search(rf"in {kernels} kernels? \(shapes not recorded\)", f.message)
+        assert " shape had" not in f.message and " shapes had" not in f.message
+    f = _finding(
+        analyze(SAMPLES / "torch" / "odd_matmul_shape_bad.json.gz", use_cache=False),
+        "odd-matmul-shape",
+    )
+    assert re.search(r"in \d+ shapes? had", f.message)
+
+
+@pytest.mark.skipif(not (NSYS / "launch_bound_bad.sqlite").exists(), reason="sample traces absent")
+def test_launch_overhead_share_is_of_what_the_message_says():
+    for path in (NSYS / "launch_bound_bad.sqlite", NSYS / "dataloader_stall_bad.sqlite"):
+        f = _finding(analyze(path, use_cache=False), "launch-overhead-bound")
+        said = float(
+            re.search(
+                r"launch overhead (\d+)% of the time from those steps' first "
+                r"kernel to their last",
+                f.message,
+            ).group(1)
+        )
+        # Evidence rows: one per flagged step, from its first kernel's start to its last's end.
+        span = sum(r["end_ns"] - r["start_ns"] for r in f.evidence)
+        gaps = sum(r["launch_gap_us"] for r in f.evidence) * 1000
+        assert said == pytest.approx(100 * gaps / span, abs=0.6)
+
+
+@pytest.mark.skipif(not (NSYS / "unfused_optimizer_bad.sqlite").exists(), reason="absent")
+def test_kernel_counts_have_thousands_separators_in_every_message():
+    result = analyze(NSYS / "unfused_optimizer_bad.sqlite", use_cache=False)
+    for f in result.findings:
+        assert not re.search(r"(?<![\d.,])\d{4,} kernels", f.message), f.message
+
+
+SPAN_SHORT = _have(NSYS_RTX, NSYS / "dataloader_stall_bad.sqlite")
+
+
+@pytest.mark.skipif(len(SPAN_SHORT) < 2, reason="traces absent")
+@pytest.mark.parametrize("path", SPAN_SHORT, ids=lambda p: p.name)
+def test_reports_say_what_percentages_are_of_when_the_gpu_span_is_short(path):
+    result = analyze(path, use_cache=False)
+    assert result.metrics.span_ns < 0.9 * result.window.analyzed_ns
+    for text in (render_summary(result), render_markdown(result)):
+        assert "the percentages, and each finding's share of the window, are of this span" in text
+
+
+WARNED = _have(NSYS_RTX, SAMPLES / "programs" / "torch" / "cudagraph_capture.json.gz")
+
+
+@pytest.mark.skipif(not WARNED, reason="traces absent")
+@pytest.mark.parametrize("path", WARNED, ids=lambda p: p.name)
+def test_markdown_shows_the_trace_warnings_it_counts(path):
+    result = analyze(path, use_cache=False)
+    assert result.meta.warnings
+    text = render_markdown(result)
+    assert "warning(s)" not in text
+    for warning in result.meta.warnings[:3]:
+        assert warning.split(":")[0][:40].replace("_", "\\_") in text

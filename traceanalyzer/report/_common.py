@@ -291,6 +291,22 @@ def step_numbering(result: Any) -> str:
     return f"{steps.height:,} ({span}, {how})"
 
 
+#: The GPU span is named beside the window when it is shorter than this share of it.
+SPAN_NOTE_SHARE = 0.9
+
+
+def span_note(result: Any) -> str | None:
+    """Where the GPU's span (first GPU activity to last, what every percentage and each
+    finding's "% of the window" is of) is much shorter than the analyzed window, a line that
+    says so; else None."""
+    window, span = getattr(result, "window", None), result.metrics.span_ns
+    analyzed = window.analyzed_ns if window is not None else 0
+    if not analyzed or not span or span >= SPAN_NOTE_SHARE * analyzed:
+        return None
+    return (f"{fmt_ns(span)} of the {fmt_ns(analyzed)} window, from its first GPU activity to "
+            "its last: the percentages, and each finding's share of the window, are of this span")
+
+
 def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict[str, Any]], int]:
     """The per-step table every report shows, one dict per step of the headline rank: step,
     time, GPU busy %, idle by cause (% of the step), kernels, launches, and a mark ("slowest",

@@ -20,6 +20,7 @@ from traceanalyzer.report._common import (
     pct_of,
     rank_rows,
     sorted_findings,
+    span_note,
     step_numbering,
     step_rows,
     write_text_atomic,
@@ -27,6 +28,8 @@ from traceanalyzer.report._common import (
 from traceanalyzer.report.perf import perf_rows
 from traceanalyzer.report.textsafe import visible
 
+#: Trace warnings listed in the summary.
+MAX_WARNINGS = 3
 #: Findings listed in the summary; the HTML and JSON reports have them all.
 MAX_FINDINGS = 5
 _SEVERITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵", "info": "⚪"}
@@ -73,6 +76,8 @@ def render_markdown(result: AnalysisResult) -> str:
         lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
     if m.step_count:
         lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
+    if (span := span_note(result)) is not None:
+        lines += [f"**GPU span:** {md_escape(span)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -148,7 +153,11 @@ def render_markdown(result: AnalysisResult) -> str:
             f"{md_escape(_short(r['name']))} ({fmt_pct(r.get('pct_gpu_time'))})"
             for r in top.to_dicts())]
     if meta.warnings:
-        lines += ["", f"⚠️ {len(meta.warnings)} trace warning(s); see the full report."]
+        # Each warning says what the numbers above mean on this trace: shown, not only counted.
+        lines += ["", f"⚠️ {counted(len(meta.warnings), 'trace warning')}:"]
+        lines += [f"- {md_escape(w)}" for w in meta.warnings[:MAX_WARNINGS]]
+        if len(meta.warnings) > MAX_WARNINGS:
+            lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ from traceanalyzer.report._common import (
     exposed_transfer,
     memory_lines,
     rank_rows,
+    span_note,
     step_numbering,
     step_rows,
 )
@@ -131,6 +132,8 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append(f"   window: {safe(window.describe())}")
     if m.step_count:
         lines.append(f"   steps: {safe(step_numbering(result))}")
+    if (span := span_note(result)) is not None:
+        lines.append(f"   GPU span: {safe(span)}")
     for warning in meta.warnings:
         lines.append(f"   warning: {safe(warning)}")
     idle = m.idle_ns or 0
