@@ -281,3 +281,25 @@ def test_markdown_shows_the_trace_warnings_it_counts(path):
     assert "warning(s)" not in text
     for warning in result.meta.warnings[:3]:
         assert warning.split(":")[0][:40].replace("_", "\\_") in text
+
+
+DEVICES = _have(NSYS / "sync_memcpy_bad.sqlite", NSYS_DDP0, V100)
+
+
+@pytest.mark.skipif(len(DEVICES) < 2, reason="traces absent")
+@pytest.mark.parametrize("path", DEVICES, ids=lambda p: p.name)
+def test_the_device_line_names_the_gpus_the_rank_used(path):
+    # These traces list two GPUs; the analyzed rank ran work on one of them.
+    result = analyze(path, use_cache=False)
+    used = set(result.streams.filter(result.streams["rank"] == result.metrics.rank)["device"])
+    assert len(result.meta.devices) == 2 and len(used) == 1
+    line = next(ln for ln in render_summary(result).splitlines() if "device:" in ln)
+    assert "(+1 more)" not in line
+    assert line.endswith("; the trace lists 1 more GPU that ran none of this rank's work")
+
+
+@pytest.mark.skipif(not (NSYS / "naive_model_parallel_bad.sqlite").exists(), reason="absent")
+def test_a_process_on_two_gpus_lists_both():
+    result = analyze(NSYS / "naive_model_parallel_bad.sqlite", use_cache=False)
+    line = next(ln for ln in render_summary(result).splitlines() if "device:" in ln)
+    assert line.strip() == "device: NVIDIA H200 (+1 more)"

@@ -291,6 +291,30 @@ def step_numbering(result: Any) -> str:
     return f"{steps.height:,} ({span}, {how})"
 
 
+def device_line(result: Any) -> str:
+    """The GPUs the headline rank ran work on, by the trace's names ("NVIDIA H200", "NVIDIA
+    H200 (+1 more)"), and how many more the trace lists that ran none of it: an Nsight Systems
+    export lists every GPU of the machine, not the ones the process used."""
+    meta = result.meta
+    if not meta.devices:
+        return ""
+    streams = getattr(result, "streams", None)
+    used: set[int] = set()
+    if streams is not None and not streams.is_empty() and "device" in streams.columns:
+        mine = streams.filter(streams["rank"] == result.metrics.rank) if "rank" in streams.columns \
+            else streams
+        used = {int(d) for d in mine["device"].drop_nulls().to_list()}
+    shown = [d for d in meta.devices if d.id in used] or list(meta.devices)
+    line = shown[0].name or f"device {shown[0].id}"
+    if len(shown) > 1:
+        line += f" (+{len(shown) - 1} more)"
+    idle = len(meta.devices) - len(shown)
+    if idle > 0:
+        line += (f"; the trace lists {idle} more GPU{'s' if idle > 1 else ''} that ran none of "
+                 "this rank's work")
+    return line
+
+
 #: The GPU span is named beside the window when it is shorter than this share of it.
 SPAN_NOTE_SHARE = 0.9
 

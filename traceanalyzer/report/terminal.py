@@ -16,6 +16,7 @@ from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
     counted,
+    device_line,
     exposed_transfer,
     memory_lines,
     rank_rows,
@@ -123,10 +124,9 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
     lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    devices = ", ".join(safe(d.name or f"device {d.id}") for d in meta.devices[:1])
+    devices = device_line(result)
     if devices:
-        lines.append(f"   device: {devices}" + (f" (+{len(meta.devices) - 1} more)"
-                                                  if len(meta.devices) > 1 else ""))
+        lines.append(f"   device: {safe(devices)}")
     window = result.window
     if window is not None:
         lines.append(f"   window: {safe(window.describe())}")
