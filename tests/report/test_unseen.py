@@ -303,3 +303,23 @@ def test_a_process_on_two_gpus_lists_both():
     result = analyze(NSYS / "naive_model_parallel_bad.sqlite", use_cache=False)
     line = next(ln for ln in render_summary(result).splitlines() if "device:" in ln)
     assert line.strip() == "device: NVIDIA H200 (+1 more)"
+
+
+GRAPH_LEVEL = NSYS / "launch_bound_good_graphlevel.sqlite"  # graphs traced whole
+GRAPH_NODES = NSYS / "launch_bound_good.sqlite"  # the same program, graph nodes traced
+
+
+@pytest.mark.skipif(not GRAPH_LEVEL.exists(), reason="sample traces absent")
+def test_kernel_counts_say_when_a_cuda_graph_is_one_activity():
+    result = analyze(GRAPH_LEVEL, use_cache=False)
+    graphs = int(result.kernels["instances"].sum())
+    note = (
+        f"{graphs} CUDA graph executions traced whole (nsys --cuda-graph-trace=graph) count "
+        "as one kernel each; the kernels inside them are not in the trace"
+    )
+    assert f"kernels: {note}" in render_summary(result)
+    assert f"**Kernels:** {note}" in render_markdown(result).replace("\\", "")
+    # Traced node by node, the same program's kernels are in the trace: no note.
+    nodes = analyze(GRAPH_NODES, use_cache=False)
+    assert "traced whole" not in render_summary(nodes)
+    assert nodes.metrics.kernels_per_step > result.metrics.kernels_per_step

@@ -315,6 +315,25 @@ def device_line(result: Any) -> str:
     return line
 
 
+#: The name the Nsight Systems reader gives a CUDA graph traced whole (ingest.nsys.frames).
+_WHOLE_GRAPH = r"^\[CUDA graph \d+\]$"
+
+
+def graph_note(result: Any) -> str | None:
+    """Where the trace records CUDA graphs as one activity each (Nsight Systems'
+    ``--cuda-graph-trace=graph``), a line that says the kernel counts count each graph once."""
+    kernels = getattr(result, "kernels", None)
+    if kernels is None or kernels.is_empty() or "name" not in kernels.columns:
+        return None
+    graphs = kernels.filter(kernels["name"].str.contains(_WHOLE_GRAPH))
+    if graphs.is_empty():
+        return None
+    runs = int(graphs["instances"].sum()) if "instances" in graphs.columns else graphs.height
+    verb, them = ("counts", "it") if runs == 1 else ("count", "them")
+    return (f"{counted(runs, 'CUDA graph execution')} traced whole (nsys --cuda-graph-trace=graph) "
+            f"{verb} as one kernel each; the kernels inside {them} are not in the trace")
+
+
 #: The GPU span is named beside the window when it is shorter than this share of it.
 SPAN_NOTE_SHARE = 0.9
 

@@ -16,6 +16,7 @@ from traceanalyzer.report._common import (
     exposed_transfer,
     fmt_ns,
     fmt_pct,
+    graph_note,
     memory_lines,
     pct_of,
     rank_rows,
@@ -78,6 +79,8 @@ def render_markdown(result: AnalysisResult) -> str:
         lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
     if (span := span_note(result)) is not None:
         lines += [f"**GPU span:** {md_escape(span)}", ""]
+    if (note := graph_note(result)) is not None:
+        lines += [f"**Kernels:** {md_escape(note)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,

@@ -18,6 +18,7 @@ from traceanalyzer.report._common import (
     counted,
     device_line,
     exposed_transfer,
+    graph_note,
     memory_lines,
     rank_rows,
     span_note,
@@ -134,6 +135,8 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append(f"   steps: {safe(step_numbering(result))}")
     if (span := span_note(result)) is not None:
         lines.append(f"   GPU span: {safe(span)}")
+    if (note := graph_note(result)) is not None:
+        lines.append(f"   kernels: {safe(note)}")
     for warning in meta.warnings:
         lines.append(f"   warning: {safe(warning)}")
     idle = m.idle_ns or 0
