@@ -5,6 +5,8 @@ ingest (tests/ingest/kineto/test_regexlite.py checks the two matchers agree on t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 
@@ -24,11 +26,19 @@ CASES: list[tuple[str, str]] = [
     ("void recat_copy_async_kernel<float>(long const*, long const*, float const*, float*, long, long, long)",
      "elementwise"),
     ("split_embedding_codegen_forward_unweighted_kernel<float, float, float, long, 2ul>"
-     "(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "elementwise"),
+     "(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "embedding"),
     ("split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float, float, "
-     "float, 2ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "elementwise"),
+     "float, 2ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "embedding"),
     ("split_embedding_backward_codegen_adam_unweighted_kernel_warp_per_row_1<float, float, float, 1ul>"
-     "(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "elementwise"),
+     "(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", "embedding"),
+    # the rest of torchrec's table-batched embedding (the V100/A100 DLRM traces) and nn.Embedding's
+    # backward (the held-out GPT traces): embedding lookups, gathers with a segment sum
+    ("void split_embedding_codegen_grad_indice_weights_kernel<float, float, float, 1ul>"
+     "(at::GenericPackedTensorAccessor<float, 2ul, at::RestrictPtrTraits, int>)", "embedding"),
+    ("split_embedding_backward_codegen_rowwise_adagrad_weighted_find_long_segments"
+     "(at::GenericPackedTensorAccessor<int, 1ul, at::RestrictPtrTraits, int>)", "embedding"),
+    ("void at::native::(anonymous namespace)::embedding_backward_feature_kernel<float, float, long>"
+     "(long const*, float const*, float*, int, long, int)", "embedding"),
     ("bounds_check_indices_kernel<long>(at::GenericPackedTensorAccessor<long, 1ul, at::RestrictPtrTraits, int>)",
      "elementwise"),
     ("void at::to_dense_representation_kernel<float>(long, long, long const*, float const*, long const*, float*)",
@@ -87,6 +97,22 @@ CASES: list[tuple[str, str]] = [
      "vllm::Signal*, __nv_bfloat16*, int, int)", "communication"),
     ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*)", "communication"),
     # --- norm, reduction, optimizer, elementwise ----------------------------------------------------
+    # cuDNN's batch norm (HTA's ns-resolution ResNet trace, V100): bn_fw_tr_*, bn_bw_*
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float, float, float, "
+     "cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, "
+     "float const*, float*, float*, float const*, float const*, float)", "norm"),
+    ("void cudnn::bn_bw_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_bw_1C11_args<float>)", "norm"),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>(cudnnTensorStruct, "
+     "float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, "
+     "float*, float*, float, float)", "norm"),
+    ("void cudnn::bn_fw_tr_1C11_singleread<float, 512, true, 1, 2, 0>(cudnn::bn_fw_tr_1C11_args<float>)", "norm"),
+    ("void at::native::batch_norm_backward_elemt_channels_last_kernel<4, c10::BFloat16, float, float>"
+     "(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, float const*, float const*, "
+     "float const*, c10::BFloat16*, int, int)", "norm"),
+    # cuDNN's convolution backward-data engine (same trace): a convolution, matrix math
+    ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*, int, "
+     "float const*, int, float*, kernel_grad_params, unsigned long long, int, unsigned long long, int, "
+     "float, int, int, int)", "gemm"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, false>"
      "(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, "
      "c10::BFloat16*)", "norm"),
@@ -132,3 +158,44 @@ def test_the_c_matcher_agrees_on_these_names():
         ours = eventassemble._eventassemble.search(pattern, lowered)
         assert ours is not None, f"the C matcher refuses {pattern!r}"
         assert ours == pl.Series(lowered).str.contains(pattern).to_list(), pattern
+
+
+# --- on the traces that hold them: no cuDNN batch norm left uncategorised, no TBE kernel an
+# elementwise op (which unfused-elementwise-chain would count as fusable) -----------------------
+
+_PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "public" / "kineto"
+BATCH_NORM_TRACES = [p for p in (_PUBLIC / "hta_ns_resolution.json.gz",) if p.exists()]
+TBE_TRACES = [p for p in (_PUBLIC / "hta_v100_rank_of2_test.json.gz",
+                          _PUBLIC / "hta_a100_rank3of8_control.json.gz") if p.exists()]
+
+
+@pytest.mark.skipif(not BATCH_NORM_TRACES, reason="public traces absent")
+@pytest.mark.parametrize("path", BATCH_NORM_TRACES, ids=lambda p: p.name)
+def test_cudnn_batch_norm_kernels_are_norms_in_the_trace(path):
+    from traceanalyzer import load
+
+    gpu = load(path, use_cache=False).gpu
+    bn = gpu.filter(pl.col("name").str.contains(r"cudnn::bn_(fw|bw)_"))
+    assert bn.height > 0
+    assert set(bn["category"].cast(pl.String).unique()) == {"norm"}
+    # Nor is any of the trace's convolution backward kernels left as "other".
+    dgrad = gpu.filter(pl.col("name").str.contains("dgrad_engine"))
+    assert dgrad.height > 0 and set(dgrad["category"].cast(pl.String).unique()) == {"gemm"}
+
+
+@pytest.mark.skipif(not TBE_TRACES, reason="public traces absent")
+@pytest.mark.parametrize("path", TBE_TRACES, ids=lambda p: p.name)
+def test_table_batched_embedding_kernels_are_embeddings_in_the_trace(path):
+    from traceanalyzer import analyze
+
+    result = analyze(path, use_cache=False)
+    kernels = result.kernels
+    tbe = kernels.filter(pl.col("name").str.contains("split_embedding"))
+    assert tbe.height > 0
+    assert set(tbe["category"].cast(pl.String).unique()) == {"embedding"}
+    cats = {r["category"] for r in result.categories.to_dicts()}
+    assert "embedding" in cats
+    for finding in result.findings:
+        if finding.slug == "unfused-elementwise-chain":
+            assert finding.evidence and not any(
+                "split_embedding" in str(row.get("kernel_names")) for row in finding.evidence)

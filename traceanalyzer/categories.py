@@ -21,9 +21,15 @@ import polars as pl
 KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("communication", r"^nccl|ncclkernel|nccldevkernel|^hccl|^rccl|^void nccl|cross_device_reduce|all_?reduce_kernel|allgather|reduce_?scatter|all_?to_?all|alltoall|deep_ep"),
     ("attention", r"flash|fmha|attention|attn|sdpa|mha_|_mha|xformers|cutlass.*mem_eff"),
+    # Embedding lookups and their backward: torchrec/FBGEMM's table-batched kernels
+    # (split_embedding_*: a gather and a pooled sum per bag, the backward with its fused
+    # optimizer update), EmbeddingBag and nn.Embedding's backward. Gathers and segment sums,
+    # neither pointwise (they do not fuse into an elementwise chain) nor matrix math.
+    ("embedding", r"split_embedding|embedding_bag|embeddingbag|embedding_backward|embedding_dense|batched_embedding|embedding_forward|embedding_codegen|^tbe_"),
     ("optimizer", r"(^|[^_]|[^n]_)adam|(^|[^_]|[^n]_)sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer|rmsprop"),
-    ("norm", r"norm([^iot]|$)|rms|welford|gammabeta"),
-    ("gemm", r"(^|[^b]|[^f]b)gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem|scudnn|winograd|wgrad_alg"),
+    # cuDNN's batch norm kernels are named bn_fw_tr_*, bn_fw_inf_*, bn_bw_* (cudnn::bn_bw_1C11...).
+    ("norm", r"norm([^iot]|$)|rms|welford|gammabeta|(^|[^a-z0-9])bn_(fw|bw)_"),
+    ("gemm", r"(^|[^b]|[^f]b)gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem|scudnn|winograd|wgrad_alg|dgrad_engine|dgrad_alg|dgrad2d"),
     ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per|softmax|max_?pool|avg_?pool|average_?pool"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu|permute|transpose|bucketize|jagged|quant|fbgemm|offsets_range|bounds_check|to_dense"),
 )

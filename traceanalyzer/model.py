@@ -31,12 +31,29 @@ CATEGORIES: tuple[str, ...] = (
     "elementwise",
     "reduction",
     "norm",
+    "embedding",
     "optimizer",
     "communication",
     "memcpy",
     "memset",
     "other",
 )
+
+#: How to get operator shapes, by the trace's format (TraceMeta.source_format): only
+#: torch.profiler records them, so "profile with record_shapes=True" is advice for its traces
+#: alone (rules' reasons and the MFU line say this one).
+SHAPES_HINTS: dict[str, str] = {
+    "kineto": "profile with record_shapes=True",
+    "nsys": "Nsight Systems records none; a torch.profiler trace with record_shapes=True has them",
+    "perfetto": "this Perfetto trace records none; a torch.profiler trace with record_shapes=True "
+                "has them",
+}
+
+
+def shapes_hint(source_format: str | None) -> str:
+    """Where operator shapes come from, in words that hold for a trace of ``source_format``."""
+    return SHAPES_HINTS.get(source_format or "", SHAPES_HINTS["kineto"])
+
 
 #: Kinds of GPU activity.
 GPU_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
+import pytest
+
+from tests.support.paths import PUBLIC, SAMPLES
 from tests.support.synth import US, Synth, busy_loop, run
+from traceanalyzer import analyze, load
 
 
 def test_sync_memcpy_fires_on_blocking_copies_only():
@@ -16,3 +23,58 @@ def test_sync_memcpy_fires_on_blocking_copies_only():
     s.api("cudaMemcpyAsync", 1100, 400)
     s.api("cudaMemsetAsync", 1500, 40)
     assert "sync-memcpy" not in run(s)[0]
+
+
+# --- what it says about CPU activity holds for the trace (issue 37) -----------------------------
+
+CPU_ONLY = PUBLIC / "kineto" / "hta_cpu_only.json.gz"  # 4 aten ops, all after its one step
+BERT = SAMPLES / "holdout" / "torch" / "bert_fp32_train.json.gz"
+
+
+def _reason(result, slug="sync-memcpy") -> str:
+    outcome = next(o for o in result.rule_outcomes if o.slug == slug)
+    assert outcome.status == "not_applicable"
+    return outcome.reason
+
+
+@pytest.mark.skipif(not CPU_ONLY.exists(), reason="public traces absent")
+def test_cpu_only_trace_is_not_said_to_have_no_cpu_activity():
+    trace = load(CPU_ONLY, use_cache=False)
+    assert trace.cpu.height == 4  # the trace has CPU activity: never "no CPU activity"
+    steady = analyze(CPU_ONLY, use_cache=False)
+    reason = _reason(steady)
+    assert "no CPU activity" not in reason
+    # Measured: the window (its one step) holds none of the 4 operators, which come after it.
+    assert steady.window.captured_rows["cpu"] == 4
+    assert reason.startswith(
+        "the analyzed window holds no CPU operators or runtime calls: "
+        "the capture's 4 lie outside it"
+    )
+    whole = analyze(CPU_ONLY, window="all", use_cache=False)
+    assert _reason(whole) == (
+        "the analyzed window holds no CUDA/HIP runtime or driver calls "
+        "(its CPU events: 4 framework operators)"
+    )
+
+
+@pytest.mark.skipif(not BERT.exists(), reason="holdout traces absent")
+def test_a_real_trace_without_runtime_calls_gets_a_measured_reason(tmp_path):
+    # The held-out BERT run with its CUDA runtime calls and GPU events taken out: framework
+    # operators and user ranges only, as a CPU-side capture records them.
+    doc = json.loads(gzip.decompress(BERT.read_bytes()))
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if str(e.get("cat", "")).lower() in ("cpu_op", "user_annotation")
+    ]
+    path = tmp_path / "bert_cpu_side.json"
+    path.write_text(json.dumps(doc))
+    result = analyze(path, use_cache=False)
+    ops = result.window.captured_rows["cpu"]
+    assert ops > 0
+    reason = _reason(result)
+    in_window = int(
+        reason.split("its CPU events: ")[1].split(" framework operators")[0].replace(",", "")
+    )
+    assert 0 < in_window <= ops
+    assert reason.startswith("the analyzed window holds no CUDA/HIP runtime or driver calls")

@@ -154,6 +154,9 @@ WINDOW_CHOICES = ("steps", "all", "profiler-range")
 WARMUP_FACTOR = 1.5
 #: Fewer steps than this on a rank give no median to judge warm-up by: all are kept.
 MIN_STEPS_FOR_WARMUP = 3
+#: The window sentence gives the steps' time and the window's apart once they differ by more
+#: than this share of the steps' time (docs/metrics.md, "The window sentence").
+STEPS_WINDOW_TOLERANCE = 0.005
 #: A later step slower than this multiple of the median is named as an outlier.
 OUTLIER_FACTOR = 1.5
 PROFILER_START, PROFILER_STOP = r"^cu(da)?ProfilerStart", r"^cu(da)?ProfilerStop"
@@ -197,6 +200,29 @@ class Window:
     reason: str = ""
     #: Before the window on the headline rank: duration and what the GPU did (start_up()).
     startup: dict[str, Any] = field(default_factory=dict)
+    #: The part of the window that is not the headline rank's step time (steps_ns), so that
+    #: the sentence accounts for all of it: from the window's start to its first step's timed
+    #: start (the first step counts the longer of its CPU range and its GPU work, so its CPU
+    #: range may open the window while the GPU still runs older work), the GPU's busy time
+    #: then, and how much of that was work whose launch the trace does not hold (queued before
+    #: the capture began).
+    lead_ns: int = 0
+    #: From the first warm-up step's CPU start to the window's start: the capture's time that
+    #: the warm-up steps take (0 without warm-up).
+    warmup_span_ns: int = 0
+    lead_gpu_busy_ns: int = 0
+    lead_unlaunched_ns: int = 0
+    #: Whether the first step's timed start is where its GPU work began (else: its CPU range's
+    #: length, counted back from its end).
+    lead_to_gpu_start: bool = False
+    #: The step before the first analyzed one on the headline rank (a warm-up step), whose end
+    #: the first step's time counts from, or None (the rank's first step).
+    lead_after_step: int | None = None
+    #: From the headline rank's last step's end to the window's end (other ranks' later steps).
+    tail_ns: int = 0
+    #: Rows of the cpu and gpu frames in the whole capture, before the window cut them: what a
+    #: "no CPU activity" could be said of (rules.engine.missing_requirement).
+    captured_rows: dict[str, int] = field(default_factory=dict)
 
     @property
     def captured_ns(self) -> int:
@@ -234,11 +260,11 @@ class Window:
             return f"{captured}; analyzed all of it{why}."
         took = self.steps_ns if self.steps_ns is not None else self.analyzed_ns
         analyzed = f"analyzed {self._what()}, {fmt_ns(took)}"
-        if took and abs(self.analyzed_ns - took) > max(0.05 * took, 100_000):
+        if took and abs(self.analyzed_ns - took) > max(STEPS_WINDOW_TOLERANCE * took, 10_000):
             # The steps' own time and the window they span differ (the GPU still ran earlier
             # steps' work, or time passed between steps): give both, so that captured = left
-            # out + analyzed holds on the page.
-            analyzed += f" of steps in a {fmt_ns(self.analyzed_ns)} window"
+            # out + analyzed holds on the page, and say what the rest of the window is.
+            analyzed += f" of steps in a {fmt_ns(self.analyzed_ns)} window" + self._rest()
         left = []
         if self.before_ns > 0:
             before = "start-up before the first step" if self.kind == "steps" else "before it"
@@ -246,13 +272,56 @@ class Window:
         if self.warmup:
             steps = _step_list([w["step"] for w in self.warmup])
             took = fmt_ns(sum(w["duration_ns"] for w in self.warmup))
-            left.append(f"{steps} ({took}) as warm-up, over {WARMUP_FACTOR:g}x the median step")
+            if self.warmup_span_ns and abs(self.warmup_span_ns - sum(
+                    w["duration_ns"] for w in self.warmup)) > max(0.002 * self.captured_ns, 1_000):
+                # The warm-up's stretch of the capture (its CPU start to the window's) is not
+                # its step time: name both, so that the sentence adds up.
+                left.append(f"{fmt_ns(self.warmup_span_ns)} of warm-up, {steps} (step time "
+                            f"{took}, over {WARMUP_FACTOR:g}x the median step)")
+            else:
+                left.append(f"{steps} ({took}) as warm-up, over {WARMUP_FACTOR:g}x the median "
+                            "step")
         if self.after_ns > 0:
             left.append(f"{fmt_ns(self.after_ns)} after the last step" if self.kind == "steps"
                         else f"{fmt_ns(self.after_ns)} after it")
         tail = f"; left out {', '.join(left)}" if left else ""
         why = f" ({self.reason})" if self.reason else ""
         return f"{captured}; {analyzed}{tail}{why}."
+
+    def _rest(self) -> str:
+        """What the window holds besides the steps' time (lead_ns, tail_ns and what remains),
+        as a clause of the window sentence."""
+        from traceanalyzer.report._common import fmt_ns
+
+        took = self.steps_ns or 0
+        small = max(0.002 * self.analyzed_ns, 1_000)
+        parts = []
+        if self.lead_ns > small and self.lead_after_step is not None:
+            parts.append(f"{fmt_ns(self.lead_ns)} of it from step {self.first_step}'s CPU start "
+                         f"to the end of warm-up step {self.lead_after_step}, whose GPU work "
+                         "(left out) still ran")
+        elif self.lead_ns > small:
+            first = f"step {self.first_step}"
+            where = ("to the start of its GPU work" if self.lead_to_gpu_start else
+                     "to the start of its counted time (a first step counts the longer of its "
+                     "CPU range and its GPU work, back from its end)")
+            gpu = ""
+            if self.lead_unlaunched_ns > small:
+                gpu = (f", while the GPU ran {fmt_ns(self.lead_unlaunched_ns)} of work launched "
+                       "before the capture began")
+            elif self.lead_gpu_busy_ns > small:
+                gpu = f", the GPU busy {fmt_ns(self.lead_gpu_busy_ns)} of it"
+            elif self.lead_gpu_busy_ns == 0:
+                gpu = ", the GPU idle"
+            parts.append(f"{fmt_ns(self.lead_ns)} of it from {first}'s CPU start {where}{gpu}")
+        if self.tail_ns > small:
+            parts.append(f"{fmt_ns(self.tail_ns)} after this rank's last step, until the other "
+                         "ranks' steps end")
+        rest = self.analyzed_ns - took - self.lead_ns - self.tail_ns
+        if abs(rest) > small:
+            parts.append(f"{fmt_ns(rest)} between steps" if rest > 0 else
+                         f"the steps' times overlapping by {fmt_ns(-rest)}")
+        return (": " + "; ".join(parts)) if parts else ""
 
     def _what(self) -> str:
         if self.kind in ("steps", "selection") and self.steps_analyzed:
@@ -305,11 +374,12 @@ def choose_window(trace: Trace, requested: str = "steps",
     from traceanalyzer.analysis.views import Views
 
     captured = _extent(trace)
+    captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height}
     meta = dataclasses.replace(trace.meta, extra=dict(trace.meta.extra),
                                warnings=list(trace.meta.warnings))
     trace = Trace(meta=meta, **trace.frames())
     window = Window(kind=requested, requested=requested, captured_start_ns=captured[0],
-                    captured_end_ns=captured[1])
+                    captured_end_ns=captured[1], captured_rows=captured_rows)
     if selection is not None and not selection.empty:
         trace = narrow(trace, selection)
         window.kind = "selection"
@@ -348,12 +418,16 @@ def choose_window(trace: Trace, requested: str = "steps",
             window.warmup = warmup
             window.median_step_ns = median
             window.startup = start_up(views, first, meta.rank)
+            if warmup:
+                lo = int(bounds["lo"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+                window.warmup_span_ns = max(0, lo - int(first["lo"].min()))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             window.first_step_start_ns = int(first["lo"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             trace = narrow_to(trace, bounds)
             _fill_steps(window, views, kept)
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             mine = kept.filter(pl.col("rank") == kept["rank"].min())
             window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
+            _fill_rest(window, trace, mine, steps)
     trace.meta.warnings.extend(_not_what_it_seems(trace, window))
     trace.meta.extra["window"] = window.to_dict()
     return trace
@@ -457,6 +531,36 @@ def _fill_steps(window: Window, views: Any, kept: pl.DataFrame | None) -> None:
     mine = kept.filter(pl.col("rank") == kept["rank"].min())
     window.steps_analyzed = mine.height
     window.first_step, window.last_step = int(mine["step"].min()), int(mine["step"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+
+
+def _fill_rest(window: Window, trace: Trace, mine: pl.DataFrame, steps: pl.DataFrame) -> None:
+    """The window's time besides the headline rank's steps (``mine``, in the narrowed
+    ``trace``; ``steps``: all the steps found, warm-up included): Window.lead_ns and what the
+    GPU did then, and Window.tail_ns."""
+    from traceanalyzer.analysis import intervals
+
+    if window.start_ns is None or window.end_ns is None or mine.is_empty():
+        return
+    first = mine.sort("start_ns").row(0, named=True)
+    before = steps.filter(pl.col("rank") == first["rank"], pl.col("start_ns") < first["start_ns"])
+    if not before.is_empty():
+        window.lead_after_step = int(before.sort("start_ns")["step"][-1])
+    lead_end = int(first["wall_start_ns"])
+    window.lead_ns = max(0, lead_end - window.start_ns)
+    window.tail_ns = max(0, window.end_ns - int(mine["wall_end_ns"].max()))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
+    window.lead_to_gpu_start = first["gpu_start_ns"] is not None and lead_end == first["gpu_start_ns"]
+    if window.lead_ns == 0:
+        return
+    gpu = trace.gpu.filter(pl.col("rank") == first["rank"]).select(
+        "start_ns", "end_ns", "correlation")
+    ran = intervals.clip(gpu, window.start_ns, lead_end)
+    window.lead_gpu_busy_ns = (int(intervals.union_length(ran.select("start_ns", "end_ns")))
+                               if ran.height else 0)
+    launched = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
+                                pl.col("correlation").is_not_null()).select("correlation")
+    unlaunched = ran.join(launched, on="correlation", how="anti") if ran.height else ran
+    window.lead_unlaunched_ns = (int(intervals.union_length(unlaunched.select("start_ns", "end_ns")))
+                                 if unlaunched.height else 0)
 
 
 def _fill_bounds(window: Window, trace: Trace) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.devices import peaks_of
-from traceanalyzer.model import DType
+from traceanalyzer.model import DType, shapes_hint
 from traceanalyzer.perfmodel.model import (
     PerfOptions,
     Roofline,
@@ -79,10 +79,7 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
     reason = None
     if flops is None:
         reason = (
-            (
-                "the trace records no operator shapes (Nsight Systems, or torch.profiler "
-                "without record_shapes=True)"
-            )
+            f"the trace records no operator shapes ({shapes_hint(views.meta.source_format)})"
             if not has_shapes
             else "no steps with model FLOPs"
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -217,6 +218,20 @@ def costs_nothing(finding: Finding) -> bool:
     return finding.severity == "info" and not finding.impact_ns
 
 
+#: The headline's label of ``metrics.exposed_transfer_ns`` (docs/metrics.md, "exposed transfer"),
+#: the same in the terminal, Markdown and HTML reports.
+EXPOSED_TRANSFER_LABEL = "exposed transfer (rank wait left out)"
+
+
+def exposed_transfer(metrics: Any) -> int | None:
+    """The exposed transfer to show beside the exposed communication, or None where it is not a
+    separate figure (basis ``none``: whole durations count, the same number as "exposed")."""
+    value = getattr(metrics, "exposed_transfer_ns", None)
+    if value is None or getattr(metrics, "exposed_transfer_basis", None) in (None, "none"):
+        return None
+    return int(value)
+
+
 def rank_rows(result: Any) -> list[dict[str, Any]]:
     """Per rank of a file that holds several (one process per GPU in one export): step time,
     busy, host wait, compute, communication and exposed communication (% of the rank's span)."""
@@ -238,6 +253,101 @@ def rank_rows(result: Any) -> list[dict[str, Any]]:
 
 #: Steps listed in the terminal and Markdown; the HTML and JSON list all of them.
 MAX_STEP_ROWS = 20
+
+
+def step_span(first: Any, last: Any) -> str:
+    """How every report names a run of steps: by the number the trace gives them
+    (``ProfilerStep#12`` is step 12), "step 12" or "steps 2-4"."""
+    return f"step {first}" if first == last else f"steps {first}-{last}"
+
+
+def step_numbering(result: Any) -> str:
+    """The headline rank's steps and where their numbers come from, for the reports' "steps"
+    line: "3 (steps 2-4, numbered as the trace names them: ProfilerStep#2 to ProfilerStep#4)",
+    so that a step number named anywhere in the report reads as the trace's own."""
+    count = counted(result.metrics.step_count or 0, "step")
+    steps = result.steps
+    if steps is None or steps.is_empty() or "step" not in steps.columns:
+        return count if result.metrics.step_count else "none found"
+    if "rank" in steps.columns:
+        mine = steps.filter(steps["rank"] == result.metrics.rank)
+        steps = mine if not mine.is_empty() else steps
+    steps = steps.filter(steps["step"].is_not_null()).sort("step")
+    if steps.is_empty():
+        return count
+    first, last = steps.row(0, named=True), steps.row(-1, named=True)
+    span = step_span(first["step"], last["step"])
+    # Names come from the trace: cut (callers escape them).
+    names = ([str(n)[:60] for n in steps["name"].to_list()] if "name" in steps.columns else [])
+    source = getattr(getattr(result, "window", None), "step_source", None)
+    if source == "inferred" or (names and names[0].startswith("inferred step")):
+        how = "inferred from a repeating kernel sequence, numbered in order"
+    elif names and all(re.search(rf"(?<![0-9]){n}(?![0-9])", name)
+                       for n, name in zip(steps["step"].to_list(), names, strict=True)):
+        ends = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+        how = f"numbered as the trace names them: {ends}"
+    else:
+        how = f"numbered in order: the trace's {names[0] if names else 'step'} ranges carry none"
+    return f"{steps.height:,} ({span}, {how})"
+
+
+def device_line(result: Any) -> str:
+    """The GPUs the headline rank ran work on, by the trace's names ("NVIDIA H200", "NVIDIA
+    H200 (+1 more)"), and how many more the trace lists that ran none of it: an Nsight Systems
+    export lists every GPU of the machine, not the ones the process used."""
+    meta = result.meta
+    if not meta.devices:
+        return ""
+    streams = getattr(result, "streams", None)
+    used: set[int] = set()
+    if streams is not None and not streams.is_empty() and "device" in streams.columns:
+        mine = streams.filter(streams["rank"] == result.metrics.rank) if "rank" in streams.columns \
+            else streams
+        used = {int(d) for d in mine["device"].drop_nulls().to_list()}
+    shown = [d for d in meta.devices if d.id in used] or list(meta.devices)
+    line = shown[0].name or f"device {shown[0].id}"
+    if len(shown) > 1:
+        line += f" (+{len(shown) - 1} more)"
+    idle = len(meta.devices) - len(shown)
+    if idle > 0:
+        line += (f"; the trace lists {idle} more GPU{'s' if idle > 1 else ''} that ran none of "
+                 "this rank's work")
+    return line
+
+
+#: The name the Nsight Systems reader gives a CUDA graph traced whole (ingest.nsys.frames).
+_WHOLE_GRAPH = r"^\[CUDA graph \d+\]$"
+
+
+def graph_note(result: Any) -> str | None:
+    """Where the trace records CUDA graphs as one activity each (Nsight Systems'
+    ``--cuda-graph-trace=graph``), a line that says the kernel counts count each graph once."""
+    kernels = getattr(result, "kernels", None)
+    if kernels is None or kernels.is_empty() or "name" not in kernels.columns:
+        return None
+    graphs = kernels.filter(kernels["name"].str.contains(_WHOLE_GRAPH))
+    if graphs.is_empty():
+        return None
+    runs = int(graphs["instances"].sum()) if "instances" in graphs.columns else graphs.height
+    verb, them = ("counts", "it") if runs == 1 else ("count", "them")
+    return (f"{counted(runs, 'CUDA graph execution')} traced whole (nsys --cuda-graph-trace=graph) "
+            f"{verb} as one kernel each; the kernels inside {them} are not in the trace")
+
+
+#: The GPU span is named beside the window when it is shorter than this share of it.
+SPAN_NOTE_SHARE = 0.9
+
+
+def span_note(result: Any) -> str | None:
+    """Where the GPU's span (first GPU activity to last, what every percentage and each
+    finding's "% of the window" is of) is much shorter than the analyzed window, a line that
+    says so; else None."""
+    window, span = getattr(result, "window", None), result.metrics.span_ns
+    analyzed = window.analyzed_ns if window is not None else 0
+    if not analyzed or not span or span >= SPAN_NOTE_SHARE * analyzed:
+        return None
+    return (f"{fmt_ns(span)} of the {fmt_ns(analyzed)} window, from its first GPU activity to "
+            "its last: the percentages, and each finding's share of the window, are of this span")
 
 
 def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict[str, Any]], int]:

@@ -31,9 +31,11 @@ from traceanalyzer.findings import Finding
 from traceanalyzer.model import Trace
 from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
+    EXPOSED_TRANSFER_LABEL,
     INFORMATIONAL,
     costs_nothing,
     counted,
+    exposed_transfer,
     finite,
     fmt_bytes,
     fmt_ns,
@@ -42,6 +44,7 @@ from traceanalyzer.report._common import (
     safe_url,
     short_kernel_name,
     sorted_findings,
+    step_numbering,
     step_rows,
     write_text_atomic,
 )
@@ -165,14 +168,7 @@ def _header(result: AnalysisResult, name: str) -> str:
     if m.window_start_ns is not None and m.window_end_ns is not None:
         window += (f" GPU span {fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
                    f"{m.window_end_ns:,} ns).")
-    steps = "none found"
-    if result.steps is not None and not result.steps.is_empty() and "step" in result.steps.columns:
-        nums = result.steps["step"].drop_nulls()
-        steps = f"{result.steps.height}"
-        if not nums.is_empty():
-            steps += f" (#{nums.min()} – #{nums.max()})"
-    elif m.step_count:
-        steps = str(m.step_count)
+    steps = step_numbering(result)
     rows = [
         ("File", f'<span class="mono break">{esc(meta.path)}</span>'),
         ("Format", esc(meta.source_format) + (f" · {esc(meta.profiler)}" if meta.profiler else "")),
@@ -253,8 +249,10 @@ def _headline(result: AnalysisResult) -> str:
               f"other {p(m.idle_other_ns)}"),
         _card("Compute", p(m.compute_ns), counted(m.kernel_count, "kernel")),
         _card("Communication", p(m.communication_ns),
-              f"exposed {p(m.exposed_communication_ns)} · overlap "
-              f"{fmt_pct(m.comm_overlap_pct)}"),
+              f"exposed {p(m.exposed_communication_ns)}"
+              + (f" · {EXPOSED_TRANSFER_LABEL} {p(transfer)}"
+                 if (transfer := exposed_transfer(m)) is not None else "")
+              + f" · overlap {fmt_pct(m.comm_overlap_pct)}"),
         _card("Memcpy / memset", p(m.memory_ns),
               f"{m.memcpy_count:,} copies · {m.memset_count:,} sets"),
         _card("Kernels per step",

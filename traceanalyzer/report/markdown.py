@@ -9,21 +9,28 @@ from typing import Any
 
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.report._common import (
+    EXPOSED_TRANSFER_LABEL,
     INFORMATIONAL,
     costs_nothing,
     counted,
+    exposed_transfer,
     fmt_ns,
     fmt_pct,
+    graph_note,
     memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
+    span_note,
+    step_numbering,
     step_rows,
     write_text_atomic,
 )
 from traceanalyzer.report.perf import perf_rows
 from traceanalyzer.report.textsafe import visible
 
+#: Trace warnings listed in the summary.
+MAX_WARNINGS = 3
 #: Findings listed in the summary; the HTML and JSON reports have them all.
 MAX_FINDINGS = 5
 _SEVERITY_MARK = {"critical": "🔴", "high": "🟠", "medium": "🟡", "low": "🔵", "info": "⚪"}
@@ -68,6 +75,12 @@ def render_markdown(result: AnalysisResult) -> str:
     lines += [" · ".join(facts), ""]
     if result.window is not None:
         lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
+    if m.step_count:
+        lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
+    if (span := span_note(result)) is not None:
+        lines += [f"**GPU span:** {md_escape(span)}", ""]
+    if (note := graph_note(result)) is not None:
+        lines += [f"**Kernels:** {md_escape(note)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -80,6 +93,9 @@ def render_markdown(result: AnalysisResult) -> str:
          " / ".join(fmt_pct(pct_of(x, m.span_ns)) for x in
                     (m.compute_ns, m.communication_ns, m.exposed_communication_ns,
                      m.memory_ns))),
+        *([(EXPOSED_TRANSFER_LABEL.capitalize(),
+            f"{fmt_pct(pct_of(transfer, m.span_ns))} ({fmt_ns(transfer)})")]
+          if (transfer := exposed_transfer(m)) is not None else []),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
         *[(label, md_escape(value)) for label, value in perf_rows(result)],
@@ -140,7 +156,11 @@ def render_markdown(result: AnalysisResult) -> str:
             f"{md_escape(_short(r['name']))} ({fmt_pct(r.get('pct_gpu_time'))})"
             for r in top.to_dicts())]
     if meta.warnings:
-        lines += ["", f"⚠️ {len(meta.warnings)} trace warning(s); see the full report."]
+        # Each warning says what the numbers above mean on this trace: shown, not only counted.
+        lines += ["", f"⚠️ {counted(len(meta.warnings), 'trace warning')}:"]
+        lines += [f"- {md_escape(w)}" for w in meta.warnings[:MAX_WARNINGS]]
+        if len(meta.warnings) > MAX_WARNINGS:
+            lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
 
 

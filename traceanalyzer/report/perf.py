@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.model import shapes_hint
 from traceanalyzer.report._common import finite, fmt_ns, short_kernel_name
 from traceanalyzer.report.charts import esc
 
@@ -62,7 +63,7 @@ def roofline_section(result: AnalysisResult) -> str:
     if ops.is_empty():
         return (
             head + '<p class="muted">No roofline: the trace records no operator shapes '
-            "(profile with torch.profiler and record_shapes=True).</p></section>"
+            f"({esc(shapes_hint(result.meta.source_format))}).</p></section>"
         )
     bw, peak = roof.bandwidth_gbps, roof.compute_tflops("bf16")
     if not bw or not peak:

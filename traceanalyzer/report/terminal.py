@@ -12,11 +12,17 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, cast
 
 from traceanalyzer.report._common import (
+    EXPOSED_TRANSFER_LABEL,
     INFORMATIONAL,
     costs_nothing,
     counted,
+    device_line,
+    exposed_transfer,
+    graph_note,
     memory_lines,
     rank_rows,
+    span_note,
+    step_numbering,
     step_rows,
 )
 from traceanalyzer.report.perf import perf_rows
@@ -119,13 +125,18 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
     lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    devices = ", ".join(safe(d.name or f"device {d.id}") for d in meta.devices[:1])
+    devices = device_line(result)
     if devices:
-        lines.append(f"   device: {devices}" + (f" (+{len(meta.devices) - 1} more)"
-                                                  if len(meta.devices) > 1 else ""))
+        lines.append(f"   device: {safe(devices)}")
     window = result.window
     if window is not None:
         lines.append(f"   window: {safe(window.describe())}")
+    if m.step_count:
+        lines.append(f"   steps: {safe(step_numbering(result))}")
+    if (span := span_note(result)) is not None:
+        lines.append(f"   GPU span: {safe(span)}")
+    if (note := graph_note(result)) is not None:
+        lines.append(f"   kernels: {safe(note)}")
     for warning in meta.warnings:
         lines.append(f"   warning: {safe(warning)}")
     idle = m.idle_ns or 0
@@ -142,10 +153,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         ["  exposed", fmt_ns(m.exposed_communication_ns),
          _share(m.exposed_communication_ns, m.span_ns)],
     ]
-    if m.exposed_transfer_ns is not None and m.exposed_transfer_basis != "none":
+    transfer = exposed_transfer(m)
+    if transfer is not None:
         # docs/metrics.md: exposed less the collectives' wait for other ranks (the rule's figure)
-        rows.append(["  exposed transfer (rank wait left out)", fmt_ns(m.exposed_transfer_ns),
-                     _share(m.exposed_transfer_ns, m.span_ns)])
+        rows.append([f"  {EXPOSED_TRANSFER_LABEL}", fmt_ns(transfer), _share(transfer, m.span_ns)])
     rows += [
         ["memcpy/memset", fmt_ns(m.memory_ns), _share(m.memory_ns, m.span_ns)],
         ["kernels", str(m.kernel_count), ""],

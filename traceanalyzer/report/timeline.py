@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import CATEGORIES, Trace
-from traceanalyzer.report._common import fmt_ns, short_kernel_name, sorted_findings
+from traceanalyzer.report._common import fmt_ns, short_kernel_name, sorted_findings, step_span
 
 MAX_RECTS = 5000
 MAX_WINDOWS = 6
@@ -132,11 +132,11 @@ def _choose_windows(result: AnalysisResult, gpu: pl.DataFrame) -> list[tuple[str
         if not s.is_empty():
             med = s["dur"].median()
             typical = s.sort((pl.col("dur") - med).abs(), "start_ns").row(0, named=True)
-            out.append((f"Typical step {_step_label(typical)} ({fmt_ns(typical['dur'])})",
+            out.append((f"Typical {_step_label(typical)} ({fmt_ns(typical['dur'])})",
                         typical["start_ns"], typical["end_ns"]))
             slow = s.sort("dur", "start_ns", descending=[True, False]).row(0, named=True)
             if slow["start_ns"] != typical["start_ns"]:
-                out.append((f"Slowest step {_step_label(slow)} ({fmt_ns(slow['dur'])})",
+                out.append((f"Slowest {_step_label(slow)} ({fmt_ns(slow['dur'])})",
                             slow["start_ns"], slow["end_ns"]))
     for f in sorted_findings(result.findings)[:FINDING_WINDOWS]:
         rows = [_interval(r) for r in f.evidence]
@@ -152,7 +152,9 @@ def _choose_windows(result: AnalysisResult, gpu: pl.DataFrame) -> list[tuple[str
 
 
 def _step_label(row: dict[str, Any]) -> str:
-    return f"#{row['step']}" if row.get("step") is not None else str(row.get("name") or "")
+    # As every report names a step: by the trace's number (ProfilerStep#12 is step 12).
+    return (step_span(row["step"], row["step"]) if row.get("step") is not None
+            else str(row.get("name") or "step"))
 
 
 def _window(gpu: pl.DataFrame, w0: int, w1: int, origin: int, names: _Names) -> dict | None:

@@ -20,6 +20,7 @@ from traceanalyzer.analysis import intervals
 from traceanalyzer.analysis.timings import step
 from traceanalyzer.errors import RuleError
 from traceanalyzer.findings import Finding, RuleOutcome, severity_of, severity_rank
+from traceanalyzer.model import shapes_hint
 from traceanalyzer.rules.detectors import Detection, NotApplicable, get_detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_MS,
@@ -181,11 +182,12 @@ def _run_rule(
     GPU, from the rule file's ``devices:`` variants) and its outcome."""
     missing = missing_requirement(rule, views)
     if missing is not None:
-        return None, RuleOutcome(rule.slug, rule.id, "not_applicable", missing)
+        return None, RuleOutcome(rule.slug, rule.id, "not_applicable", _for_format(missing, views))
     try:
         detection = _detect(rule, params, views, window)
     except NotApplicable as exc:
-        return None, RuleOutcome(rule.slug, rule.id, "not_applicable", str(exc))
+        return None, RuleOutcome(rule.slug, rule.id, "not_applicable",
+                                 _for_format(str(exc), views))
     except RuleError:
         raise
     except Exception as exc:  # noqa: BLE001 - one broken rule must not sink the whole report
@@ -281,17 +283,47 @@ def query_detection(rows: pl.DataFrame) -> Detection | None:
     return Detection(impact_ns=impact, fields=fields, evidence=rows)
 
 
+#: What a frame holds, for a reason that says it holds nothing in the window.
+_FRAME_NOUNS = {"cpu": "CPU operators or runtime calls", "gpu": "GPU activity"}
+
+
 def missing_requirement(rule: Rule, views: Views) -> str | None:
     """The reason a rule cannot run on ``views`` (first unmet requirement), or None."""
     for req in rule.requires:
         frame_name, _, column = req.need.partition(".")
         frame = getattr(views, frame_name, None)
         if frame is None or not isinstance(frame, pl.DataFrame) or frame.height == 0:
-            return req.reason
+            return _empty_in_window(frame_name, views) or req.reason
         if column:
             if column not in frame.columns or frame[column].null_count() == frame.height:
                 return req.reason
     return None
+
+
+#: The advice a reason gives for missing shapes, written for torch.profiler traces.
+_SHAPES_ADVICE = "(profile with record_shapes=True)"
+
+
+def _for_format(reason: str, views: Views) -> str:
+    """A not-applicable reason in words that hold for the trace's format: recording shapes is
+    advice for a torch.profiler trace, not for an Nsight Systems one (model.shapes_hint)."""
+    source = getattr(getattr(views, "meta", None), "source_format", None)
+    if _SHAPES_ADVICE in reason and source not in (None, "kineto"):
+        return reason.replace(_SHAPES_ADVICE, f"({shapes_hint(source)})")
+    return reason
+
+
+def _empty_in_window(frame_name: str, views: Views) -> str | None:
+    """Where a frame is empty only in the window (the capture holds rows of it outside), the
+    reason says so: "the trace has no CPU activity" would not hold for the trace."""
+    trace = getattr(views, "trace", None)
+    window = getattr(getattr(trace, "meta", None), "extra", {}).get("window")
+    rows = window.get("captured_rows", {}).get(frame_name, 0) if isinstance(window, dict) else 0
+    noun = _FRAME_NOUNS.get(frame_name)
+    if not rows or noun is None:
+        return None
+    return (f"the analyzed window holds no {noun}: the capture's {rows:,} "
+            f"{'lies' if rows == 1 else 'lie'} outside it; --window all analyzes them")
 
 
 def _rank(views: Views) -> int | None:

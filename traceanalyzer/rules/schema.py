@@ -173,7 +173,7 @@ class Rule:
 #: Default reasons for common requirements, in the words a user understands.
 DEFAULT_REASONS: dict[str, str] = {
     "gpu": "the trace has no GPU activity",
-    "cpu": "the trace has no CPU activity",
+    "cpu": "the trace records no CPU operators or runtime calls",
     "launches": "no GPU activity could be linked to the CPU call that launched it",
     "steps": "the trace marks no steps (ProfilerStep#N)",
     "cpu.input_dims": "input shapes were not recorded (profile with record_shapes=True)",

@@ -58,7 +58,7 @@ def _blocking_reads(launches: pl.DataFrame) -> pl.Series:
 @detector(
     params=("min_impact_pct", "min_stall_us"),
     fields=("sync_count", "stall_ms", "waited_ms", "idle_ms", "lost_ms", "top_op",
-            "top_op_count", "top_api", "per_step_count", "frequency"),
+            "top_op_count", "top_api", "per_step_count", "frequency", "costliest"),
 )
 def hidden_sync(views: Views, p: Params) -> Detection | None:
     """Host-device synchronizations inside the step loop (stream/device/event sync, blocking
@@ -122,6 +122,9 @@ def hidden_sync(views: Views, p: Params) -> Detection | None:
             "lost_ms": ms(lost),
             "top_op": ops["op"][0],
             "top_op_count": int(ops["n"][0]),
+            # Named only where the trace records operators (an Nsight Systems trace has none).
+            "costliest": (f"; costliest operator {ops['op'][0]}, {int(ops['n'][0])}x"
+                          if calls["op"].is_not_null().any() else ""),
             "top_api": apis["name"][0],
             "per_step_count": calls.height / steps if steps else None,
             "frequency": f"{calls.height / steps:.1f} per step" if steps else "no steps marked",

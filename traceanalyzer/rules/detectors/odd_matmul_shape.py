@@ -81,7 +81,10 @@ def _unaligned_by_kernel_name(views: Views, kernels: pl.DataFrame, total: int,
             "odd_pct": pct(odd_ns, total),
             "gemm_count": bad.height,
             "shape_count": groups.height,
-            "top_shape": "shapes not recorded, an unaligned-operand kernel",
+            # Shapes are not recorded here: the GEMMs are grouped by kernel, not by shape.
+            "groups": f"{groups.height} kernel{'' if groups.height == 1 else 's'} "
+                      "(shapes not recorded)",
+            "top_shape": "operands its name says are unaligned",
             "top_op": groups["name"][0],
         },
         evidence=evidence,
@@ -91,7 +94,7 @@ def _unaligned_by_kernel_name(views: Views, kernels: pl.DataFrame, total: int,
 @detector(
     params=("min_dim_count", "large_dim_count", "min_gpu_time_pct", "expected_gain_pct",
             "fallback_gain_pct", "align2_gain_pct", "min_impact_pct"),
-    fields=("odd_ms", "odd_pct", "gemm_count", "shape_count", "top_shape", "top_op"),
+    fields=("odd_ms", "odd_pct", "gemm_count", "shape_count", "groups", "top_shape", "top_op"),
 )
 def odd_matmul_shape(views: Views, p: Params) -> Detection | None:
     """GEMMs whose M, N or K is not a multiple of 8, or whose N or K (the model's dimensions) is
@@ -153,6 +156,7 @@ def odd_matmul_shape(views: Views, p: Params) -> Detection | None:
             "odd_pct": pct(odd_ns, total),
             "gemm_count": bad.height,
             "shape_count": groups.height,
+            "groups": f"{groups.height} shape{'' if groups.height == 1 else 's'}",
             "top_shape": groups["shape"][0],
             "top_op": groups["name"][0],
         },

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.model import API_KINDS
-from traceanalyzer.rules.detectors import Detection, Params, detector
+from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     attach_source,
@@ -33,6 +33,10 @@ SYNC_COPY_API = (
 )
 
 
+#: The CPU frame's kinds (model.CPU_KINDS) in a reader's words.
+_KIND_NOUNS = {"op": "framework operators", "python": "Python frames", "other": "other events"}
+
+
 @detector(
     params=("min_blocked_pct",),
     fields=("call_count", "blocked_ms", "top_api", "top_op"),
@@ -41,9 +45,16 @@ def sync_memcpy(views: Views, p: Params) -> Detection | None:
     """Synchronous memcpy/memset API calls (Nsight's cuda_memcpy_sync / cuda_memset_sync); impact
     = the host time blocked in them."""
     cpu = own_rank(views, views.cpu)
-    calls = cpu.filter(
-        pl.col("kind").is_in(API_KINDS), pl.col("name").str.contains(SYNC_COPY_API)
-    )
+    api = cpu.filter(pl.col("kind").is_in(API_KINDS))
+    if api.height == 0:
+        # What the rule reads is runtime calls: say that they are missing, and what the
+        # window's CPU events are instead (framework operators, Python frames).
+        kinds = cpu.group_by(pl.col("kind").cast(pl.String)).len().sort(
+            ["len", "kind"], descending=[True, False])
+        what = ", ".join(f"{n:,} {_KIND_NOUNS.get(k, k)}" for k, n in kinds.iter_rows())
+        raise NotApplicable("the analyzed window holds no CUDA/HIP runtime or driver calls"
+                            + (f" (its CPU events: {what})" if what else ""))
+    calls = api.filter(pl.col("name").str.contains(SYNC_COPY_API))
     if calls.height == 0:
         return None
     blocked = int((calls["end_ns"] - calls["start_ns"]).sum())
