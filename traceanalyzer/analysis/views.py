@@ -24,7 +24,7 @@ from traceanalyzer.analysis.timings import step
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "memory", "steps", "launches",
-               "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives")
+               "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives", "kernel_metrics")
 
 
 T = TypeVar("T")
@@ -72,6 +72,14 @@ class Views:
     @property
     def memory(self) -> pl.DataFrame:
         return self.trace.memory
+
+    @_view
+    def kernel_metrics(self) -> pl.DataFrame:
+        """Nsight Compute's per-launch metrics the trace carries (empty without them): see
+        model.kernel_metrics_frame."""
+        from traceanalyzer.model import kernel_metrics_frame
+
+        return kernel_metrics_frame(self.meta)
 
     @_view
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:
