@@ -27,3 +27,9 @@ def test_a_parameter_changes_the_verdict() -> None:
 def test_not_applicable_without_kernel_metrics() -> None:
     _, o = outcome("kernels_trace.json.gz", "low-occupancy")
     assert o.status == "not_applicable" and "Nsight Compute" in o.reason
+
+
+def test_the_details_page_gives_the_same_verdict() -> None:
+    finding, _ = outcome("kernels_a_details.csv.gz", "low-occupancy")
+    assert finding is not None and kernels(finding) == ["ta_regs_heavy"]
+    assert "limited by registers per thread" in finding.message

@@ -29,3 +29,8 @@ def test_a_parameter_changes_the_verdict() -> None:
 def test_not_applicable_without_kernel_metrics() -> None:
     _, o = outcome("kernels_trace.json.gz", "memory-bound-below-roofline")
     assert o.status == "not_applicable" and "Nsight Compute" in o.reason
+
+
+def test_no_roofline_without_flop_counts() -> None:
+    _, o = outcome("kernels_b_details.csv.gz", "memory-bound-below-roofline")
+    assert o.status == "not_applicable" and "roofline" in o.reason

@@ -26,3 +26,9 @@ def test_a_parameter_changes_the_verdict() -> None:
 def test_not_applicable_without_kernel_metrics() -> None:
     _, o = outcome("kernels_trace.json.gz", "tail-effect")
     assert o.status == "not_applicable" and "Nsight Compute" in o.reason
+
+
+def test_the_details_page_gives_the_same_verdict() -> None:
+    # the details page rounds (3.81 ms) but has the grid and the occupancy limits
+    finding, _ = outcome("kernels_b_details.csv.gz", "tail-effect")
+    assert finding is not None and kernels(finding) == ["ta_tail_effect"]

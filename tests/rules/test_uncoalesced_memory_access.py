@@ -27,3 +27,9 @@ def test_a_parameter_changes_the_verdict() -> None:
 def test_not_applicable_without_kernel_metrics() -> None:
     _, o = outcome("kernels_trace.json.gz", "uncoalesced-memory-access")
     assert o.status == "not_applicable" and "Nsight Compute" in o.reason
+
+
+def test_not_applicable_on_a_details_page() -> None:
+    # the details page shows no sector counts: the rule says so instead of staying quiet
+    _, o = outcome("kernels_a_details.csv.gz", "uncoalesced-memory-access")
+    assert o.status == "not_applicable" and "details page" in o.reason

@@ -82,6 +82,15 @@ class Views:
         return kernel_metrics_frame(self.meta)
 
     @_view
+    def kernel_verdicts(self) -> pl.DataFrame:
+        """``kernel_metrics`` judged against the roofline and matched to the timeline's kernels
+        (analysis.ncu.judge_kernels); empty without kernel metrics."""
+        from traceanalyzer.analysis.ncu import judge_kernels
+
+        km = self.kernel_metrics
+        return km if km.is_empty() else judge_kernels(km, self.gpu)
+
+    @_view
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:
         steps, source, label = find_steps(self.trace)
         if steps.is_empty():

@@ -139,9 +139,26 @@ def render_markdown(result: AnalysisResult) -> str:
         lines += ["", "Top kernels: " + "; ".join(
             f"{md_escape(_short(r['name']))} ({fmt_pct(r.get('pct_gpu_time'))})"
             for r in top.to_dicts())]
+    lines += _ncu_section(result)
     if meta.warnings:
         lines += ["", f"⚠️ {len(meta.warnings)} trace warning(s); see the full report."]
     return "\n".join(lines) + "\n"
+
+
+def _ncu_section(result: AnalysisResult) -> list[str]:
+    """Nsight Compute's profiled launches and their verdicts (report/ncu.py)."""
+    from traceanalyzer.report import ncu
+
+    found = ncu.rows(result)
+    if not found:
+        return []
+    cols = ("Kernel", "Grid", "Block", "Nsight Compute", "Timeline", "Occupancy", "Top stall",
+            "Verdict", "Findings")
+    out = ["", f"**Nsight Compute** ({md_escape(ncu.summary(result))})", "",
+           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(md_escape(_short(r[c]) if c == "Kernel" else r[c]) for c in cols)
+            + " |" for r in found]
+    return out
 
 
 def _memory_section(result: AnalysisResult) -> list[str]:

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -31,7 +31,7 @@ def compute_bound_below_peak(views: Views, p: Params) -> Detection | None:
     time is the duration less the time at the roofline bound (the FLOPs at the pipe's peak)."""
     c = pl.col
     found = (
-        candidates(views)
+        needing(views, ("bound",), "FLOP and DRAM counts for a roofline")
         .filter((c("bound") == "compute") & (c("roofline_pct") < p["max_roofline_pct"]))
         .with_columns(lost_ns=(c("duration_ns") - c("bound_ns")).clip(0))
     )

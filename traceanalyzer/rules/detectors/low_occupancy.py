@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -44,7 +44,9 @@ def low_occupancy(views: Views, p: Params) -> Detection | None:
     the time at the roofline bound)."""
     c = pl.col
     busiest = pl.max_horizontal("sm_throughput_pct", "memory_throughput_pct").fill_null(0)
-    found = candidates(views).filter(c("achieved_occupancy_pct") < p["max_occupancy_pct"])
+    found = needing(views, ("achieved_occupancy_pct",), "occupancy figures").filter(
+        c("achieved_occupancy_pct") < p["max_occupancy_pct"]
+    )
     found = found.with_columns(
         limiter=pl.when(c("theoretical_occupancy_pct") < 100)
         .then(c("occupancy_limiter").replace_strict(LIMITERS, default=c("occupancy_limiter")))

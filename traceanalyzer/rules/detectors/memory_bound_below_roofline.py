@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -24,7 +24,7 @@ def memory_bound_below_roofline(views: Views, p: Params) -> Detection | None:
     lost time is the duration less the time at the roofline bound (the bytes at the peak)."""
     c = pl.col
     found = (
-        candidates(views)
+        needing(views, ("bound",), "FLOP and DRAM counts for a roofline")
         .filter((c("bound") == "memory") & (c("roofline_pct") < p["max_roofline_pct"]))
         .with_columns(lost_ns=(c("duration_ns") - c("bound_ns")).clip(0))
     )

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -38,7 +38,7 @@ def register_spill(views: Views, p: Params) -> Detection | None:
         pl.when(local > 0).then(100 * local / (local + glob)),
     )
     found = (
-        candidates(views)
+        needing(views, ("local_load_sectors", "spill_requests_pct"), "local-memory counts")
         .with_columns(spill_pct=share)
         .filter(c("spill_pct") >= p["min_spill_pct"])
         .with_columns(

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -30,7 +30,11 @@ def shared_memory_bank_conflicts(views: Views, p: Params) -> Detection | None:
     waves = c("shared_load_wavefronts").fill_null(0) + c("shared_store_wavefronts").fill_null(0)
     requests = c("shared_load_requests").fill_null(0) + c("shared_store_requests").fill_null(0)
     found = (
-        candidates(views)
+        needing(
+            views,
+            ("shared_load_wavefronts", "shared_store_wavefronts"),
+            "shared-memory wavefront counts",
+        )
         .with_columns(
             conflict_pct=pl.when(waves > 0).then(100 * conflicts / waves),
             ways=pl.when(requests > 0).then(waves / requests),

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -27,7 +27,7 @@ def tail_effect(views: Views, p: Params) -> Detection | None:
     c = pl.col
     whole = c("waves").ceil()
     found = (
-        candidates(views)
+        needing(views, ("waves",), "occupancy limits to count waves")
         .filter(c("waves") >= 1)
         .with_columns(
             idle_pct=100 * (whole - c("waves")) / whole,

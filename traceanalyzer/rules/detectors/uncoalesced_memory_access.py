@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import candidates, evidence, fire
+from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -34,7 +34,9 @@ def uncoalesced_memory_access(views: Views, p: Params) -> Detection | None:
     used = ld * c("global_load_efficiency_pct").fill_null(100) + st * c(
         "global_store_efficiency_pct"
     ).fill_null(100)
-    k = candidates(views).with_columns(efficiency_pct=pl.when(ld + st > 0).then(used / (ld + st)))
+    k = needing(
+        views, ("global_load_sectors", "global_store_sectors"), "global sector counts"
+    ).with_columns(efficiency_pct=pl.when(ld + st > 0).then(used / (ld + st)))
     found = k.filter(c("efficiency_pct") < p["max_efficiency_pct"]).with_columns(
         lost_ns=pl.min_horizontal(
             c("duration_ns") * (1 - c("efficiency_pct") / 100), c("duration_ns") - c("bound_ns")
