@@ -33,3 +33,9 @@ def test_the_details_page_gives_the_same_verdict() -> None:
     finding, _ = outcome("kernels_a_details.csv.gz", "low-occupancy")
     assert finding is not None and kernels(finding) == ["ta_regs_heavy"]
     assert "limited by registers per thread" in finding.message
+
+
+def test_a_gemm_near_its_roofline_is_not_judged() -> None:
+    # cuBLAS's FP32 GEMM holds one block a SM (12.5%) and runs its FP32 pipe at 78%, SM 88%
+    finding, o = outcome("fp32_matmul_bad_raw.csv.gz", "low-occupancy")
+    assert finding is None and o.status == "quiet"

@@ -59,5 +59,6 @@ def summary(result: AnalysisResult) -> str:
         return ""
     matched = int((table["timeline_launches"] > 0).sum())
     near = int(table["near_roofline"].sum())
-    return (f"{table.height} profiled launches, {matched} matched to the timeline's kernels "
-            f"(by name, grid and block); {near} near their roofline")
+    launches = "1 profiled launch" if table.height == 1 else f"{table.height} profiled launches"
+    return (f"{launches}, {matched} matched to the timeline's kernels (by name, grid and "
+            f"block); {near} near the roofline")
