@@ -5,18 +5,15 @@ REPORT --csv --page raw`` (and ``--page details``, for its rule messages) runs i
 with a timeout, and its output is read as the CSV pages are (:mod:`.csvpage`). ``ncu`` is
 ``$TRACEANALYZER_NCU`` when set, else ``ncu`` on PATH, else the newest
 ``/opt/nvidia/nsight-compute/*/ncu``. A gzipped report (``.ncu-rep.gz``) is decompressed to a
-temporary file first.
+temporary file first (:func:`traceanalyzer.ingest.unpack.unpacked`).
 """
 
 from __future__ import annotations
 
 import glob
-import gzip
 import os
 import shutil
 import subprocess
-import tempfile
-import zlib
 from pathlib import Path
 
 from traceanalyzer.errors import InputError, UsageError
@@ -29,8 +26,6 @@ IMPORT_TIMEOUT_S = 300.0
 INSTALL_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
 #: The magic bytes of an .ncu-rep.
 NCU_REP_MAGIC = b"NVR\x00"
-#: The largest report decompressed from a .ncu-rep.gz.
-MAX_REPORT_BYTES = 8 << 30
 MANUAL = (
     "export it where Nsight Compute is installed with `ncu --import REPORT --csv --page "
     "raw > raw.csv` and pass the CSV, or put ncu on PATH (or set $TRACEANALYZER_NCU)"
@@ -71,42 +66,21 @@ def export_pages(path: str | os.PathLike[str]) -> tuple[str, str | None]:
         named = os.environ.get(NCU_ENV)
         where = f"${NCU_ENV} ({named}) is not an executable" if named else "ncu is not on PATH"
         raise InputError(rep, f"is an Nsight Compute report and {where}: {MANUAL}")
-    with tempfile.TemporaryDirectory(prefix="traceanalyzer-ncu-") as tmp:
-        report = _plain_report(rep, Path(tmp))
+    from traceanalyzer.ingest.unpack import unpacked
+
+    try:
+        rep.stat()
+    except OSError as exc:
+        raise InputError(rep, f"cannot be read ({exc.strerror or exc})") from None
+    # A gzipped report is unpacked to a temporary file (ncu reads only plain reports), bounded
+    # by the free disk (ingest/unpack.py).
+    with unpacked(rep, ".ncu-rep") as report:
         raw = _run(ncu, report, "raw", rep)
         try:
             details: str | None = _run(ncu, report, "details", rep)
         except InputError:
             details = None  # the raw page has every number; the rule messages are extra
     return raw, details
-
-
-def _plain_report(rep: Path, tmp: Path) -> Path:
-    try:
-        with open(rep, "rb") as fh:
-            magic = fh.read(4)
-    except OSError as exc:
-        raise InputError(rep, f"cannot be read ({exc.strerror or exc})") from None
-    if magic[:2] != b"\x1f\x8b":
-        return rep
-    target = tmp / (rep.name.removesuffix(".gz") or "report.ncu-rep")
-    if not target.name.endswith(".ncu-rep"):
-        target = target.with_name(target.name + ".ncu-rep")
-    try:
-        with gzip.open(rep, "rb") as src, open(target, "wb") as dst:
-            copied = 0
-            while chunk := src.read(1 << 20):
-                copied += len(chunk)
-                if copied > MAX_REPORT_BYTES:
-                    raise InputError(
-                        rep,
-                        f"decompresses to more than {MAX_REPORT_BYTES >> 30} "
-                        "GiB: not an Nsight Compute report this tool reads",
-                    )
-                dst.write(chunk)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(rep, f"is not a valid gzip file ({exc})") from None
-    return target
 
 
 def _run(ncu: str, report: Path, page: str, shown: Path) -> str:
