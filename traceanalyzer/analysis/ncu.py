@@ -106,7 +106,7 @@ def judge_kernels(km: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         verdict=pl.when(c("bound").is_null())
         .then(
             pl.format(
-                "{}: SM {}% busy, DRAM {}% (no FLOP counts in the page: no roofline)",
+                "{}: SM {}% busy, DRAM {}% (no FLOP counts: no roofline)",
                 pl.when("near_roofline")
                 .then(pl.lit("near its peak"))
                 .otherwise(pl.lit("below its peak")),
