@@ -231,3 +231,11 @@ def test_every_metric_column_is_in_the_schema_or_a_helper() -> None:
         helpers
     )
     assert os.path.isfile(NCU / "kernels_a.ncu-rep.gz")
+
+
+def test_a_page_too_large_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traceanalyzer.ingest.ncu import csvpage
+
+    monkeypatch.setattr(csvpage, "MAX_PAGE_BYTES", 1000)
+    with pytest.raises(InputError, match="is larger than 0 MB"):
+        read_kernel_metrics(NCU / "kernels_a_raw.csv.gz")

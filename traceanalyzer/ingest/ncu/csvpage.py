@@ -29,8 +29,9 @@ from traceanalyzer.ingest.ncu.metrics import METRICS, TENSOR_OPS, Metric, unit_f
 from traceanalyzer.model import KERNEL_METRICS_SCHEMA
 
 #: The largest CSV page read (decompressed): a raw page holds ~30 kB per profiled launch, so
-#: this is tens of thousands of launches.
-MAX_PAGE_BYTES = 1 << 30
+#: this is some 8,000 launches (profiles are of a few kernels: `ncu -k ... -c N`); the page is
+#: parsed in Python, about 10x its size in memory.
+MAX_PAGE_BYTES = 256 << 20
 #: Values beyond this magnitude are not counts of anything on a GPU: null, not an overflow.
 MAX_INT = 1 << 62
 IDENTITY = ("ID", "Process ID", "Kernel Name", "Stream", "Block Size", "Grid Size", "Device")
@@ -96,11 +97,14 @@ def _rows(text: str, path: str | os.PathLike[str]) -> list[list[str]]:
         raise InputError(
             path, 'is not an Nsight Compute CSV page: no header row starting with "ID"'
         )
+    limit = csv.field_size_limit()
     try:
-        csv.field_size_limit(MAX_PAGE_BYTES)
+        csv.field_size_limit(MAX_PAGE_BYTES)  # a rule message can be long; restored below
         rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     except csv.Error as exc:
         raise InputError(path, f"is not a valid CSV page ({exc})") from None
+    finally:
+        csv.field_size_limit(limit)
     header = rows[0]
     missing = [c for c in IDENTITY if c not in header]
     if missing:
