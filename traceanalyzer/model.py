@@ -320,3 +320,55 @@ def conform(frame: pl.DataFrame | pl.LazyFrame, name: str) -> pl.DataFrame:
 
 def empty_trace(meta: TraceMeta) -> Trace:
     return Trace(meta=meta, **{name: empty_frame(name) for name in FRAME_SCHEMAS})
+
+
+def _kernel_metrics_schema() -> pl.Schema:
+    i32, i64, f64, s = pl.Int32(), pl.Int64(), pl.Float64(), pl.String()
+    stalls = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle",
+              "lg_throttle", "tex_throttle", "math_pipe_throttle", "wait", "not_selected",
+              "selected", "no_instruction", "branch_resolving", "dispatch_stall", "drain",
+              "imc_miss", "sleeping", "gmma", "misc")
+    cols: list[tuple[str, pl.DataType]] = [
+        ("id", i64), ("process_id", i64), ("device", i32), ("stream", i64), ("name", s),
+        ("function", s), ("compute_capability", s),
+        *((f"{k}_{a}", i32) for k in ("grid", "block") for a in "xyz"),
+        ("registers", i32), ("shared_mem", i64), ("shared_mem_static", i64),
+        ("shared_mem_dynamic", i64), ("duration_ns", i64), ("sm_count", i32),
+        ("waves_per_sm", f64), ("sm_clock_hz", f64),
+        *((c, f64) for c in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct",
+                             "l1_throughput_pct", "l2_throughput_pct", "l1_hit_rate_pct",
+                             "l2_hit_rate_pct")),
+        ("dram_bytes_read", i64), ("dram_bytes_write", i64), ("dram_bytes", i64),
+        ("achieved_occupancy_pct", f64), ("theoretical_occupancy_pct", f64),
+        ("occupancy_limiter", s),
+        *((f"block_limit_{k}", i32) for k in ("registers", "shared_mem", "warps", "sm",
+                                              "barriers")),
+        *(c for op in ("load", "store") for c in (
+            (f"global_{op}_requests", i64), (f"global_{op}_sectors", i64),
+            (f"global_{op}_sectors_per_request", f64), (f"global_{op}_efficiency_pct", f64))),
+        *((f"shared_{op}_{k}", i64) for k in ("requests", "wavefronts", "bank_conflicts")
+          for op in ("load", "store")),
+        ("local_load_sectors", i64), ("local_store_sectors", i64), ("local_bytes", i64),
+        ("spill_requests", i64), ("spill_requests_pct", f64),
+        ("warp_cycles_per_issue", f64), *((f"stall_{r}", f64) for r in stalls),
+        *((c, f64) for c in ("tensor_pipe_pct", "fp32_pipe_pct", "fp64_pipe_pct",
+                             "fp16_pipe_pct", "flop_per_s", "tensor_flop_per_s",
+                             "dram_bytes_per_s", "dram_peak_bytes_per_s",
+                             "arithmetic_intensity")),
+    ]
+    return pl.Schema(cols)
+
+
+#: ``kernel_metrics``: one row per kernel launch profiled by Nsight Compute
+#: (:mod:`traceanalyzer.ingest.ncu`; columns in docs/canonical-model.md). Not a frame of every
+#: trace: it travels in ``TraceMeta.extra["kernel_metrics"]`` (:func:`kernel_metrics_frame`).
+KERNEL_METRICS_SCHEMA: Final = _kernel_metrics_schema()
+
+
+def kernel_metrics_frame(meta: TraceMeta) -> pl.DataFrame:
+    """The ``kernel_metrics`` a trace carries (rows in ``meta.extra["kernel_metrics"]``, put
+    there by the Nsight Compute reader or ``--kernel-metrics``), empty when it has none."""
+    rows = meta.extra.get("kernel_metrics")
+    if not isinstance(rows, list) or not rows:
+        return pl.DataFrame(schema=KERNEL_METRICS_SCHEMA)
+    return pl.DataFrame(rows, schema=KERNEL_METRICS_SCHEMA, strict=False)

@@ -69,6 +69,10 @@ LOW = {
     "unfused-attention": {"min_impact_pct": 0},
     "unfused-elementwise-chain": {"min_saving_pct": 0},
     "unfused-optimizer": {"min_kernels_count": 5},
+    **{slug: {"min_impact_pct": 0} for slug in (
+        "uncoalesced-memory-access", "low-occupancy", "register-spill",
+        "shared-memory-bank-conflicts", "memory-bound-below-roofline",
+        "compute-bound-below-peak", "tail-effect")},
 }
 
 ATTENTION = (("ampere_bf16_s16816gemm_bf16_128x64", 40, "aten::bmm"),
@@ -188,7 +192,19 @@ def build(steps: int) -> Trace:
     t = 0.0
     for step in range(steps):
         t = _training_step(s, ids, step, t)
-    return s.trace()
+    trace = s.trace()
+    # The kernel rules read Nsight Compute's metrics: the committed pages' launches (each kernel
+    # rule's bad kernel among them), one of them under a name the timeline has.
+    from traceanalyzer.ingest.ncu import read_kernel_metrics
+
+    ncu = Path(__file__).resolve().parents[2] / "sample_traces" / "ncu"
+    metrics = pl.concat([read_kernel_metrics(ncu / f).metrics for f in (
+        "kernels_a_raw.csv.gz", "kernels_b_raw.csv.gz", "spill_synthetic_raw.csv.gz")])
+    metrics = metrics.with_columns(
+        function=pl.when(pl.col("function") == "ta_copy_strided")
+        .then(pl.lit(ATTENTION[1][0])).otherwise("function"))
+    trace.meta.extra["kernel_metrics"] = metrics.to_dicts()
+    return trace
 
 
 def without_optimizer_ranges(trace: Trace) -> Trace:

@@ -34,7 +34,8 @@ def test_a_file_of_no_format_lists_every_format(tmp_path: Path):
         ingest.sniff(path)
     assert str(info.value).endswith(
         "is not a trace: expected Kineto/Chrome JSON, an Nsight Systems SQLite export, an "
-        ".nsys-rep or a Perfetto protobuf trace")
+        ".nsys-rep, a Perfetto protobuf trace, an Nsight Compute report (.ncu-rep, plain or gzipped) "
+        "or an Nsight Compute CSV page")
 
 
 @pytest.mark.parametrize(("head", "name"), [

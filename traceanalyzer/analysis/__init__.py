@@ -64,7 +64,27 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         from traceanalyzer.rules.engine import evaluate
 
         result.findings, result.rule_outcomes = evaluate(views, rule_config)
+    _add_kernel_verdicts(result, views)
     return result
+
+
+def _add_kernel_verdicts(result: AnalysisResult, views: Views) -> None:
+    """Nsight Compute's launches judged (analysis.ncu), where the trace carries them; the rows
+    themselves leave the result's metadata (the table holds what the reports show)."""
+    from dataclasses import replace
+
+    from traceanalyzer.analysis.ncu import kernel_table
+
+    extra = result.meta.extra
+    if "kernel_metrics" not in extra and "ncu_rules" not in extra:
+        return
+    verdicts = views.kernel_verdicts
+    if not verdicts.is_empty():
+        rules = extra.get("ncu_rules")
+        result.kernel_verdicts = kernel_table(verdicts, result.findings,
+                                              rules if isinstance(rules, list) else None)
+    result.meta = replace(result.meta, extra={k: v for k, v in extra.items()
+                                              if k not in ("kernel_metrics", "ncu_rules")})
 
 
 def _add_memory(result: AnalysisResult, views: Views) -> None:

@@ -131,6 +131,10 @@ class AnalysisResult:
     perf: pl.DataFrame | None = None
     perf_summary: dict[str, Any] | None = None
     perf_options: Any = None
+    #: Nsight Compute's profiled launches judged (analysis.ncu.kernel_table): one row per
+    #: launch with its roofline verdict, the timeline's matching kernel and the findings that
+    #: named it. None without kernel metrics.
+    kernel_verdicts: pl.DataFrame | None = None
 
     @property
     def window(self) -> Window | None:

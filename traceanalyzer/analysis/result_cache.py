@@ -44,7 +44,7 @@ from traceanalyzer.model import Trace, TraceMeta
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
 RESULT_CACHE_VERSION = "2"
 FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
-          "memory", "memory_holders", "memory_timeline", "perf")
+          "memory", "memory_holders", "memory_timeline", "perf", "kernel_verdicts")
 DOC = "result.json"
 
 
@@ -143,14 +143,28 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
                  rules: bool = True, use_cache: bool = True,
                  cache_dir: str | os.PathLike[str] | None = None,
                  trace_processor: str | os.PathLike[str] | None = None,
-                 need_trace: bool = False) -> Analyzed:
+                 need_trace: bool = False,
+                 kernel_metrics: str | os.PathLike[str] | None = None) -> Analyzed:
     """Load, narrow and analyze the trace at ``path``, through both caches when ``use_cache``.
 
     ``window`` is the analysis window (``steps``, ``all``, ``profiler-range`` or START:END; see
     analysis.window.choose_window); an explicit ``selection`` takes precedence over it.
 
     ``need_trace`` also loads the trace on a cache hit (``--annotate`` needs its events).
+
+    ``kernel_metrics`` names an Nsight Compute input (.ncu-rep, its raw or details CSV page)
+    whose launches the kernel rules judge and the reports match to this trace's kernels
+    (``--kernel-metrics``); it is read first, so that a bad one fails before the trace is read,
+    and its content is part of the result's cache key.
     """
+    extra: dict[str, Any] = {}
+    if kernel_metrics is not None:
+        from traceanalyzer.ingest.ncu import read_kernel_metrics
+
+        report = read_kernel_metrics(kernel_metrics)
+        extra["kernel_metrics"] = report.metrics.to_dicts()
+        if not report.rules.is_empty():
+            extra["ncu_rules"] = report.rules.to_dicts()
     from traceanalyzer.ingest import load, sniff
     from traceanalyzer.ingest.cache import cache_root, content_key
     from traceanalyzer.ingest.formats import FORMATS
@@ -159,6 +173,7 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
         with step("ingest", "ingest"):
             trace = load(path, use_cache=use_cache, cache_dir=cache_dir,
                          trace_processor=trace_processor)
+        trace.meta.extra.update(extra)
         from traceanalyzer.analysis.window import choose_window
 
         if selection is None or selection.empty:
@@ -178,7 +193,10 @@ def analyze_path(path: str | os.PathLike[str], *, selection: Any = None, window:
     external = FORMATS[fmt].reads_externally(trace_processor)
     if use_cache and not external:  # an external reader's output is not what the key names
         try:
-            key = result_key(content_key(path), rules=rules, rule_config=rule_config,
+            content = content_key(path)
+            if kernel_metrics is not None:
+                content += "+kernel-metrics:" + content_key(kernel_metrics)
+            key = result_key(content, rules=rules, rule_config=rule_config,
                              selection=selection, window=window)
             entry = cache_root(cache_dir) / RESULTS_DIR / key
         except OSError:
@@ -237,6 +255,7 @@ def _read(entry: Path, path: str | os.PathLike[str]
         streams=frames["streams"], ranks=frames.get("ranks"), memory=frames.get("memory"),
         memory_holders=frames.get("memory_holders"),
         memory_timeline=frames.get("memory_timeline"), perf=frames.get("perf"),
+        kernel_verdicts=frames.get("kernel_verdicts"),
         perf_summary=doc.get("perf_summary"),
         findings=[Finding(**f) for f in doc["findings"]],
         rule_outcomes=[RuleOutcome(**o) for o in doc["rule_outcomes"]],

@@ -24,7 +24,7 @@ from traceanalyzer.analysis.timings import step
 from traceanalyzer.model import Trace
 
 TABLE_NAMES = ("gpu", "cpu", "annotations", "syncs", "counters", "memory", "steps", "launches",
-               "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives")
+               "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives", "kernel_metrics")
 
 
 T = TypeVar("T")
@@ -72,6 +72,23 @@ class Views:
     @property
     def memory(self) -> pl.DataFrame:
         return self.trace.memory
+
+    @_view
+    def kernel_metrics(self) -> pl.DataFrame:
+        """Nsight Compute's per-launch metrics the trace carries (empty without them): see
+        model.kernel_metrics_frame."""
+        from traceanalyzer.model import kernel_metrics_frame
+
+        return kernel_metrics_frame(self.meta)
+
+    @_view
+    def kernel_verdicts(self) -> pl.DataFrame:
+        """``kernel_metrics`` judged against the roofline and matched to the timeline's kernels
+        (analysis.ncu.judge_kernels); empty without kernel metrics."""
+        from traceanalyzer.analysis.ncu import judge_kernels
+
+        km = self.kernel_metrics
+        return km if km.is_empty() else judge_kernels(km, self.gpu)
 
     @_view
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:

@@ -45,6 +45,11 @@ from traceanalyzer.report.terminal import render_summary, safe
 @click.option("--time-window", "time_window",
               help="Analyze only START:END after the first event, e.g. 100ms:2s.")
 @click.option("--ranks", "ranks", help="Analyze only these ranks, e.g. 0,3.")
+@click.option("--kernel-metrics", "kernel_metrics",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Nsight Compute metrics of kernels in the trace (.ncu-rep, or its CSV from "
+                   "`ncu --import R --csv --page raw|details`): judged by the kernel rules and "
+                   "matched to the trace's kernels by name, grid and block.")
 @rule_options
 @perf_options
 @trace_processor_option
@@ -52,10 +57,10 @@ from traceanalyzer.report.terminal import render_summary, safe
 def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | None,
             markdown_path: Path | None, quiet: int, verbose: int, annotate_path: Path | None, fail_on: str | None,
             top: int, no_rules: bool, window: str, steps: str | None, time_window: str | None,
-            ranks: str | None, rule_config: Any, perf: Any, trace_processor: Path | None,
-            use_cache: bool, cache_dir: Path | None) -> None:
-    """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto) and print where
-    GPU time went and what to fix.
+            ranks: str | None, kernel_metrics: Path | None, rule_config: Any, perf: Any,
+            trace_processor: Path | None, use_cache: bool, cache_dir: Path | None) -> None:
+    """Analyze TRACES (Kineto JSON, Nsight Systems SQLite/.nsys-rep, Perfetto, Nsight Compute
+    .ncu-rep or its CSV pages) and print where GPU time went and what to fix.
 
     --json -, --markdown - or --html - write that report to standard output; the summary then
     goes to standard error.
@@ -104,7 +109,8 @@ def analyze(traces: tuple[Path, ...], json_path: Path | None, html_path: Path | 
         # the analysis (traceanalyzer/analysis/result_cache.py says what the key covers).
         done = analyze_path(path, selection=selection, window=window, rule_config=rule_config,
                             rules=not no_rules, use_cache=use_cache, cache_dir=cache_dir,
-                            trace_processor=trace_processor, need_trace=annotate_path is not None)
+                            trace_processor=trace_processor, need_trace=annotate_path is not None,
+                            kernel_metrics=kernel_metrics)
         if show_progress:
             click.echo("\r\033[K", err=True, nl=False)
         result = done.result

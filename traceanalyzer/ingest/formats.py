@@ -118,14 +118,32 @@ PERFETTO = Format(
     memory_per_byte=12.0, looks_like=_packet_stream, external_env=TRACE_PROCESSOR_ENV,
 )
 
+NCU_REP = Format(
+    name="ncu-rep", description="an Nsight Compute report (.ncu-rep, plain or gzipped)",
+    reader="traceanalyzer.ingest.ncu:read_ncu", sources=("ncu",),
+    suffix=".ncu-rep", magic=b"NVR\x00",
+)
+NCU_REP_GZ = Format(
+    name="ncu-rep-gz", description="an Nsight Compute report (.ncu-rep, plain or gzipped)",
+    reader="traceanalyzer.ingest.ncu:read_ncu", sources=("ncu",), suffix=".ncu-rep.gz",
+    looks_like=lambda head: head.startswith(b"NVR\x00"),
+)
+NCU_CSV = Format(
+    name="ncu-csv", description="an Nsight Compute CSV page",
+    reader="traceanalyzer.ingest.ncu:read_ncu", sources=("ncu",),
+    looks_like=lambda head: head.lstrip(b"\xef\xbb\xbf").startswith(
+        (b'"ID","Process ID"', b"ID,Process ID", b"==PROF==", b"==WARNING==")),
+)
+
 #: Every format, in the order sniffing tries them (Kineto's test before Perfetto's: a JSON file
 #: may start with a newline, the byte a packet stream starts with).
-FORMATS: dict[str, Format] = {f.name: f for f in (KINETO, NSYS, NSYS_REP, PERFETTO)}
+FORMATS: dict[str, Format] = {f.name: f for f in (KINETO, NSYS, NSYS_REP, PERFETTO, NCU_REP,
+                                                   NCU_REP_GZ, NCU_CSV)}
 
 
 def expected() -> str:
     """The formats, as the message for a file that is none of them lists them."""
-    names = [f.description for f in FORMATS.values()]
+    names = list(dict.fromkeys(f.description for f in FORMATS.values()))
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 

@@ -439,6 +439,31 @@ def _table(head: list[tuple[str, str]], rows: list[list[str]], fold: str | None 
             "</div>")
 
 
+def _ncu_section(result: AnalysisResult) -> str:
+    """Nsight Compute's profiled launches, their verdicts, the findings that name them and
+    Nsight Compute's own rules (report/ncu.py); nothing without kernel metrics."""
+    from traceanalyzer.report import ncu
+
+    found = ncu.rows(result)
+    if not found:
+        return ""
+    head = [(h, "num" if h in ("Nsight Compute", "Timeline") else "") for h in ncu.HEADERS]
+    theirs = any(r["ncu_rules"] for r in found)
+    if theirs:
+        head.append(("Nsight Compute's rules", ""))
+    rows = []
+    for r in found:
+        cells = [f'<td class="name" title="{esc(r["Kernel"])}">'
+                 f'{esc(short_kernel_name(r["Kernel"], 80))}</td>']
+        cells += [(_num(r[h]) if c == "num" else f"<td>{esc(r[h])}</td>")
+                  for h, c in head[1:len(ncu.HEADERS)]]
+        if theirs:
+            cells.append(f'<td class="muted">{esc(r["ncu_rules"])}</td>')
+        rows.append(cells)
+    return (f'<h3 id="ncu">Nsight Compute: profiled kernels</h3><p class="muted">'
+            f"{esc(ncu.summary(result))}</p>" + _table(head, rows, fold="ncu-all"))
+
+
 def _num(text: str) -> str:
     return f'<td class="num">{esc(text)}</td>'
 
@@ -449,6 +474,9 @@ def _tables(result: AnalysisResult) -> str:
     if k is None or k.is_empty():
         out.append('<p class="muted">No kernels.</p>')
     else:
+        from traceanalyzer.report import ncu
+
+        verdicts = ncu.verdict_by_name(result)  # Nsight Compute's, where kernels were profiled
         rows = []
         for r in k.sort("total_ns", descending=True).head(TOP_KERNELS).to_dicts():
             rows.append([
@@ -458,13 +486,16 @@ def _tables(result: AnalysisResult) -> str:
                 f'{esc(r.get("category"))}</td>',
                 _num(f"{r.get('instances', 0):,}"), _num(fmt_ns(r.get("total_ns"))),
                 _num(fmt_ns(r.get("mean_ns"))), _num(fmt_pct(r.get("pct_gpu_time"))),
+                *([f'<td class="ncu">{esc(verdicts.get(r["name"], "–"))}</td>'] if verdicts else []),
             ])
         out.append(_table([("Kernel", ""), ("Category", ""), ("Count", "num"),
-                           ("Total", "num"), ("Mean", "num"), ("% GPU time", "num")], rows,
+                           ("Total", "num"), ("Mean", "num"), ("% GPU time", "num"),
+                           *([("Nsight Compute", "")] if verdicts else [])], rows,
                           fold="kernels-all"))
         if k.height > TOP_KERNELS:
             out.append(f'<p class="muted">Top {TOP_KERNELS} of {k.height:,} kernel names; the '
                        "JSON report lists all.</p>")
+    out.append(_ncu_section(result))
     out.append('</section><section id="operators"><h2>Top operators by GPU time</h2>')
     ops = result.operators
     if ops is None or ops.is_empty():

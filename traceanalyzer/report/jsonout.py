@@ -37,6 +37,7 @@ _FRAME_ORDER: dict[str, list[tuple[str, bool]]] = {
     "ranks": [("rank", False)],
     "memory": [("rank", False), ("device", False)],
     "memory_holders": [("rank", False), ("device", False), ("bytes", True)],
+    "kernel_metrics": [("id", False)],
 }
 
 
@@ -181,6 +182,8 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "ranks": frame_rows(result.ranks, "ranks") if result.ranks is not None else None,
         "roofline": roofline_dict(result),
         **memory_dict(result),
+        # Nsight Compute's profiled launches with their verdicts (analysis.ncu.kernel_table)
+        "kernel_metrics": frame_rows(result.kernel_verdicts, "kernel_metrics"),
     }
 
 
@@ -321,6 +324,12 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                           "kernels": _rows({"name": {"type": "string"}, "time_ns": _NUM,
                                             "roofline_pct": _NUM, "lost_ns": _NUM},
                                            ["name", "time_ns", "lost_ns"])}),
+        "kernel_metrics": _rows({"kernel": {"type": "string"}, "grid": {"type": "string"},
+                                 "block": {"type": "string"}, "ncu_ns": _INT,
+                                 "timeline_ns": _INT, "bound": _STR, "roofline_pct": _NUM,
+                                 "near_roofline": {"type": "boolean"},
+                                 "verdict": {"type": "string"}, "findings": {"type": "string"}},
+                                ["kernel", "grid", "block", "verdict", "findings"]),
     }
 )
 

@@ -155,6 +155,7 @@ def render_markdown(result: AnalysisResult) -> str:
         lines += ["", "Top kernels: " + "; ".join(
             f"{md_escape(_short(r['name']))} ({fmt_pct(r.get('pct_gpu_time'))})"
             for r in top.to_dicts())]
+    lines += _ncu_section(result)
     if meta.warnings:
         # Each warning says what the numbers above mean on this trace: shown, not only counted.
         lines += ["", f"⚠️ {counted(len(meta.warnings), 'trace warning')}:"]
@@ -162,6 +163,22 @@ def render_markdown(result: AnalysisResult) -> str:
         if len(meta.warnings) > MAX_WARNINGS:
             lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
+
+
+def _ncu_section(result: AnalysisResult) -> list[str]:
+    """Nsight Compute's profiled launches and their verdicts (report/ncu.py)."""
+    from traceanalyzer.report import ncu
+
+    found = ncu.rows(result)
+    if not found:
+        return []
+    cols = ("Kernel", "Grid", "Block", "Nsight Compute", "Timeline", "Occupancy", "Top stall",
+            "Verdict", "Findings")
+    out = ["", f"**Nsight Compute** ({md_escape(ncu.summary(result))})", "",
+           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(md_escape(_short(r[c]) if c == "Kernel" else r[c]) for c in cols)
+            + " |" for r in found]
+    return out
 
 
 def _memory_section(result: AnalysisResult) -> list[str]:

@@ -192,6 +192,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines += ["", f"Top {counted(min(top, result.kernels.height), 'kernel')} of {result.kernels.height}:",
                   table(krows, ["kernel", "category", "count", "total", "mean", "% GPU"],
                         right={2, 3, 4, 5})]
+    lines += _ncu_section(result)
     lines.append("")
     if result.findings:
         lines.append(f"Findings ({len(result.findings)}, by impact):")
@@ -214,6 +215,20 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
                      + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
     return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+def _ncu_section(result: AnalysisResult) -> list[str]:
+    """Nsight Compute's profiled launches and their verdicts (report/ncu.py)."""
+    from traceanalyzer.report import ncu
+
+    found = ncu.rows(result)
+    if not found:
+        return []
+    cols = ("Kernel", "Grid", "Block", "Nsight Compute", "Timeline", "Occupancy", "Verdict",
+            "Findings")
+    body = [[safe(r[c], 50 if c == "Kernel" else 80) for c in cols] for r in found]
+    return ["", f"Nsight Compute: {safe(ncu.summary(result))}",
+            table(body, list(cols), right={3})]
 
 
 def _memory_section(result: AnalysisResult) -> list[str]:

@@ -32,6 +32,7 @@ from traceanalyzer.model import COLLECT_ENGINE
 TABLES: tuple[str, ...] = (
     "gpu", "cpu", "annotations", "syncs", "counters",
     "steps", "launches", "idle_gaps", "gpu_idle_gaps", "kernel_summary", "collectives",
+    "kernel_metrics",
 )
 
 # A single-quoted string (with '' escapes), a double-quoted identifier, a comment, or a

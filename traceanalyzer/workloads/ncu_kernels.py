@@ -1,6 +1,9 @@
 """Kernel pairs for Nsight Compute: each problem a kernel has, beside a kernel without it.
 
-    ncu --set full -k regex:'ta_|nvjet|gemm' -c 12 -o kernels python3 ncu_kernels.py
+    ncu --set full -k regex:'ta_|nvjet|gemm' -c 12 -o kernels \
+        python3 traceanalyzer/workloads/ncu_kernels.py
+
+(``scripts/recordings/ncu.sh`` records the committed ``sample_traces/ncu/kernels_*`` with it.)
 
 - ``ta_copy_strided`` (each warp reads 32 floats 32 apart: uncoalesced) / ``ta_copy_coalesced``;
 - ``ta_regs_heavy`` (64 live accumulators a thread: registers cap occupancy) / ``ta_regs_light``;
@@ -13,14 +16,26 @@
 Every kernel runs once (the extension is built before the profiled run), so ``-c`` counts
 launches one to one. ``--trace FILE`` records the same launches under torch.profiler instead, for
 joining Nsight Compute's verdicts to a timeline.
+
+Not a bad/good workload of the registry (it makes no timeline problem): the Nsight Compute proof
+set of the kernel rules. Like every module of this package it imports torch only inside
+:func:`main` (the ``workloads`` extra), so that it can be imported, and its kernel source read,
+without torch.
 """
 
 from __future__ import annotations
 
 import os
 
-import torch
-from torch.utils.cpp_extension import load_inline
+#: The kernels each problem is shown on, and the twin without it (rule slug -> (bad, good)).
+PAIRS = {
+    "uncoalesced-memory-access": ("ta_copy_strided", "ta_copy_coalesced"),
+    "low-occupancy": ("ta_regs_heavy", "ta_regs_light"),
+    "shared-memory-bank-conflicts": ("ta_transpose_conflicts", "ta_transpose_padded"),
+    "tail-effect": ("ta_tail_effect", "ta_full_waves"),
+    "compute-bound-below-peak": ("ta_tail_effect", "ta_full_waves"),
+    "memory-bound-below-roofline": ("ta_copy_strided", "ta_copy_coalesced"),
+}
 
 CUDA = r"""
 #include <cuda_runtime.h>
@@ -103,6 +118,9 @@ CPP = "void run_all(long x, long y, long n, long img, int w, long out, int sms);
 
 def main() -> None:
     import sys
+
+    import torch
+    from torch.utils.cpp_extension import load_inline
 
     trace = sys.argv[sys.argv.index("--trace") + 1] if "--trace" in sys.argv else None
     major, minor = torch.cuda.get_device_capability()
