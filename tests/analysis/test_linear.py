@@ -199,7 +199,7 @@ def build(steps: int) -> Trace:
 
     ncu = Path(__file__).resolve().parents[2] / "sample_traces" / "ncu"
     metrics = pl.concat([read_kernel_metrics(ncu / f).metrics for f in (
-        "kernels_a_raw.csv.gz", "kernels_b_raw.csv.gz", "spill_synthetic_raw.csv.gz")])
+        "kernels_a_raw.csv.gz", "kernels_b_raw.csv.gz", "kernels_c_raw.csv.gz")])
     metrics = metrics.with_columns(
         function=pl.when(pl.col("function") == "ta_copy_strided")
         .then(pl.lit(ATTENTION[1][0])).otherwise("function"))

@@ -17,7 +17,7 @@ def test_fires_on_the_bad_kernel_only() -> None:
 
 
 def test_quiet_on_the_other_report() -> None:
-    finding, o = outcome("spill_synthetic_raw.csv.gz", "memory-bound-below-roofline")
+    finding, o = outcome("kernels_c_raw.csv.gz", "memory-bound-below-roofline")
     assert finding is None and o.status == "quiet"
 
 

@@ -11,7 +11,10 @@
   ``ta_transpose_padded`` (a 33-wide tile);
 - ``ta_tail_effect`` (one block more than a full wave of long blocks: the last wave leaves most
   SMs idle) / ``ta_full_waves``;
-- a bf16 8192^3 ``torch.matmul`` (cuBLAS, near the tensor cores' peak).
+- a bf16 8192^3 ``torch.matmul`` (cuBLAS, near the tensor cores' peak);
+- with ``--spill`` only: ``ta_regs_spill``, ``ta_regs_heavy``'s code under
+  ``__launch_bounds__(256, 8)`` (at most 32 registers a thread, so its 64 accumulators spill to
+  local memory), then ``ta_regs_heavy`` again as the twin without spills.
 
 Every kernel runs once (the extension is built before the profiled run), so ``-c`` counts
 launches one to one. ``--trace FILE`` records the same launches under torch.profiler instead, for
@@ -35,6 +38,7 @@ PAIRS = {
     "tail-effect": ("ta_tail_effect", "ta_full_waves"),
     "compute-bound-below-peak": ("ta_tail_effect", "ta_full_waves"),
     "memory-bound-below-roofline": ("ta_copy_strided", "ta_copy_coalesced"),
+    "register-spill": ("ta_regs_spill", "ta_regs_heavy"),
 }
 
 CUDA = r"""
@@ -49,7 +53,7 @@ __global__ void ta_copy_strided(const float* __restrict__ x, float* __restrict__
     long i = (lane * (n / 32) + warp) % n;  // neighbours in a warp are n/32 floats apart
     if (t < n) y[i] = x[i] * 2.0f;
 }
-__global__ void ta_regs_heavy(const float* __restrict__ x, float* __restrict__ y, long n) {
+__device__ __forceinline__ void regs_heavy(const float* __restrict__ x, float* __restrict__ y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float acc[64];
@@ -64,6 +68,12 @@ __global__ void ta_regs_heavy(const float* __restrict__ x, float* __restrict__ y
     #pragma unroll
     for (int k = 0; k < 64; ++k) s += acc[k];
     y[i] = s;
+}
+__global__ void ta_regs_heavy(const float* __restrict__ x, float* __restrict__ y, long n) {
+    regs_heavy(x, y, n);
+}
+__global__ void __launch_bounds__(256, 8) ta_regs_spill(const float* __restrict__ x, float* __restrict__ y, long n) {
+    regs_heavy(x, y, n);
 }
 __global__ void __launch_bounds__(256, 8) ta_regs_light(const float* __restrict__ x, float* __restrict__ y, long n) {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -112,8 +122,15 @@ void run_all(long x, long y, long n, long img, int w, long out, int sms) {
     ta_tail_effect<<<2 * sms + 1, 1024>>>(Y, 200000);
     ta_full_waves<<<2 * sms, 1024>>>(Y, 200000);
 }
+void run_spill(long x, long y, long n) {
+    const float* X = (const float*)x; float* Y = (float*)y;
+    int t = 256; long b = (n + t - 1) / t;
+    ta_regs_spill<<<b / 16, t>>>(X, Y, n / 16);
+    ta_regs_heavy<<<b / 16, t>>>(X, Y, n / 16);
+}
 """
-CPP = "void run_all(long x, long y, long n, long img, int w, long out, int sms);"
+CPP = ("void run_all(long x, long y, long n, long img, int w, long out, int sms);\n"
+       "void run_spill(long x, long y, long n);")
 
 
 def main() -> None:
@@ -127,7 +144,7 @@ def main() -> None:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
     os.makedirs("/tmp/ta_ncu_ext", exist_ok=True)
     ext = load_inline(name="ta_ncu_kernels", cpp_sources=CPP, cuda_sources=CUDA,
-                      functions=["run_all"], extra_cuda_cflags=["-O3", "-lineinfo"],
+                      functions=["run_all", "run_spill"], extra_cuda_cflags=["-O3", "-lineinfo"],
                       build_directory="/tmp/ta_ncu_ext", verbose=False)
     n, w = 1 << 26, 8192
     x = torch.randn(n, device="cuda")
@@ -144,7 +161,10 @@ def main() -> None:
         torch.matmul(a, b)
         torch.cuda.synchronize()
 
-    if trace is None:
+    if "--spill" in sys.argv:
+        ext.run_spill(x.data_ptr(), y.data_ptr(), n)
+        torch.cuda.synchronize()
+    elif trace is None:
         run()
     else:
         run()  # warm-up outside the trace
