@@ -252,7 +252,15 @@ def cut_long_strings(chunk: bytes | bytearray, keep_bytes: int) -> tuple[bytes |
     library's json): a 20 MB name of escaped quotes took them 180-230 MB. Cut where the JSON
     stays valid, so a decoder reads the same first characters the whole string has.
     """
+    if len(chunk) <= keep_bytes:
+        return chunk, 0
     buf = np.frombuffer(chunk, dtype=np.uint8)
+    # A string is within one line (JSON strings hold no raw newline): NDJSON whose lines are all
+    # shorter needs no scan of its quotes (the fallback decodes every chunk of a trace when the
+    # C decoder is not built).
+    newlines = np.flatnonzero(buf == NEWLINE)
+    if np.diff(newlines, prepend=-1, append=buf.size).max() <= keep_bytes:
+        return chunk, 0
     spans = long_strings(buf, keep_bytes)
     if not spans:
         return chunk, 0
