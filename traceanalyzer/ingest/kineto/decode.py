@@ -114,9 +114,11 @@ def decode_raw(
         column, values = keep
         keep_index = [f.key for f in spec.top].index(column.encode())
         keep_values = tuple(v.encode() for v in values)
-    out = _eventdecode.decode(
-        chunk, *DecodeArgs(*spec, keep_index, keep_values, arena_bytes, TEXT_CHARS)
-    )
+    args = DecodeArgs(*spec, keep_index, keep_values, arena_bytes, TEXT_CHARS)
+    try:
+        out = _eventdecode.decode(chunk, *args)
+    except TypeError:  # a module built before text_chars: the same rows, texts cut later
+        out = _eventdecode.decode(chunk, *args[:-1])
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out
