@@ -237,6 +237,23 @@ def mutate_kineto_doc(doc: dict, rng: random.Random) -> dict:
                         ]
                     )
                 ] = hostile_value(rng)
+        elif op < 0.97:  # keys that all tie: one time, correlation or External id for all
+            field, value = rng.choice([("ts", 0), ("ts", 100), ("correlation", 1),
+                                       ("External id", 1), ("dur", 0)])
+            for e in events:
+                if not isinstance(e, dict):
+                    continue
+                if field in ("ts", "dur"):
+                    e[field] = value
+                elif isinstance(e.get("args"), dict):
+                    e["args"][field] = value
+        elif op < 0.985:  # one long string (escaped quotes, escapes, wide text) in a field
+            piece = rng.choice(['"', "\\", "\u00e9", "\U0001f600", "x", "名"])
+            text = piece * rng.choice([70_000, 300_000, 1_000_000])
+            if rng.random() < 0.5:
+                ev["name"] = text
+            elif isinstance(ev.get("args"), dict):
+                ev["args"][rng.choice(ARG_FIELDS)] = text
         else:  # scale time: µs traces read as ns and the other way round
             scale = rng.choice([1000, 1e-3, 1e9])
             for e in events:

@@ -320,3 +320,63 @@ def test_gzip_bomb_within_a_gzip_stream_of_many_members(tmp_path: Path, small_me
     with pytest.raises(InputError, match="decompresses to more than"):
         ingest.read_any(path)
     assert gzip.decompress(path.read_bytes()) == body
+
+
+# ---------------------------------------------------------------------------------------------
+# One huge string: the cap applies while decoding
+
+PEAK_RSS = (
+    "import atexit, resource, runpy, sys\n"
+    "atexit.register(lambda: print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF)"
+    ".ru_maxrss, file=sys.stderr))\n"
+    "sys.argv = ['traceanalyzer', *sys.argv[1:]]\n"
+    "runpy.run_module('traceanalyzer', run_name='__main__')\n"
+)
+
+
+def _peak_mb(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    full = {k: v for k, v in os.environ.items() if k != ingest.NO_MEMORY_CHECK_ENV}
+    full["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, *args], capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=full,
+    )
+    peak = [line for line in proc.stderr.splitlines() if line.startswith("peak-rss-kb")]
+    assert peak, proc.stderr[-2000:]
+    return proc, int(peak[-1].split()[1]) / 1024
+
+
+@pytest.mark.parametrize("where", ["name", "arg", "fallback"])
+def test_one_huge_string_of_escaped_quotes_decodes_in_proportion(
+    tmp_path: Path, where: str
+) -> None:
+    # 10 MB of \" in one event: the structural scan held 8-byte positions of every quote and
+    # backslash (35x the string), the decoders the whole text. A duplicate key sends the event
+    # to the Polars fallback, which gets its strings cut first.
+    quotes = '\\"' * (5 << 20)
+    kernel = ('{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, '
+              '"args": {"correlation": 1, "device": 0, "stream": 7}}')
+    launch = ('{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, '
+              '"tid": 1, "ts": 5, "dur": 3, "args": {"correlation": 1}}')
+    name, dims, dup = ("op", quotes, "") if where == "arg" else (quotes, "[]", "")
+    if where == "fallback":
+        dup = '"dur": 30, '
+    op = (f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": 1, {dup}'
+          f'"dur": 30, "args": {{"Input Dims": "{dims}"}}}}')
+    trace = tmp_path / "quotes.json"
+    trace.write_text('{"traceEvents": [' + ", ".join([kernel, launch, op]) + "]}")
+    small = tmp_path / "small.json"
+    small.write_text('{"traceEvents": [' + ", ".join([kernel, launch]) + "]}")
+    out = tmp_path / "r.json"
+    proc, peak = _peak_mb("analyze", str(trace), "--no-cache", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    _, base = _peak_mb("analyze", str(small), "--no-cache")
+    report = json.loads(out.read_text())
+    assert any("cut 1 text fields longer than 65,536" in w for w in report["trace"]["warnings"])
+    assert out.stat().st_size < 1 << 20
+    loaded = ingest.read_any(trace)
+    text = loaded.cpu["name"] if where != "arg" else loaded.cpu["input_dims"]
+    assert text.str.len_chars().max() == MAX_TEXT_CHARS + len(MARKER)
+    # Measured: 30-40 MB above a two-event trace (10 MB file); the scan alone took 350 MB.
+    size_mb = trace.stat().st_size / 2**20
+    assert peak - base < 8 * size_mb, (peak, base)

@@ -147,7 +147,16 @@ NSYS_CASES: dict[str, tuple[Callable[[Path], Path], str | None, int]] = {
         lambda t: _export(
             t, f"UPDATE {KERNEL} SET deviceId = 4294967296, gridX = 9999999999 WHERE rowid = 1"
         ),
-        None,
+        "read 2 device ids, grid or block sizes or register counts beyond int32 as missing",
+        2,
+    ),
+    "ids_beyond_int64": (
+        lambda t: _export(
+            t,
+            f"UPDATE {KERNEL} SET correlationId = 1e20, streamId = 'seven', "
+            "demangledName = x'00' WHERE rowid = 1",
+        ),
+        "read 3 ids that are not integers within int64",
         2,
     ),
     "text_in_target_info_gpu": (

@@ -84,8 +84,15 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     )
     signatures = ops.select(SIGNATURE).unique()
     costs = signature_costs(signatures)
-    calls = ops.select("rank", pl.col("external_id").alias("op_id"), *SIGNATURE).join(
-        costs, on=list(SIGNATURE), how="left", nulls_equal=True
+    # One operator call per External id: a trace whose operators share ids (a hostile one, all
+    # at 1) made the join below a product, every kernel once per operator (400k kernels ran for
+    # minutes and tens of GB), and multiplied their FLOPs. As the CPU frame's parent_op
+    # (ingest/kineto/assemble.py), the operator that starts last is the one taken.
+    calls = (
+        ops.sort("start_ns", maintain_order=True)
+        .unique(["rank", "external_id"], keep="last", maintain_order=True)
+        .select("rank", pl.col("external_id").alias("op_id"), *SIGNATURE)
+        .join(costs, on=list(SIGNATURE), how="left", nulls_equal=True)
     )
     out = (
         launched.join(calls, on=["rank", "op_id"], how="inner")

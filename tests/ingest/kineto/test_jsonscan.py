@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from traceanalyzer.ingest.kineto import jsonscan
 from traceanalyzer.ingest.kineto.jsonscan import NotATrace, ScanResult, iter_ndjson_chunks
 
 
@@ -130,3 +132,59 @@ def test_gzip_stream_readinto_members_and_truncation():
     cut = GzipStream(io.BytesIO(members[: len(members) // 3]), block=50)
     head = cut.read()
     assert cut.truncated and payload.startswith(head) and head
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.text(alphabet='"\\{}[]a', max_size=200), block=st.integers(1, 17),
+       max_depth=st.sampled_from([None, 0, 1, 2]))
+def test_structure_block_by_block_equals_whole(data, block, max_depth):
+    # Quotes, escapes and depth carry across block boundaries (a backslash run cut by one).
+    buf = np.frombuffer(data.encode(), dtype=np.uint8)
+    whole = jsonscan._structure(buf, 1, data.encode(), max_depth=max_depth)
+    saved = jsonscan.SCAN_BLOCK_BYTES
+    jsonscan.SCAN_BLOCK_BYTES = block
+    try:
+        blocks = jsonscan._structure(buf, 1, data.encode(), max_depth=max_depth)
+    finally:
+        jsonscan.SCAN_BLOCK_BYTES = saved
+    for a, b in zip(whole, blocks, strict=True):
+        assert a.tolist() == b.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=events_strategy, indent=st.sampled_from([None, 1]), chunk=st.integers(1, 300),
+       block=st.integers(1, 64))
+def test_property_scanner_in_small_blocks(events, indent, chunk, block):
+    data = json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=indent,
+                      ensure_ascii=False).encode()
+    saved = jsonscan.SCAN_BLOCK_BYTES
+    jsonscan.SCAN_BLOCK_BYTES = block
+    try:
+        parsed, scan = split(data, chunk)
+    finally:
+        jsonscan.SCAN_BLOCK_BYTES = saved
+    assert parsed == events
+    assert not scan.truncated
+
+
+def test_event_longer_than_many_chunks_is_read_in_growing_reads():
+    # One 2 MB name of escaped quotes, read in 4 KB chunks: the carry is scanned again with
+    # each read, so reads grow with it (a few scans, not 500).
+    name = '"' * (1 << 20)
+    events = [{"ph": "X", "name": "a", "ts": 1}, {"ph": "X", "name": name, "ts": 2},
+              {"ph": "X", "name": "b", "ts": 3}]
+    data = json.dumps({"traceEvents": events}).encode()
+    scans = []
+    real = jsonscan._structure
+
+    def counting(buf, *args, **kwargs):
+        scans.append(buf.size)
+        return real(buf, *args, **kwargs)
+
+    jsonscan._structure = counting
+    try:
+        parsed, _ = split(data, 4096)
+    finally:
+        jsonscan._structure = real
+    assert parsed == events
+    assert sum(scans) < 8 * len(data)

@@ -19,6 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.ingest.column_codes import KIND_OF, ColumnKind
+from traceanalyzer.ingest.textcap import MAX_TEXT_CHARS
 from traceanalyzer.model import DType
 
 try:
@@ -27,6 +28,10 @@ except ImportError:  # pragma: no cover - depends on how the package was install
     _eventdecode = None  # type: ignore[assignment]
 
 AVAILABLE = _eventdecode is not None
+#: Characters the decoder keeps of a text field: one more than the text cap, so that
+#: ``textcap.cap_text`` still sees the field is long, counts it and cuts it as it would have cut
+#: the whole text, while a 150 MB name costs 64 KiB instead of its size (several times over).
+TEXT_CHARS = MAX_TEXT_CHARS + 1
 _ARROW = {ColumnKind.TEXT: pa.string_view(), ColumnKind.INT: pa.int64(),
           ColumnKind.FLOAT: pa.float64()}
 
@@ -59,6 +64,8 @@ class DecodeArgs(NamedTuple):
     keep_values: tuple[bytes, ...] | None
     #: If not 0, the columns grow in one mapping of that size in huge pages.
     arena_bytes: int
+    #: If not 0, each text field keeps at most this many characters (see :data:`TEXT_CHARS`).
+    text_chars: int
 
 
 @cache
@@ -107,7 +114,11 @@ def decode_raw(
         column, values = keep
         keep_index = [f.key for f in spec.top].index(column.encode())
         keep_values = tuple(v.encode() for v in values)
-    out = _eventdecode.decode(chunk, *DecodeArgs(*spec, keep_index, keep_values, arena_bytes))
+    args = DecodeArgs(*spec, keep_index, keep_values, arena_bytes, TEXT_CHARS)
+    try:
+        out = _eventdecode.decode(chunk, *args)
+    except TypeError:  # a module built before text_chars: the same rows, texts cut later
+        out = _eventdecode.decode(chunk, *args[:-1])
     if out is None:
         return None
     rows, struct_valid, top_cols, inner_cols = out

@@ -95,27 +95,54 @@ class NotATrace(ValueError):
     """The input is JSON-like but has no event array."""
 
 
+#: Bytes of a chunk the structural scan takes at once. Its arrays hold a position (8 bytes) per
+#: quote, backslash and bracket of the block, several times over: 20 MB of escaped quotes in one
+#: event, scanned whole, peaked at 700 MB. Block by block they stay below ~60 MB for any input.
+SCAN_BLOCK_BYTES = 1 << 20
+
+
 def _structure(
-    buf: np.ndarray, depth0: int, raw: bytes | bytearray | None = None
+    buf: np.ndarray, depth0: int, raw: bytes | bytearray | None = None,
+    max_depth: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Brackets outside strings in ``buf``: positions, the byte, and the depth after each.
 
     The scan assumes ``buf`` starts outside a string at nesting depth ``depth0``. ``raw``, the
     same bytes as a bytes object, lets a memchr skip the escape pass when there is no backslash.
+    With ``max_depth``, only brackets whose depth after them is at most that are returned (the
+    callers look at the event depth and above), so that brackets nested deep inside events, or
+    millions of them, take no memory. The scan goes block by block (``SCAN_BLOCK_BYTES``),
+    carrying the string, escape and depth state from one to the next.
     """
-    quotes = np.flatnonzero(buf == QUOTE)
-    if raw is None or raw.find(b"\\") >= 0:
-        backslashes = np.flatnonzero(buf == BACKSLASH)
+    if raw is not None and raw.find(b"\\") < 0:
+        escapes = False
     else:
-        backslashes = quotes[:0]
-    if backslashes.size:
-        # A run of backslashes of odd length escapes the byte after it.
-        run_starts = np.flatnonzero(np.diff(backslashes, prepend=-2) != 1)
-        run_ends = np.append(run_starts[1:], backslashes.size) - 1
-        lengths = run_ends - run_starts + 1
-        escaped = backslashes[run_ends[lengths % 2 == 1]] + 1
-        if escaped.size:
-            quotes = quotes[~np.isin(quotes, escaped, assume_unique=True)]
+        escapes = True
+    if buf.size <= SCAN_BLOCK_BYTES:
+        return _structure_block(buf, depth0, escapes, max_depth, 0, False, False)[:3]
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    depth, in_string, escaped_first = depth0, False, False
+    for lo in range(0, buf.size, SCAN_BLOCK_BYTES):
+        block = buf[lo : lo + SCAN_BLOCK_BYTES]
+        brackets, chars, after, depth, in_string, escaped_first = _structure_block(
+            block, depth, escapes, max_depth, lo, in_string, escaped_first
+        )
+        parts.append((brackets, chars, after))
+    return (
+        np.concatenate([p[0] for p in parts]),
+        np.concatenate([p[1] for p in parts]),
+        np.concatenate([p[2] for p in parts]),
+    )
+
+
+def _structure_block(
+    buf: np.ndarray, depth0: int, escapes: bool, max_depth: int | None, offset: int,
+    in_string: bool, escaped_first: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool, bool]:
+    """:func:`_structure` of one block that starts ``offset`` bytes into the chunk, inside a
+    string or not, with its first byte escaped or not (a backslash run across the boundary);
+    also the depth, string and escape state at its end."""
+    quotes, next_escaped = _quotes_block(buf, escapes, escaped_first)
     # '[' ']' '{' '}' are 0x5B 0x5D 0x7B 0x7D: with bit 5 set and 0x7B subtracted (mod 256) they
     # are exactly the bytes that give 0 or 2, so one mask costs four in-place passes, not seven.
     folded = buf | 0x20
@@ -124,12 +151,126 @@ def _structure(
     brackets = np.flatnonzero(folded == 0)
     del folded
     # A bracket is inside a string when an odd number of quotes precede it.
-    outside = np.searchsorted(quotes, brackets) % 2 == 0
+    outside = np.searchsorted(quotes, brackets) % 2 == int(in_string)
     brackets = brackets[outside]
+    del outside
     chars = buf[brackets]
     step = np.where((chars == LBRACE) | (chars == LBRACKET), 1, -1)
     depth = depth0 + np.cumsum(step)
-    return brackets, chars, depth
+    end_depth = int(depth[-1]) if depth.size else depth0
+    if max_depth is not None and depth.size and int(depth.max()) > max_depth:
+        keep = depth <= max_depth
+        brackets, chars, depth = brackets[keep], chars[keep], depth[keep]
+    if offset:
+        brackets = brackets + offset
+    return brackets, chars, depth, end_depth, in_string != (quotes.size % 2 == 1), next_escaped
+
+
+def _quotes_block(buf: np.ndarray, escapes: bool, escaped_first: bool) -> tuple[np.ndarray, bool]:
+    """Positions of the quotes of ``buf`` that are not escaped, given whether its first byte is
+    (a backslash run from the block before), and whether the byte after it is."""
+    quotes = np.flatnonzero(buf == QUOTE)
+    backslashes = np.flatnonzero(buf == BACKSLASH) if escapes else quotes[:0]
+    next_escaped = False
+    if backslashes.size or escaped_first:
+        if escaped_first:  # a virtual backslash before the block, alone, escapes byte 0
+            backslashes = np.concatenate(([-1], backslashes))
+        # A run of backslashes of odd length escapes the byte after it.
+        run_starts = np.flatnonzero(np.diff(backslashes, prepend=-3) != 1)
+        run_ends = np.append(run_starts[1:], backslashes.size) - 1
+        lengths = run_ends - run_starts + 1
+        odd = lengths % 2 == 1
+        escaped = backslashes[run_ends[odd]] + 1
+        if escaped.size and escaped[-1] == buf.size:  # the run goes on in the next block
+            next_escaped = True
+            escaped = escaped[:-1]
+        del run_starts, run_ends, lengths, odd, backslashes
+        if escaped.size:
+            quotes = quotes[~np.isin(quotes, escaped, assume_unique=True)]
+    return quotes, next_escaped
+
+
+def long_strings(buf: np.ndarray, longer_than: int) -> list[tuple[int, int]]:
+    """(opening quote, closing quote) of each JSON string in ``buf`` (which starts outside a
+    string) whose raw text is longer than ``longer_than`` bytes, block by block."""
+    found: list[tuple[int, int]] = []
+    open_at = -1  # the quote of a string still open at the end of the last block
+    escaped_first = False
+    for lo in range(0, buf.size, SCAN_BLOCK_BYTES):
+        block = buf[lo : lo + SCAN_BLOCK_BYTES]
+        quotes, escaped_first = _quotes_block(block, True, escaped_first)
+        quotes = quotes + lo
+        if open_at >= 0:
+            quotes = np.concatenate(([open_at], quotes))
+        pairs = quotes.size // 2 * 2
+        opens, closes = quotes[:pairs:2], quotes[1:pairs:2]
+        hit = np.flatnonzero(closes - opens - 1 > longer_than)
+        found += zip(opens[hit].tolist(), closes[hit].tolist(), strict=True)
+        open_at = int(quotes[-1]) if quotes.size % 2 else -1
+    return found
+
+
+def _safe_cut(data: bytes | bytearray, at: int, lo: int) -> int:
+    """A position at or before ``at`` (and after ``lo``) where valid JSON string content can be
+    cut: not inside a UTF-8 sequence, an escape, or between the halves of a surrogate pair."""
+    while at > lo and 0x80 <= data[at] < 0xC0:  # a continuation byte: back to its lead byte
+        at -= 1
+    for _ in range(3):
+        # An escape that the cut would split: a backslash run of odd length right before it,
+        # or a ``\uXXXX`` begun in the 5 bytes before it; then a high surrogate's escape.
+        run = at
+        while run > lo and data[run - 1] == BACKSLASH:
+            run -= 1
+        if (at - run) % 2:
+            at -= 1
+            continue
+        start = data.rfind(b"\\u", max(lo, at - 5), at)
+        if start >= 0 and _escaping(data, start, lo):
+            at = start
+            continue
+        if at - 6 >= lo and data[at - 6 : at - 3].lower() in (b"\\ud8", b"\\ud9", b"\\uda", b"\\udb") \
+                and _escaping(data, at - 6, lo):
+            at -= 6
+            continue
+        break
+    return at
+
+
+def _escaping(data: bytes | bytearray, backslash: int, lo: int) -> bool:
+    """Whether the backslash at ``backslash`` starts an escape (an even run of them before it)."""
+    run = backslash
+    while run > lo and data[run - 1] == BACKSLASH:
+        run -= 1
+    return (backslash - run) % 2 == 0
+
+
+def cut_long_strings(chunk: bytes | bytearray, keep_bytes: int) -> tuple[bytes | bytearray, int]:
+    """``chunk`` (whole events, starting outside a string) with each string longer than
+    ``keep_bytes`` bytes of JSON text cut to about that many, and how many were cut.
+
+    For a decoder that materialises every string whole (Polars' NDJSON reader, the standard
+    library's json): a 20 MB name of escaped quotes took them 180-230 MB. Cut where the JSON
+    stays valid, so a decoder reads the same first characters the whole string has.
+    """
+    if len(chunk) <= keep_bytes:
+        return chunk, 0
+    buf = np.frombuffer(chunk, dtype=np.uint8)
+    # A string is within one line (JSON strings hold no raw newline): NDJSON whose lines are all
+    # shorter needs no scan of its quotes (the fallback decodes every chunk of a trace when the
+    # C decoder is not built).
+    newlines = np.flatnonzero(buf == NEWLINE)
+    if np.diff(newlines, prepend=-1, append=buf.size).max() <= keep_bytes:
+        return chunk, 0
+    spans = long_strings(buf, keep_bytes)
+    if not spans:
+        return chunk, 0
+    pieces, last = [], 0
+    for start, close in spans:
+        cut = _safe_cut(chunk, start + 1 + keep_bytes, start + 1)
+        pieces += [chunk[last:cut]]
+        last = close
+    pieces.append(chunk[last:])
+    return b"".join(pieces), len(spans)
 
 
 def _find_events_array(header: bytes) -> tuple[int, int] | None:
@@ -145,12 +286,14 @@ def _find_events_array(header: bytes) -> tuple[int, int] | None:
     if first is None:
         return None
     ends = [first.end()]
-    brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[0]), 0)
+    brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[0]), 0,
+                                    max_depth=2)
     if not (brackets.size and brackets[-1] == ends[0] - 1 and depth[-1] == 2):
         ends += [key.end() for key in keys]  # just past each '['
         if len(ends) == 1:
             return None
-        brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[-1]), 0)
+        brackets, _, depth = _structure(np.frombuffer(header, dtype=np.uint8, count=ends[-1]),
+                                        0, max_depth=2)
     # Only a key at depth 1 counts: the '[' must be outside strings and open depth 2.
     opens = np.asarray(ends) - 1
     at = np.minimum(np.searchsorted(brackets, opens), max(brackets.size - 1, 0))
@@ -499,6 +642,10 @@ def iter_ndjson_chunks(
             # trace is split into enough pieces to overlap scanning and decoding.
             reads += 1
             want = min(chunk_bytes, FIRST_READ_BYTES << reads)
+            # An event longer than a chunk is carried and scanned again with the next read:
+            # reads as long as the carry make those scans add up to a few times the event,
+            # not its square over the chunk size (a 150 MB name: 37 scans of 75 MB on average).
+            want = max(want, len(carry))
             raw = _read_after(stream, carry, want)
             eof, last_read = len(raw) == len(carry), len(raw) - len(carry) < want
         buf = np.frombuffer(raw, dtype=np.uint8)
@@ -523,7 +670,7 @@ def iter_ndjson_chunks(
                 del buf
                 yield lines
                 continue  # at the end of input the carry still goes through the scan below
-        brackets, chars, after = _structure(buf, depth, raw)
+        brackets, chars, after = _structure(buf, depth, raw, max_depth=depth + 1)
         opens = brackets[(chars == LBRACE) & (after == depth + 1)]
         closes = brackets[(chars == RBRACE) & (after == depth)]
         array_end = brackets[(chars == RBRACKET) & (after == depth - 1)]

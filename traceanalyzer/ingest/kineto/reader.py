@@ -40,11 +40,13 @@ from traceanalyzer.ingest.kineto.jsonscan import (
     EventRun,
     NotATrace,
     ScanResult,
+    cut_long_strings,
     iter_ndjson_chunks,
 )
 from traceanalyzer.ingest.kineto.metadata import read_metadata
 from traceanalyzer.ingest.kineto.reduce import Parts, Reduced, compiled_parts, kept, reduce_frame
 from traceanalyzer.ingest.kineto.schema import EVENT_SCHEMA, KEPT_PHASES
+from traceanalyzer.ingest.textcap import MAX_TEXT_CHARS
 from traceanalyzer.model import Trace
 
 #: Worker threads, and the chunks (and groups) decoding (and reducing) at once: the C decoder and
@@ -57,6 +59,10 @@ GROUP_BYTES = 8 << 20  # trace bytes per reduction (see _decode_events)
 #: round 15).
 FIRST_GROUP_BYTES = 64 << 20
 IN_FLIGHT_BYTES = DECODE_THREADS * DEFAULT_CHUNK_BYTES  # chunks decoding at once, in trace bytes
+#: JSON text kept of a string for the decoders that materialise strings whole: enough for the
+#: cap's characters plus one at 12 bytes each (a surrogate pair's two ``\\u`` escapes), and one
+#: character for the cut (which backs up to a boundary).
+FALLBACK_STRING_BYTES = 12 * (MAX_TEXT_CHARS + 2)
 ARENA_PER_BYTE = 1.25  # decoded bytes a chunk's arena holds, per byte of trace (~0.75 used)
 
 
@@ -224,6 +230,9 @@ def _decode_chunk(chunk: bytes | EventRun, scan: ScanResult,
         return decode.to_frame(raw, EVENT_SCHEMA) if reduced is None else reduced
     if run:  # events cut by the learned layout: a run the decoder declines may be cut wrong
         raise _LayoutMismatch
+    # Polars and the standard library materialise each string whole: one 20 MB name took them
+    # 10 times its size. Cut first, to more text than the cap keeps (textcap.cap_text cuts it).
+    chunk, _ = cut_long_strings(chunk, FALLBACK_STRING_BYTES)
     try:  # no compiled decoder, or a chunk it leaves to Polars
         return kept(pl.read_ndjson(io.BytesIO(chunk), schema=EVENT_SCHEMA, ignore_errors=True))
     except pl.exceptions.PolarsError:

@@ -15,6 +15,7 @@ from typing import TypeVar
 import polars as pl
 
 from traceanalyzer.categories import kernel_category
+from traceanalyzer.ingest.bounds import INT32_MAX, INT32_MIN
 from traceanalyzer.ingest.memory import ALLOCATION_APIS, DRIVER_RESERVED
 from traceanalyzer.ingest.nsys.tables import sorted_by
 from traceanalyzer.model import (
@@ -60,6 +61,24 @@ STEP_NAME = r"^ProfilerStep#(\d+)$"
 RANK_CHAIN_MAX = 16
 
 
+#: Raw integer columns that the frames hold as Int32 (device ids, launch geometry).
+INT32_COLUMNS = ("deviceId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                 "registersPerThread")
+
+
+def beyond_int32(frame: pl.DataFrame | None) -> int:
+    """Values of ``frame``'s :data:`INT32_COLUMNS` that the frames cannot hold (read as
+    missing): counted, for the reader's warning."""
+    cols = [c for c in INT32_COLUMNS if frame is not None and c in frame.columns]
+    if frame is None or not cols or not frame.height:
+        return 0
+    counts = frame.select(
+        (pl.col(c).is_not_null() & ~pl.col(c).is_between(INT32_MIN, INT32_MAX)).sum()
+        for c in cols
+    )
+    return int(sum(counts.row(0)))
+
+
 def _pid(col: str) -> pl.Expr:
     return (pl.col(col) // (1 << 24)) % (1 << 24)
 
@@ -97,8 +116,10 @@ def gpu_rows(strings: pl.DataFrame, kernels: pl.DataFrame | None, memcpy: pl.Dat
         name_id = pl.col("name_id")
         parts.append(kernels.select(
             kind=pl.lit("kernel", GPU_KIND),
+            # A kernel whose name id is missing (not an integer in a forged export) is named
+            # as one whose id is unknown, never left without a name.
             name=name_id.replace_strict(names["id"], names["value"], default=None,
-                                        return_dtype=STR),
+                                        return_dtype=STR).fill_null("<unknown kernel>"),
             category=name_id.replace_strict(names["id"], names["category"], default="other",
                                             return_dtype=category),
             **common,

@@ -26,6 +26,7 @@ from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.nsys.frames import (
     NVTX_TYPES,
     annotation_frame,
+    beyond_int32,
     cpu_frame,
     gpu_frame,
     gpu_rows,
@@ -117,8 +118,10 @@ def _read(db: ExportDb) -> Trace:
         )
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
         tables |= {t: reader.submit(t) for t in (DRIVER, SYNC, MEMORY_USAGE)}
-        gpu_raw = gpu_rows(strings,
-                            *(tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)))
+        raw = [tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)]
+        narrowed = sum(beyond_int32(f) for f in raw)
+        gpu_raw = gpu_rows(strings, *raw)
+        del raw
         ranks = rank_map(gpu_raw)
         gpu = gpu_frame(gpu_raw, ranks)
         del gpu_raw
@@ -126,10 +129,15 @@ def _read(db: ExportDb) -> Trace:
         ops = operator_ranges(ann)
         cpu = cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
                          ranks)
-        syn = sync_frame(tables.pop(SYNC).result(), cpu, ranks)
-        mem = memory_frame(tables.pop(MEMORY_USAGE).result(), cpu, ranks)
+        syncs, usage = tables.pop(SYNC).result(), tables.pop(MEMORY_USAGE).result()
+        narrowed += beyond_int32(syncs) + beyond_int32(usage)
+        syn = sync_frame(syncs, cpu, ranks)
+        mem = memory_frame(usage, cpu, ranks)
+        del syncs, usage
+        unreadable = {**db.unreadable, **reader.db.unreadable}
     cpu = with_parent_op(cpu, ops)
     del ops
+    _warn_ids(meta, unreadable, narrowed)
 
     fill_meta(db, meta, export, ranks, gpu)
     if not present:
@@ -141,6 +149,25 @@ def _read(db: ExportDb) -> Trace:
     gpu, cpu, ann, syn = (_no_backwards(f, meta) for f in (gpu, cpu, ann, syn))
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=ann, syncs=syn,
                  counters=empty_frame("counters"), memory=mem)
+
+
+def _warn_ids(meta: TraceMeta, unreadable: dict[str, int], narrowed: int) -> None:
+    """Say how many ids were read as missing: values of id columns that are not integers
+    within int64 (text, blobs, or reals, which is what SQLite makes of an integer beyond
+    int64), and device ids, grid and block sizes or register counts beyond int32."""
+    if unreadable:
+        where = ", ".join(f"{n:,} in {col}" for col, n in sorted(unreadable.items())[:4])
+        more = len(unreadable) - 4
+        meta.warnings.append(
+            f"read {sum(unreadable.values()):,} ids that are not integers within int64 (text, "
+            f"blobs, or numbers beyond int64) as missing: {where}"
+            + (f" and {more} more columns" if more > 0 else "")
+        )
+    if narrowed:
+        meta.warnings.append(
+            f"read {narrowed:,} device ids, grid or block sizes or register counts beyond "
+            "int32 as missing"
+        )
 
 
 def _no_backwards(frame: pl.DataFrame, meta: TraceMeta) -> pl.DataFrame:

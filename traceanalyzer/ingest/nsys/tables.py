@@ -69,6 +69,12 @@ ONE_OF: dict[str, tuple[str, ...]] = {
     NVTX: ("text", "textId"),
 }
 TEXT_COLUMNS = {"text", "value"}
+#: Integer columns whose values are ids the frames join or group on. SQLite lets any column hold
+#: any type, and stores an integer beyond int64 as a REAL: such a value reads as missing, and
+#: where one of these columns holds a missing value its values of other types are counted
+#: (:attr:`ExportDb.unreadable`), so that the reader can say so.
+ID_COLUMNS = frozenset({"correlationId", "streamId", "deviceId", "globalPid", "globalTid",
+                        "nameId", "demangledName", "shortName", "graphId", "id"})
 
 NSYS_MARKER_TABLES = ("StringIds", "META_DATA_EXPORT")
 
@@ -94,6 +100,9 @@ class ExportDb:
         except sqlite3.DatabaseError as exc:
             raise InputError(path, sqlite_problem(exc)) from None
         self.tables = {r[0] for r in rows}
+        #: "TABLE.column" -> values of an id column that are not integers within int64 (text,
+        #: blobs, reals: what SQLite makes of an integer beyond int64), read as missing.
+        self.unreadable: dict[str, int] = {}
         # nsys writes plain tables. A view (a recursive one never ends) or a virtual table in
         # place of a table the reader reads runs arbitrary SQL: refused, not read.
         for name, kind, sql in rows:
@@ -141,8 +150,27 @@ class ExportDb:
         if frame is None:
             frame = read_table(self.con, self.path, table, wanted, where)
         assert frame is not None
+        self._count_unreadable(table, frame, where)
         absent = {c: pl.lit(None, I64) for c in optional if c not in have}
         return frame.with_columns(**absent) if absent else frame
+
+    def _count_unreadable(self, table: str, frame: pl.DataFrame, where: str) -> None:
+        """Count, into :attr:`unreadable`, the values of ``table``'s id columns that were read
+        as missing because they are not integers within int64. Only columns holding a missing
+        value are counted, in one query: nsys writes none there, so a real export costs no
+        query."""
+        cols = [c for c in frame.columns
+                if c in ID_COLUMNS and frame.schema[c] == I64 and frame[c].null_count()]
+        if not cols:
+            return
+        sums = ", ".join(f"sum(\"{c}\" IS NOT NULL AND typeof(\"{c}\") != 'integer')"
+                         for c in cols)
+        row = self.con.execute(
+            f'SELECT {sums} FROM "{table}"' + (f" WHERE {where}" if where else "")
+        ).fetchone()
+        for col, n in zip(cols, row or (), strict=False):
+            if n:
+                self.unreadable[f"{table}.{col}"] = int(n)
 
     def rows(self, query: str) -> list[tuple[Any, ...]]:
         """A small metadata query; an absent table or column gives no rows."""

@@ -13,7 +13,8 @@
  * duplicate keys, invalid JSON or UTF-8, integers of 20 digits, ...) makes decode() return None,
  * and the caller decodes that piece another way. Real traces almost never hit that.
  *
- * decode(chunk, top_fields, args_key, arg_fields[, keep_index, keep_values, arena_bytes])
+ * decode(chunk, top_fields, args_key, arg_fields[, keep_index, keep_values, arena_bytes,
+ *        text_chars])
  *     -> None | (rows, args_valid, top_cols, arg_cols)
  *   *_fields: tuple of (key: bytes, kind: int), kind K_TEXT, K_INT (int64) or K_FLOAT (float64)
  *   of _columncodes.h (ColumnKind in Python)
@@ -23,6 +24,10 @@
  *   (_hugearena.h) while they fit: a fresh process then takes a fault per 2 MB, not per 4 KB.
  *   The mapping lives until the last of its columns goes, so it is for the first chunks a
  *   process decodes; the memory of later ones is what earlier chunks freed, faulted in already.
+ *   text_chars: if not 0, each text field keeps at most its first text_chars characters (the
+ *   rest is validated and skipped, never written): traceanalyzer passes the text cap plus one
+ *   (ingest/textcap.py), so a 150 MB name costs 64 KiB, and cap_text still sees it is long and
+ *   cuts it exactly as it would have cut the whole text.
  *   a text column is (views, data, valid): Arrow string views (16 bytes a row; up to 12 bytes
  *   of text inline, longer text in data), which Polars takes without a copy; a number column
  *   is (values, valid). valid holds one byte per row. Every buffer is an object that owns the
@@ -240,13 +245,39 @@ static int put_utf8(Buf *b, unsigned cp) {
     return buf_put(b, out, n);
 }
 
-/* The decoded text of a scanned string (escapes already validated by scan_string). */
-static int unescape(Buf *b, Ptr s, Ptr e) {
+/* Characters of one text field at most (0: no limit), set per call: see text_chars in decode. */
+static _Thread_local size_t text_chars;
+
+/* Bytes of the first `chars` characters of the valid UTF-8 in [s, s + n) (n if it has fewer). */
+static size_t prefix_bytes(Ptr s, size_t n, size_t chars) {
+    if (n <= chars) return n; /* bytes are at least characters */
+    size_t i = 0;
+    for (; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80 && chars-- == 0) break;
+    return i;
+}
+
+/* The decoded text of a scanned string (escapes already validated by scan_string), up to
+ * `left` characters (0: all of it). */
+static int unescape(Buf *b, Ptr s, Ptr e, size_t left) {
+    int capped = left != 0;
     while (s < e) {
         Ptr run = s;
         while (s < e && *s != '\\') s++;
-        if (s > run && buf_put(b, run, (size_t)(s - run))) return NOMEM;
+        if (s > run) {
+            size_t n = (size_t)(s - run), keep = n;
+            if (capped) {
+                keep = prefix_bytes(run, n, left);
+                size_t chars = 0;
+                for (size_t i = 0; i < keep; i++) chars += (run[i] & 0xC0) != 0x80;
+                left -= chars;
+            }
+            if (buf_put(b, run, keep)) return NOMEM;
+            if (capped && keep < n) return OK;
+        }
         if (s >= e) break;
+        if (capped && left == 0) return OK;
+        if (capped) left--;
         unsigned x = s[1];
         if (x != 'u') {
             char c = x == 'b' ? '\b' : x == 'f' ? '\f' : x == 'n' ? '\n' : x == 'r' ? '\r'
@@ -477,11 +508,15 @@ static int field_value(Ptr *ps, Ptr e, Field *f) {
             Ptr a, b;
             int escaped;
             if (scan_string(&s, e, &a, &b, &escaped)) return BAIL;
-            if (escaped) rc = unescape(&f->values, a, b);
+            if (escaped) rc = unescape(&f->values, a, b, text_chars);
+            else if (text_chars) rc = buf_put(&f->values, a, prefix_bytes(a, (size_t)(b - a), text_chars));
             else rc = buf_put(&f->values, a, (size_t)(b - a));
             if (rc) return rc;
         } else if ((rc = value(&s, e, &f->values, 0))) {
             return rc;
+        } else if (text_chars) { /* a list or number as JSON text: cut the same way */
+            f->values.len = start + prefix_bytes((Ptr)f->values.p + start, f->values.len - start,
+                                                 text_chars);
         }
         if ((rc = put_view(f, start))) return rc;
     } else {
@@ -782,12 +817,12 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
     (void)self;
     Py_buffer chunk;
     PyObject *top_spec, *arg_spec, *keep = NULL;
-    Py_ssize_t args_len, keep_index = -1, arena_bytes = 0;
+    Py_ssize_t args_len, keep_index = -1, arena_bytes = 0, max_chars = 0;
     Arena *in = NULL;
     Spec *spec = calloc(1, sizeof(Spec));
     if (!spec) return PyErr_NoMemory();
-    if (!PyArg_ParseTuple(py_args, "y*Oy#O|nOn", &chunk, &top_spec, &spec->args_key, &args_len,
-                          &arg_spec, &keep_index, &keep, &arena_bytes)) {
+    if (!PyArg_ParseTuple(py_args, "y*Oy#O|nOnn", &chunk, &top_spec, &spec->args_key, &args_len,
+                          &arg_spec, &keep_index, &keep, &arena_bytes, &max_chars)) {
         free(spec);
         return NULL;
     }
@@ -810,6 +845,7 @@ static PyObject *decode(PyObject *self, PyObject *py_args) {
             arena.size = in->size;
             arena.used = 0;
         }
+        text_chars = max_chars > 0 ? (size_t)max_chars : 0;
         rc = decode_events(s, s + chunk.len, spec, &args_valid, &rows);
         arena.base = NULL;
         Py_END_ALLOW_THREADS

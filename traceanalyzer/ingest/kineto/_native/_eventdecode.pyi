@@ -20,6 +20,7 @@ def decode(
     keep_index: int = -1,
     keep_values: tuple[bytes, ...] | None = None,
     arena_bytes: int = 0,
+    text_chars: int = 0,
     /,
 ) -> tuple[int, Buffer, list[_Column], list[_Column]] | None:
     """(rows, args_valid, top columns, arg columns) of the events in ``chunk``, or None where
