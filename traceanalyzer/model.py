@@ -47,6 +47,8 @@ SHAPES_HINTS: dict[str, str] = {
     "nsys": "Nsight Systems records none; a torch.profiler trace with record_shapes=True has them",
     "perfetto": "this Perfetto trace records none; a torch.profiler trace with record_shapes=True "
                 "has them",
+    "ncu": "an Nsight Compute report holds kernels, not operators; its own FLOP counts give each "
+           "kernel's roofline point",
 }
 
 

@@ -404,7 +404,8 @@ def choose_window(trace: Trace, requested: str = "steps",
         steps = views.steps
         if steps.is_empty():
             window.kind = "all"
-            window.reason = "no steps found"
+            window.reason = ("an Nsight Compute report: its profiled launches back to back, no steps"
+                             if trace.meta.source_format == "ncu" else "no steps found")
             _fill_bounds(window, trace)
         else:
             steps, other_windows = _one_recording_window(steps)
