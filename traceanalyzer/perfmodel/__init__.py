@@ -27,10 +27,12 @@ from traceanalyzer.perfmodel.model import (
 if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
     from traceanalyzer.analysis.views import Views
+    from traceanalyzer.model import Device
 
 __all__ = [
     "PerfOptions",
     "Roofline",
+    "device_roofline",
     "kernel_roofline",
     "metrics_of",
     "op_roofline",
@@ -92,6 +94,26 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
         "flops_source": source,
         "reason": reason,
     }
+
+
+def device_roofline(
+    cpu: pl.DataFrame, frame: pl.DataFrame, device: Device | None
+) -> tuple[pl.DataFrame | None, str | None]:
+    """The roofline per (operator signature, precision) of ``frame`` (:func:`summarize`'s)
+    against ``device``'s datasheet peaks (the user's overrides left out: the rules judge the
+    device in the trace), most time lost first; (None, why) without shapes or peaks."""
+    if cpu.is_empty() or cpu["input_dims"].null_count() == cpu.height:
+        return None, "operator shapes were not recorded (profile with record_shapes=True)"
+    peaks = peaks_of(device)
+    if peaks is None:
+        name = device.name if device is not None and device.name else "an unrecorded GPU"
+        return None, f"no peak throughput known for {name}"
+    table = roofline_table(
+        frame.rename({"name": "kernel"}).rename({"op_name": "name"}),
+        Roofline(device.name if device else None, peaks),
+        ("name", "input_dims", "input_types"),
+    )
+    return table, None
 
 
 def roofline_of(result: AnalysisResult) -> Roofline:
