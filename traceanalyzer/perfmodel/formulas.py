@@ -140,6 +140,10 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
         & pl.col("input_types").is_not_null()
         & ~pl.col("input_dims").str.contains(r"\[\s*\[\s*\[")
         & pl.col("op_class").is_not_null()
+        # The optimizer's TensorLists are recorded without their shapes ([] per list): its
+        # bytes would be those of its scalars, so it is not modelled at all.
+        & (pl.col("op_class") != "optimizer")
+        & ~pl.col("input_types").str.contains('"TensorList"', literal=True)
     )
     # Text from the trace is untrusted: only lists of lists of (at most 18-digit) integers and
     # lists of plain strings are decoded, so a malformed value cannot fail the whole column.

@@ -158,6 +158,14 @@ class Roofline:
         return self.peaks.hbm_gbps if self.peaks is not None else None
 
     @property
+    def reachable_gbps(self) -> float | None:
+        """The bandwidth a streaming kernel reaches (devices.Peaks.reachable_gbps), or the user's
+        ``--peak-bandwidth``, taken as a measured figure."""
+        if self.options.peak_bandwidth_gbps is not None:
+            return self.options.peak_bandwidth_gbps
+        return self.peaks.reachable_gbps if self.peaks is not None else None
+
+    @property
     def peak_label(self) -> str | None:
         """Which peak MFU is against, in words."""
         if self.options.peak_tflops is not None:
@@ -177,8 +185,9 @@ def roofline_table(
 ) -> pl.DataFrame:
     """Per group (``by``: an operator signature, or a kernel name): calls, time, FLOPs and bytes,
     intensity (FLOP/B), achieved TFLOP/s and GB/s, the roof at that intensity, the bound, % of
-    roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take. Per
-    step when ``steps`` is given (the sums divided by it)."""
+    roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take;
+    ``reachable_pct`` and ``reachable_lost_ns``, the same for the bytes alone against the
+    reachable bandwidth. Per step when ``steps`` is given (the sums divided by it)."""
     frame = kernels.filter(pl.col("bytes") > 0)
     divisor = float(steps) if steps else 1.0
     agg = frame.group_by(*by, "precision").agg(
@@ -196,6 +205,7 @@ def roofline_table(
     agg = agg.with_columns(
         compute_roof_tflops=pl.Series(roofs, dtype=pl.Float64),
         bandwidth_gbps=pl.lit(bw, pl.Float64),
+        reachable_gbps=pl.lit(roof.reachable_gbps, pl.Float64),
     )
     seconds = pl.col("time_ns") / 1e9
     intensity = pl.col("flops") / pl.col("bytes")
@@ -227,6 +237,12 @@ def roofline_table(
             # operator without FLOPs (a copy) achieved / peak bandwidth.
             roofline_pct=100.0 * best_s / seconds,
             lost_ns=(pl.col("time_ns") - best_s * 1e9).clip(lower_bound=0.0),
+            # Against the bandwidth a streaming kernel reaches, not the datasheet's: what the
+            # memory-bound rule judges (docs/perf-model.md).
+            reachable_pct=100.0 * pl.col("bytes") / (pl.col("reachable_gbps") * 1e9) / seconds,
+            reachable_lost_ns=(pl.col("time_ns") - pl.col("bytes") / pl.col("reachable_gbps")).clip(
+                lower_bound=0.0
+            ),
         )
         .sort(["lost_ns", *by], descending=[True, *[False] * len(by)], nulls_last=True)
     )

@@ -102,7 +102,8 @@ def perf_metrics_dict(result: AnalysisResult) -> dict[str, Any]:
 #: Columns of the JSON ``roofline`` rows, in order.
 ROOFLINE_COLUMNS = ("name", "input_dims", "input_types", "op_class", "precision", "kernels",
                     "time_ns", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
-                    "roof_tflops", "bound", "roofline_pct", "lost_ns")
+                    "roof_tflops", "bound", "roofline_pct", "lost_ns", "reachable_pct",
+                    "reachable_lost_ns")
 
 
 def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
@@ -116,7 +117,8 @@ def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
         return [{k: clean(v) for k, v in row.items()} for row in frame.head(top).select(keep).to_dicts()]
 
     return {"device": roof.device, "peak_name": roof.peaks.name if roof.peaks else None,
-            "bandwidth_gbps": clean(roof.bandwidth_gbps), "ridge_bf16": clean(roof.ridge("bf16")),
+            "bandwidth_gbps": clean(roof.bandwidth_gbps),
+            "reachable_gbps": clean(roof.reachable_gbps), "ridge_bf16": clean(roof.ridge("bf16")),
             "operators": rows(op_roofline(result)), "kernels": rows(kernel_roofline(result))}
 
 

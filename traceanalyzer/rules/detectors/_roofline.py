@@ -25,23 +25,24 @@ def op_roofline(views: Views) -> pl.DataFrame:
 
 
 def slow_signatures(
-    views: Views, p: Params, *predicates: pl.Expr
+    views: Views, p: Params, *predicates: pl.Expr, lost: str = "lost_ns"
 ) -> tuple[pl.DataFrame, int] | None:
     """The signatures matching ``predicates`` whose kernels average at least ``min_kernel_us``
     (shorter ones are bound by launch latency and the tail, not the kernel), most time lost
-    first, and the time they lose; None unless it is ``min_impact_pct`` of the window."""
+    first (column ``lost``), and the time they lose; None unless it is ``min_impact_pct`` of the
+    window."""
     slow = (
         op_roofline(views)
         .filter(
             *predicates,
             pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
         )
-        .sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
+        .sort([lost, "name", "input_dims"], descending=[True, False, False])
     )
     window = window_length(views)
     if slow.is_empty() or not window:
         return None
-    lost = int(slow["lost_ns"].sum())
-    if pct(lost, window) < p["min_impact_pct"]:
+    lost_ns = int(slow[lost].sum())
+    if pct(lost_ns, window) < p["min_impact_pct"]:
         return None
-    return slow, lost
+    return slow, lost_ns
