@@ -94,3 +94,37 @@ def test_roofline_bound_pct_and_lost_time():
     assert H200.ridge("bf16") == pytest.approx(989.4e12 / 4800e9)
     fp32 = roofline_table(kernels.with_columns(precision=pl.lit("fp32")), H200, ("name",))
     assert fp32.filter(pl.col("name") == "gemm")["compute_roof_tflops"].item() == 66.9
+    # Against the bandwidth a copy reaches (90% of 4800): the copy at 1200 GB/s is 27.8% of it.
+    copy = out["copy"]
+    assert copy["reachable_gbps"] == pytest.approx(4320.0)
+    assert copy["reachable_pct"] == pytest.approx(100 * 1200 / 4320)
+    assert copy["reachable_lost_ns"] == pytest.approx(4e6 - 4.8e9 / 4320)
+
+
+def test_reachable_bandwidth_is_a_share_of_the_datasheet_or_the_users_figure():
+    assert PEAKS["H200 SXM"].reachable_gbps == pytest.approx(4320.0)
+    assert PEAKS["H100 SXM"].reachable_gbps == pytest.approx(0.9 * 3350)
+    given = Roofline("NVIDIA H200", PEAKS["H200 SXM"], PerfOptions(peak_bandwidth_gbps=4000))
+    assert given.bandwidth_gbps == 4000 and given.reachable_gbps == 4000
+
+
+@pytest.mark.parametrize(
+    ("kernel", "precision"),
+    [
+        ("nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_NNT", "tf32"),
+        ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4", "tf32"),
+        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>", "tf32"),
+        ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "tf32"),
+        ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_ffma_aligna4", "fp32"),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>", "fp32"),
+        ("ampere_sgemm_32x32_sliced1x4_tn", "fp32"),
+        ("cutlass_80_tensorop_s1688gemm_3xtf32_64x64", "fp32"),
+    ],
+)
+def test_an_fp32_operator_on_tf32_tensor_cores_is_judged_as_tf32(kernel, precision):
+    from traceanalyzer.perfmodel.formulas import kernel_precision
+
+    frame = pl.DataFrame({"precision": ["fp32", "bf16"], "name": [kernel, kernel]})
+    out = frame.select(p=kernel_precision(pl.col("precision"), pl.col("name")))["p"]
+    assert out.to_list() == [precision, "bf16"]  # a bf16 operator's kernel stays bf16
+    assert H200.compute_tflops(precision) == {"tf32": 494.7, "fp32": 66.9}[precision]

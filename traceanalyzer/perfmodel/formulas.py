@@ -50,6 +50,33 @@ PRECISION: dict[str, str] = {
     "c10::Float8_e5m2fnuz": "fp8",
 }
 
+#: Kernel names that say an FP32 operator ran on TF32 tensor cores (docs/perf-model.md,
+#: "TF32"). torch's ``allow_tf32`` is not in the trace: the kernel's name is the evidence.
+#: - ``tf32``: cuBLAS's and cuDNN's xmma kernels name their math type
+#:   (``sm80_xmma_gemm_f32f32_tf32f32_f32_...``, ``..._fprop_implicit_gemm_..._tf32f32_...``);
+#: - ``tensorop_s1688`` / ``s16816``: CUTLASS's single-precision tensor-op GEMMs, whose
+#:   16x8x8 and 16x8x16 MMA shapes take 32-bit operands only as TF32 (an A100 trace's
+#:   ``cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4``);
+#: - ``nvjet`` / ``wgmma`` / ``gmma``: Hopper-and-later cuBLASLt and CUTLASS 3 kernels, which run
+#:   on warpgroup MMA, and wgmma has no FP32 operand type (PTX ISA: f16, bf16, tf32, e4m3/e5m2,
+#:   s8/u8), so a float32 GEMM in one is TF32. On the H200 with TF32 off, cuBLAS ran
+#:   ``sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`` and ``cutlass_80_simt_sgemm_...``
+#:   (gpt_fp32_torch, bert_fp32_train), never nvjet.
+TF32_KERNEL = r"(?i)tf32|tensorop_s1688|tensorop_s16816|s1688gemm|s16816gemm|nvjet|wgmma|gmma"
+#: ...and names that say FP32 on the CUDA cores (``ffma``, SIMT, sgemm) or FP32 emulated with
+#: three TF32 products (``3xtf32``, the FP32-accurate path), which override the above.
+FP32_KERNEL = r"(?i)3xtf32|ffma|simt|sgemm"
+
+
+def kernel_precision(precision: pl.Expr, kernel: pl.Expr) -> pl.Expr:
+    """The precision a kernel ran at: ``tf32`` for a ``fp32`` operator's kernel whose name says
+    TF32 tensor cores (:data:`TF32_KERNEL`, not :data:`FP32_KERNEL`), else the operator's."""
+    tf32 = (
+        (precision == "fp32") & kernel.str.contains(TF32_KERNEL) & ~kernel.str.contains(FP32_KERNEL)
+    )
+    return pl.when(tf32).then(pl.lit("tf32")).otherwise(precision)
+
+
 #: Matrix multiplies: name -> (position of A, position of B, batched).
 GEMM_OPS: dict[str, tuple[int, int, bool]] = {
     "aten::mm": (0, 1, False),

@@ -16,7 +16,13 @@ import polars as pl
 
 from traceanalyzer.devices import Peaks
 from traceanalyzer.model import DType
-from traceanalyzer.perfmodel.formulas import FLOP_CLASSES, FLOP_OPS, SIGNATURE, signature_costs
+from traceanalyzer.perfmodel.formulas import (
+    FLOP_CLASSES,
+    FLOP_OPS,
+    SIGNATURE,
+    kernel_precision,
+    signature_costs,
+)
 
 #: One row per kernel instance that the model attributes (analysis frame "perf_kernels").
 KERNEL_COLUMNS: dict[str, DType] = {
@@ -94,7 +100,9 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
             / pl.col("dur_ns").sum().over("rank", "op_id").clip(lower_bound=1),
         )
         .with_columns(
-            flops=pl.col("flops") * pl.col("_share"), bytes=pl.col("bytes") * pl.col("_share")
+            flops=pl.col("flops") * pl.col("_share"),
+            bytes=pl.col("bytes") * pl.col("_share"),
+            precision=kernel_precision(pl.col("precision"), pl.col("name")),
         )
     )
     return out.select(

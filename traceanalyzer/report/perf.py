@@ -88,7 +88,8 @@ def roofline_section(result: AnalysisResult) -> str:
         f'<p class="muted">{esc(roof.device or "GPU")}: {peak:g} TFLOP/s ({esc(src)}), '
         f"{bw:g} GB/s; ridge at {roof.ridge('bf16'):.0f} FLOP/B. Each point is an operator "
         "signature (name and shapes), sized by its GPU time; FP32 operators are judged "
-        "against the FP32 roof. Causal attention is counted in full.</p>"
+        "against the FP32 roof, or the TF32 one where their kernels ran on TF32 tensor cores. "
+        "Causal attention is counted in full.</p>"
     )
     return head + intro + roofline_svg(ops, peak, bw) + _losers_table(ops) + "</section>"
 
