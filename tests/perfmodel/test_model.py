@@ -128,3 +128,97 @@ def test_an_fp32_operator_on_tf32_tensor_cores_is_judged_as_tf32(kernel, precisi
     out = frame.select(p=kernel_precision(pl.col("precision"), pl.col("name")))["p"]
     assert out.to_list() == [precision, "bf16"]  # a bf16 operator's kernel stays bf16
     assert H200.compute_tflops(precision) == {"tf32": 494.7, "fp32": 66.9}[precision]
+
+
+def _with_flops_trace():
+    """An mm, a conv2d around its convolution, and a causal cuDNN attention forward, each with a
+    kernel, as Kineto records them with record_shapes=True and with_flops=True."""
+    from tests.support.synth import Synth
+
+    s = Synth()
+    bf16 = "c10::BFloat16"
+    s.op(
+        "aten::mm",
+        0,
+        20,
+        ext=1,
+        dims=[[64, 128], [128, 32]],
+        types=[bf16, bf16],
+        concrete=["", ""],
+        flops=2 * 64 * 128 * 32,
+    )
+    s.kernel("nvjet_sm90_tst_mm", 5, 10, launch=2, ext=1, op="aten::mm")
+    conv_dims = [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []]
+    conv_flops = 2 * 8 * 32 * 32 * 3 * 3 * 3 * 16
+    s.op(
+        "aten::conv2d",
+        30,
+        30,
+        ext=2,
+        dims=conv_dims[:3] + [[], [], [], []],
+        types=[bf16, bf16, bf16, "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+        concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+        flops=conv_flops,
+    )
+    s.op("aten::convolution", 31, 28, ext=3, dims=conv_dims, types=[bf16] * 3 + [""] * 6)
+    s.kernel("sm90_xmma_fprop_implicit_gemm_bf16", 40, 10, launch=33, ext=3, op="aten::convolution")
+    qkv = [2, 4, 128, 64]
+    s.op(
+        "aten::_scaled_dot_product_cudnn_attention",
+        70,
+        20,
+        ext=4,
+        dims=[qkv, qkv, qkv, [], [], [], [], [], []],
+        types=[bf16] * 3 + [""] * 6,
+        concrete=["", "", "", "", "True", "0.", "True", "False", ""],
+    )
+    s.kernel(
+        "cudnn_generated_fort_native_sdpa_sm90",
+        75,
+        10,
+        launch=72,
+        ext=4,
+        op="aten::_scaled_dot_product_cudnn_attention",
+    )
+    return s.trace(), conv_flops
+
+
+def test_trace_flops_are_cross_checked_and_causal_attention_executes_half():
+    from traceanalyzer.analysis.views import Views
+
+    trace, conv_flops = _with_flops_trace()
+    frame, summary = Views(trace).perf_model
+    check = summary["trace_flops"]
+    assert check["calls"] == 2 and check["ratio"] == pytest.approx(1.0)
+    assert check["by_op"]["aten::conv2d"]["trace_flops"] == conv_flops  # against its convolution
+    assert check["by_op"]["aten::conv2d"]["ratio"] == pytest.approx(1.0)
+    assert check["by_op"]["aten::mm"]["ratio"] == pytest.approx(1.0)
+    attention = frame.filter(pl.col("op_name").str.contains("attention")).row(0, named=True)
+    square = 2 * 2 * 4 * 128 * 128 * (64 + 64)
+    assert attention["flops"] == square  # the model FLOPs of MFU: FlopCounterMode's square
+    assert attention["executed_flops"] == pytest.approx(square * (128 * 129 / 2) / 128**2)
+
+
+def test_is_causal_reads_only_its_position_and_only_booleans():
+    from traceanalyzer.perfmodel.formulas import is_causal
+
+    frame = pl.DataFrame(
+        {
+            "name": [
+                "aten::_scaled_dot_product_flash_attention",
+                "aten::_scaled_dot_product_flash_attention",
+                "aten::_scaled_dot_product_efficient_attention_backward",
+                "aten::mm",
+                "aten::_scaled_dot_product_flash_attention",
+            ],
+            "concrete": [
+                '["", "", "", "0.", "True", "False"]',
+                '["", "", "", "0.", "False", "True"]',
+                '["", "", "", "", "", "", "", "", "", "0.", "", "True"]',
+                '["", ""]',
+                '["", "", "", "0.", "maybe\\" ]',  # not a list of plain strings
+            ],
+        }
+    )
+    out = frame.select(c=is_causal(pl.col("name"), pl.col("concrete")))["c"].to_list()
+    assert out == [True, False, True, None, None]

@@ -22,6 +22,7 @@ from traceanalyzer.perfmodel.model import (
     flops_per_step,
     perf_metrics,
     roofline_table,
+    trace_flops_check,
 )
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ PERF_SCHEMA: dict[str, DType] = {
     "kernels": pl.Int64,
     "dur_ns": pl.Int64,
     "flops": pl.Float64,
+    "executed_flops": pl.Float64,
     "bytes": pl.Float64,
 }
 
@@ -70,6 +72,9 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
             kernels=pl.len().cast(pl.Int64),
             dur_ns=pl.col("dur_ns").sum(),
             flops=pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+            executed_flops=pl.when(pl.col("executed_flops").is_not_null().any()).then(
+                pl.col("executed_flops").sum()
+            ),
             bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
         )
         .select(list(PERF_SCHEMA))
@@ -93,6 +98,7 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
         "flops_by_op": by_op,
         "flops_source": source,
         "reason": reason,
+        "trace_flops": trace_flops_check(cpu),
     }
 
 
@@ -133,6 +139,9 @@ def metrics_of(result: AnalysisResult) -> dict[str, Any]:
         result.metrics.step_time_p50_ns,
         roofline_of(result),
     )
+    check = summary.get("trace_flops") or {}
+    out["trace_flops_ratio"] = check.get("ratio")
+    out["trace_flops_calls"] = check.get("calls")
     if out["flops_per_step"] is None and summary.get("reason"):
         out["mfu_reason"] = f"no model FLOPs: {summary['reason']}; give --flops-per-step"
     return out

@@ -96,6 +96,19 @@ _ATTENTION = (
 ATTENTION_FWD = frozenset(_ATTENTION)
 #: Fused attention, backward: grad_out, q, k, v are inputs 0, 1, 2, 3.
 ATTENTION_BWD = frozenset(f"{n}_backward" for n in _ATTENTION)
+#: Where ``is_causal`` is among each fused attention op's arguments (its ``Concrete Inputs``
+#: position, from the signatures in ATen's native_functions.yaml; checked against the H200
+#: traces' cuDNN forward, index 6, and backward, index 14).
+IS_CAUSAL_AT: dict[str, int] = {
+    "aten::_scaled_dot_product_flash_attention": 4,
+    "aten::_scaled_dot_product_flash_attention_backward": 11,
+    "aten::_scaled_dot_product_efficient_attention": 6,
+    "aten::_scaled_dot_product_efficient_attention_backward": 11,
+    "aten::_scaled_dot_product_cudnn_attention": 6,
+    "aten::_scaled_dot_product_cudnn_attention_backward": 14,
+    "aten::_scaled_dot_product_fused_attention_overrideable": 5,
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": 13,
+}
 CONV_FWD = frozenset({"aten::convolution"})
 CONV_BWD = frozenset({"aten::convolution_backward"})
 FLOP_OPS = frozenset(GEMM_OPS) | ATTENTION_FWD | ATTENTION_BWD | CONV_FWD | CONV_BWD
@@ -217,7 +230,9 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
             PRECISION, default=None, return_dtype=pl.String
         )
     )
-    out = costed.select(*SIGNATURE, "op_class", "flops", "bytes", "precision", "assumption")
+    out = costed.select(
+        *SIGNATURE, "op_class", "flops", "bytes", "precision", "assumption", "causal_fraction"
+    )
     rest = sig.join(out, on=list(SIGNATURE), how="anti", nulls_equal=True)
     return pl.concat([out, _empty(rest)], how="vertical_relaxed")
 
@@ -228,7 +243,23 @@ def _empty(sig: pl.DataFrame) -> pl.DataFrame:
         bytes=pl.lit(None, pl.Float64),
         precision=pl.lit(None, pl.String),
         assumption=pl.lit(None, pl.String),
+        causal_fraction=pl.lit(None, pl.Float64),
     )
+
+
+def is_causal(name: pl.Expr, concrete: pl.Expr) -> pl.Expr:
+    """Whether a fused attention call was causal, from its ``Concrete Inputs`` (JSON text):
+    True or False where the argument at :data:`IS_CAUSAL_AT` reads "True" or "False", else null
+    (not attention, not recorded, or a layout this table does not know). Text from the trace
+    is untrusted: only a list of plain strings is decoded."""
+    position = name.replace_strict(IS_CAUSAL_AT, default=None, return_dtype=pl.Int64)
+    values = (
+        pl.when(position.is_not_null() & concrete.str.contains(_TYPES_TEXT))
+        .then(concrete)
+        .str.json_decode(pl.List(pl.String))
+    )
+    arg = values.list.get(position, null_on_oob=True)
+    return pl.when(arg == "True").then(True).when(arg == "False").then(False)
 
 
 def _dim(i: int, j: int) -> pl.Expr:
@@ -368,7 +399,19 @@ def _costs(frame: pl.DataFrame) -> list[pl.Expr]:
         return expr
 
     del frame
+    # Causal attention (is_causal, top-left aligned as torch's: query i sees keys 0..i) keeps
+    # sum over i of min(i + 1, Sk) of the Sq x Sk scores: the share its kernels compute.
+    fractions: list[tuple[pl.Expr, pl.Expr]] = []
+    for names, q in ((ATTENTION_FWD, 0), (ATTENTION_BWD, 1)):
+        sq, sk = _dim(q, 2), _dim(q + 1, 2)
+        kept = (
+            pl.when(sq <= sk)
+            .then(sq * (sq + 1.0) / 2.0)
+            .otherwise(sk * (sk + 1.0) / 2.0 + (sq - sk) * sk)
+        )
+        fractions.append((name.is_in(list(names)), kept / (sq * sk)))
     return [
+        chain(fractions, pl.lit(None, pl.Float64)).cast(pl.Float64).alias("causal_fraction"),
         chain(flops, memory_flops).cast(pl.Float64).alias("flops"),
         chain(nbytes, memory_bytes).cast(pl.Float64).alias("bytes"),
         chain(assume, pl.lit(None, pl.String)).alias("assumption"),

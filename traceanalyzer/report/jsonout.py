@@ -101,7 +101,7 @@ def perf_metrics_dict(result: AnalysisResult) -> dict[str, Any]:
 
 #: Columns of the JSON ``roofline`` rows, in order.
 ROOFLINE_COLUMNS = ("name", "input_dims", "input_types", "op_class", "precision", "kernels",
-                    "time_ns", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
+                    "time_ns", "model_flops", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
                     "roof_tflops", "bound", "roofline_pct", "lost_ns", "reachable_pct",
                     "reachable_lost_ns")
 
@@ -118,8 +118,15 @@ def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
 
     return {"device": roof.device, "peak_name": roof.peaks.name if roof.peaks else None,
             "bandwidth_gbps": clean(roof.bandwidth_gbps),
-            "reachable_gbps": clean(roof.reachable_gbps), "ridge_bf16": clean(roof.ridge("bf16")),
+            "reachable_gbps": clean(roof.reachable_gbps),
+            "trace_flops": _trace_flops(result), "ridge_bf16": clean(roof.ridge("bf16")),
             "operators": rows(op_roofline(result)), "kernels": rows(kernel_roofline(result))}
+
+
+def _trace_flops(result: AnalysisResult) -> dict[str, Any] | None:
+    check = (result.perf_summary or {}).get("trace_flops") or {}
+    by_op = check.get("by_op")
+    return {op: {k: clean(v) for k, v in row.items()} for op, row in by_op.items()} if by_op else None
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:

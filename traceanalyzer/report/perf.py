@@ -89,7 +89,8 @@ def roofline_section(result: AnalysisResult) -> str:
         f"{bw:g} GB/s; ridge at {roof.ridge('bf16'):.0f} FLOP/B. Each point is an operator "
         "signature (name and shapes), sized by its GPU time; FP32 operators are judged "
         "against the FP32 roof, or the TF32 one where their kernels ran on TF32 tensor cores. "
-        "Causal attention is counted in full.</p>"
+        "Causal attention is drawn with the FLOPs its kernels execute (about half the square); "
+        "MFU counts the full square, as FlopCounterMode.</p>"
     )
     return head + intro + roofline_svg(ops, peak, bw) + _losers_table(ops) + "</section>"
 
