@@ -91,8 +91,8 @@ def build(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
     scaler = torch.amp.GradScaler("cuda") if args.dtype == "fp16" else None
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.dtype]
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
     gen = torch.Generator().manual_seed(0)
     if args.model == "gpt":
         pinned = [torch.randint(0, VOCAB, (BATCH, T + 1), generator=gen).pin_memory()
@@ -186,6 +186,9 @@ def main() -> None:
     ap.add_argument("--empty-cache", action="store_true")
     ap.add_argument("--memory", action="store_true", help="torch.profiler profile_memory=True")
     ap.add_argument("--flops", action="store_true")
+    ap.add_argument("--with-flops", action="store_true",
+                    help="torch.profiler with_flops=True (and record_shapes): the trace's own FLOPs")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 for FP32 matmuls and convs")
     ap.add_argument("--time", action="store_true", help="measure the step time unprofiled")
     ap.add_argument("--size", default="", help="comma-separated NAME=VALUE: d_model, layers, "
                     "heads, seq, batch (GPT), image, images (convnet)")
@@ -201,7 +204,9 @@ def main() -> None:
     t0 = time.perf_counter()
     record: dict = {"name": args.name, "model": args.model, "dtype": args.dtype,
                     "profiler": args.profiler, "steps": args.steps, "step_name": args.step_name,
-                    "empty_cache": args.empty_cache, "size": args.size, "device": torch.cuda.get_device_name(),
+                    "empty_cache": args.empty_cache,
+                    "tf32": args.tf32, "with_flops": args.with_flops, "size": args.size,
+                    "device": torch.cuda.get_device_name(),
                     "torch": torch.__version__}
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     trace_path = args.out / f"{args.name}.json.gz"
@@ -222,7 +227,8 @@ def main() -> None:
     elif args.profiler == "torch":
         sched = torch.profiler.schedule(wait=1, warmup=1, active=args.steps - 2, repeat=1)
         with torch.profiler.profile(activities=activities, schedule=sched, record_shapes=True,
-                                    profile_memory=args.memory) as prof:
+                                    profile_memory=args.memory,
+                                    with_flops=args.with_flops) as prof:
             run_steps(step, args.steps, args.step_name, prof)
         prof.export_chrome_trace(str(trace_path))
     else:

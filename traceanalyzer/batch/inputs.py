@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from traceanalyzer.errors import UsageError
 
 #: File names a folder argument contributes (hidden files and folders, e.g. caches, are skipped).
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep", ".pftrace", ".perfetto-trace",
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep", ".pftrace", ".perfetto-trace",
                   ".perfetto", ".pb", ".pb.gz", ".trace")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 

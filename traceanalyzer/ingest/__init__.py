@@ -60,6 +60,9 @@ def sniff(path: str | os.PathLike[str]) -> str:
             raise InputError(p, f"is not a valid gzip file ({exc})") from None
         if not head:
             raise InputError(p, "is an empty gzip file")
+        for fmt in FORMATS.values():  # a gzipped SQLite export
+            if fmt.magic is not None and fmt.gzip_ok and head.startswith(fmt.magic):
+                return fmt.name
     for fmt in FORMATS.values():
         if fmt.looks_like is not None and fmt.looks_like(head):
             return fmt.name

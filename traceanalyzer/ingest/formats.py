@@ -64,6 +64,8 @@ class Format:
     suffix: str | None = None
     #: Leading bytes of the file as it lies on disk.
     magic: bytes | None = None
+    #: Whether the reader also takes the file gzipped (``magic`` then leads the unpacked bytes).
+    gzip_ok: bool = False
     #: A test of the first bytes, after gzip decompression for a gzipped file.
     looks_like: Callable[[bytes], bool] | None = None
     #: An environment variable that names an external program to read the format with instead
@@ -103,7 +105,7 @@ KINETO = Format(
 NSYS = Format(
     name="nsys", description="an Nsight Systems SQLite export",
     reader="traceanalyzer.ingest.nsys:read_nsys", sources=("nsys",),
-    memory_per_byte=3.5, magic=SQLITE_MAGIC,
+    memory_per_byte=3.5, magic=SQLITE_MAGIC, gzip_ok=True,
 )
 NSYS_REP = Format(
     name="nsys-rep", description="an .nsys-rep",

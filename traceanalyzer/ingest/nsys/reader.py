@@ -55,21 +55,27 @@ from traceanalyzer.ingest.nsys.tables import (
     TableReader,
     sqlite_problem,
 )
+from traceanalyzer.ingest.unpack import unpacked
 from traceanalyzer.model import Trace, TraceMeta, empty_frame
 
 
 def read_nsys(path: str | os.PathLike[str]) -> Trace:
-    """Read an Nsight Systems SQLite export into a canonical :class:`Trace`."""
+    """Read an Nsight Systems SQLite export (plain or gzipped) into a canonical :class:`Trace`."""
     p = Path(path)
     if not p.is_file():
         raise InputError(p, "is not a file" if p.exists() else "no such file")
-    db = ExportDb(p)
-    try:
-        return _read(db)
-    except sqlite3.DatabaseError as exc:
-        raise InputError(p, sqlite_problem(exc)) from None
-    finally:
-        db.con.close()
+    with unpacked(p, ".sqlite") as file:
+        db = ExportDb(file)
+        try:
+            trace = _read(db)
+        except InputError as exc:  # name the file the user gave, not the unpacked copy
+            raise InputError(p, exc.problem) from None
+        except sqlite3.DatabaseError as exc:
+            raise InputError(p, sqlite_problem(exc)) from None
+        finally:
+            db.con.close()
+    trace.meta.path = str(p)
+    return trace
 
 
 def _read(db: ExportDb) -> Trace:
