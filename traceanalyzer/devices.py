@@ -176,10 +176,9 @@ class Peaks:
 
 
 #: The share of the datasheet HBM bandwidth that streaming kernels reach. Measured on this
-#: project's H200 (.library/device/KINDS.md, 2026-10-28 and 2026-11-04, on gVisor and on
-#: Firecracker machines): a device-to-device copy through PyTorch moved about 4.3 TB/s of
-#: the 4.8 TB/s datasheet figure, counting bytes read and written (8.6 GB in 2.0 ms): 0.896,
-#: rounded to 0.90. The other GPUs were not measured here; they get the same share (their HBM
+#: project's H200 (scripts/measure/hbm_bandwidth_h200.json, 2026-12-02: PyTorch copies 4238-4240
+#: GB/s, sums 4164-4248, adds and triads 4358-4384 of the 4800 GB/s datasheet figure, bytes read
+#: and written counted: 0.87-0.91; the device notes' D2D copy, 4.3 TB/s, agrees), 0.90. The other GPUs were not measured here; they get the same share (their HBM
 #: controllers and ECC cost about the same), which ``--peak-bandwidth`` does not change: the
 #: rules judge the device in the trace.
 REACHABLE_HBM_FRACTION = 0.90

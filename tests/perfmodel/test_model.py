@@ -222,3 +222,25 @@ def test_is_causal_reads_only_its_position_and_only_booleans():
     )
     out = frame.select(c=is_causal(pl.col("name"), pl.col("concrete")))["c"].to_list()
     assert out == [True, False, True, None, None]
+
+
+@pytest.mark.parametrize(
+    ("trace", "precision", "roof"),
+    [("fp32_matmul_tf32", "tf32", 494.7), ("fp32_matmul_bad", "fp32", 66.9)],
+)
+def test_recorded_fp32_gemms_are_judged_by_the_math_their_kernels_ran(trace, precision, roof):
+    """The H200 pair: the same float32 4096^3 mm with allow_tf32 on (cuBLAS ran
+    sm90_xmma_gemm_f32f32_tf32f32_f32_...) and off (sm80_xmma_gemm_..._ffma_...)."""
+    import traceanalyzer
+    from tests.support.paths import SAMPLES
+    from traceanalyzer.analysis.views import Views
+    from traceanalyzer.analysis.window import choose_window, parse_window
+
+    path = SAMPLES / "torch" / f"{trace}.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in this checkout")
+    views = Views(choose_window(traceanalyzer.load(path, use_cache=False), parse_window("steps")))
+    table, _ = views.perf_roofline
+    mm = table.filter(pl.col("name") == "aten::mm").row(0, named=True)
+    assert mm["precision"] == precision and mm["compute_roof_tflops"] == roof
+    assert 50 < mm["roofline_pct"] <= 100  # TF32 at 341 TFLOP/s is 69% of its roof, not 510%
