@@ -247,7 +247,7 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
                 "exposed_communication_pct", "memory_pct", "peak_memory_allocated_bytes",
                 "peak_memory_reserved_bytes", "flops_per_step", "achieved_tflops",
-                "mfu_pct", "peak_tflops", "tokens_per_s",
+                "mfu_pct", "peak_tflops", "tokens_per_s", "trace_flops_ratio",
                 "exposed_transfer_ns", "comm_wait_ns", "exposed_transfer_pct"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
@@ -272,7 +272,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                          "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)},
                          "exposed_transfer_basis": {"type": ["string", "null"],
                                                     "enum": ["ranks", "steps", "none", None]},
-                         "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR}),
+                         "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR,
+                         "trace_flops_calls": _INT}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({
@@ -323,7 +324,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                                  "allocations": _INT, "pct_of_peak": _NUM},
                                 ["rank", "device", "operator", "bytes"]),
         "roofline": _obj({"device": _STR, "peak_name": _STR, "bandwidth_gbps": _NUM,
-                          "ridge_bf16": _NUM,
+                          "reachable_gbps": _NUM, "ridge_bf16": _NUM,
+                          "trace_flops": {"type": ["object", "null"]},
                           "operators": _rows({"name": {"type": "string"}, "time_ns": _NUM,
                                               "roofline_pct": _NUM, "lost_ns": _NUM},
                                              ["name", "time_ns", "lost_ns"]),
