@@ -122,6 +122,10 @@ CPU_ACTIVITY_SCHEMA = pl.Schema(
         "input_types": pl.String,  # JSON text, e.g. '["float", "c10::BFloat16"]'
         "call_stack": pl.String,  # Python stack, innermost frame first, ';'-separated
         "parent_op": pl.String,  # name of the outermost framework operator enclosing this call
+        # Kineto, record_shapes=True: the scalar arguments as JSON text, "" for each tensor, e.g.
+        # '["", "", "", "", "0.", "True", "", "False"]' (is_causal of an SDPA call)
+        "concrete_inputs": pl.String,
+        "flops": pl.Int64,  # Kineto, with_flops=True: the FLOPs torch counted for the call
     }
 )
 

@@ -97,6 +97,9 @@ def test_memory_operators_count_bytes_read_and_written():
         ),
         ("aten::fill_", "[[4, 1024], []]", f'[{F32}, "Scalar"]'),
         ("aten::_fused_adamw_", "[[[4], [4]], []]", '["TensorList", "Scalar"]'),
+        # As Kineto records them in the H200 GPT traces: each TensorList as [].
+        ("aten::_foreach_add_", "[[], []]", '["TensorList", "Scalar"]'),
+        ("aten::_fused_sgd_", "[[], [], []]", '["TensorList", "TensorList", "float"]'),
     )
     by_name = {k[0]: r for k, r in out.items()}
     n = 4 * 1024
@@ -106,6 +109,8 @@ def test_memory_operators_count_bytes_read_and_written():
     assert by_name["aten::fill_"]["bytes"] == n * 4
     adam = by_name["aten::_fused_adamw_"]
     assert adam["op_class"] == "optimizer" and adam["bytes"] is None  # TensorList: unmodelled
+    for name in ("aten::_foreach_add_", "aten::_fused_sgd_"):  # not the bytes of their scalars
+        assert by_name[name]["bytes"] is None and by_name[name]["flops"] is None
 
 
 PROGRAMS = ("gpt_bf16", "gpt_fp32", "convnet_bf16")

@@ -94,3 +94,153 @@ def test_roofline_bound_pct_and_lost_time():
     assert H200.ridge("bf16") == pytest.approx(989.4e12 / 4800e9)
     fp32 = roofline_table(kernels.with_columns(precision=pl.lit("fp32")), H200, ("name",))
     assert fp32.filter(pl.col("name") == "gemm")["compute_roof_tflops"].item() == 66.9
+    # Against the bandwidth a copy reaches (90% of 4800): the copy at 1200 GB/s is 27.8% of it.
+    copy = out["copy"]
+    assert copy["reachable_gbps"] == pytest.approx(4320.0)
+    assert copy["reachable_pct"] == pytest.approx(100 * 1200 / 4320)
+    assert copy["reachable_lost_ns"] == pytest.approx(4e6 - 4.8e9 / 4320)
+
+
+def test_reachable_bandwidth_is_a_share_of_the_datasheet_or_the_users_figure():
+    assert PEAKS["H200 SXM"].reachable_gbps == pytest.approx(4320.0)
+    assert PEAKS["H100 SXM"].reachable_gbps == pytest.approx(0.9 * 3350)
+    given = Roofline("NVIDIA H200", PEAKS["H200 SXM"], PerfOptions(peak_bandwidth_gbps=4000))
+    assert given.bandwidth_gbps == 4000 and given.reachable_gbps == 4000
+
+
+@pytest.mark.parametrize(
+    ("kernel", "precision"),
+    [
+        ("nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_NNT", "tf32"),
+        ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4", "tf32"),
+        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>", "tf32"),
+        ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw", "tf32"),
+        ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_ffma_aligna4", "fp32"),
+        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x256_8x4_nt_align1>", "fp32"),
+        ("ampere_sgemm_32x32_sliced1x4_tn", "fp32"),
+        ("cutlass_80_tensorop_s1688gemm_3xtf32_64x64", "fp32"),
+    ],
+)
+def test_an_fp32_operator_on_tf32_tensor_cores_is_judged_as_tf32(kernel, precision):
+    from traceanalyzer.perfmodel.formulas import kernel_precision
+
+    frame = pl.DataFrame({"precision": ["fp32", "bf16"], "name": [kernel, kernel]})
+    out = frame.select(p=kernel_precision(pl.col("precision"), pl.col("name")))["p"]
+    assert out.to_list() == [precision, "bf16"]  # a bf16 operator's kernel stays bf16
+    assert H200.compute_tflops(precision) == {"tf32": 494.7, "fp32": 66.9}[precision]
+
+
+def _with_flops_trace():
+    """An mm, a conv2d around its convolution, and a causal cuDNN attention forward, each with a
+    kernel, as Kineto records them with record_shapes=True and with_flops=True."""
+    from tests.support.synth import Synth
+
+    s = Synth()
+    bf16 = "c10::BFloat16"
+    s.op(
+        "aten::mm",
+        0,
+        20,
+        ext=1,
+        dims=[[64, 128], [128, 32]],
+        types=[bf16, bf16],
+        concrete=["", ""],
+        flops=2 * 64 * 128 * 32,
+    )
+    s.kernel("nvjet_sm90_tst_mm", 5, 10, launch=2, ext=1, op="aten::mm")
+    conv_dims = [[8, 3, 32, 32], [16, 3, 3, 3], [16], [], [], [], [], [], []]
+    conv_flops = 2 * 8 * 32 * 32 * 3 * 3 * 3 * 16
+    s.op(
+        "aten::conv2d",
+        30,
+        30,
+        ext=2,
+        dims=conv_dims[:3] + [[], [], [], []],
+        types=[bf16, bf16, bf16, "ScalarList", "ScalarList", "ScalarList", "Scalar"],
+        concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+        flops=conv_flops,
+    )
+    s.op("aten::convolution", 31, 28, ext=3, dims=conv_dims, types=[bf16] * 3 + [""] * 6)
+    s.kernel("sm90_xmma_fprop_implicit_gemm_bf16", 40, 10, launch=33, ext=3, op="aten::convolution")
+    qkv = [2, 4, 128, 64]
+    s.op(
+        "aten::_scaled_dot_product_cudnn_attention",
+        70,
+        20,
+        ext=4,
+        dims=[qkv, qkv, qkv, [], [], [], [], [], []],
+        types=[bf16] * 3 + [""] * 6,
+        concrete=["", "", "", "", "True", "0.", "True", "False", ""],
+    )
+    s.kernel(
+        "cudnn_generated_fort_native_sdpa_sm90",
+        75,
+        10,
+        launch=72,
+        ext=4,
+        op="aten::_scaled_dot_product_cudnn_attention",
+    )
+    return s.trace(), conv_flops
+
+
+def test_trace_flops_are_cross_checked_and_causal_attention_executes_half():
+    from traceanalyzer.analysis.views import Views
+
+    trace, conv_flops = _with_flops_trace()
+    frame, summary = Views(trace).perf_model
+    check = summary["trace_flops"]
+    assert check["calls"] == 2 and check["ratio"] == pytest.approx(1.0)
+    assert check["by_op"]["aten::conv2d"]["trace_flops"] == conv_flops  # against its convolution
+    assert check["by_op"]["aten::conv2d"]["ratio"] == pytest.approx(1.0)
+    assert check["by_op"]["aten::mm"]["ratio"] == pytest.approx(1.0)
+    attention = frame.filter(pl.col("op_name").str.contains("attention")).row(0, named=True)
+    square = 2 * 2 * 4 * 128 * 128 * (64 + 64)
+    assert attention["flops"] == square  # the model FLOPs of MFU: FlopCounterMode's square
+    assert attention["executed_flops"] == pytest.approx(square * (128 * 129 / 2) / 128**2)
+
+
+def test_is_causal_reads_only_its_position_and_only_booleans():
+    from traceanalyzer.perfmodel.formulas import is_causal
+
+    frame = pl.DataFrame(
+        {
+            "name": [
+                "aten::_scaled_dot_product_flash_attention",
+                "aten::_scaled_dot_product_flash_attention",
+                "aten::_scaled_dot_product_efficient_attention_backward",
+                "aten::mm",
+                "aten::_scaled_dot_product_flash_attention",
+            ],
+            "concrete": [
+                '["", "", "", "0.", "True", "False"]',
+                '["", "", "", "0.", "False", "True"]',
+                '["", "", "", "", "", "", "", "", "", "0.", "", "True"]',
+                '["", ""]',
+                '["", "", "", "0.", "maybe\\" ]',  # not a list of plain strings
+            ],
+        }
+    )
+    out = frame.select(c=is_causal(pl.col("name"), pl.col("concrete")))["c"].to_list()
+    assert out == [True, False, True, None, None]
+
+
+@pytest.mark.parametrize(
+    ("trace", "precision", "roof"),
+    [("fp32_matmul_tf32", "tf32", 494.7), ("fp32_matmul_bad", "fp32", 66.9)],
+)
+def test_recorded_fp32_gemms_are_judged_by_the_math_their_kernels_ran(trace, precision, roof):
+    """The H200 pair: the same float32 4096^3 mm with allow_tf32 on (cuBLAS ran
+    sm90_xmma_gemm_f32f32_tf32f32_f32_...) and off (sm80_xmma_gemm_..._ffma_...)."""
+    import traceanalyzer
+    from tests.support.paths import SAMPLES
+    from traceanalyzer.analysis.views import Views
+    from traceanalyzer.analysis.window import choose_window, parse_window
+
+    path = SAMPLES / "torch" / f"{trace}.json.gz"
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in this checkout")
+    views = Views(choose_window(traceanalyzer.load(path, use_cache=False), parse_window("steps")))
+    table, _ = views.perf_roofline
+    mm = table.filter(pl.col("name") == "aten::mm").row(0, named=True)
+    assert mm["precision"] == precision and mm["compute_roof_tflops"] == roof
+    assert 50 < mm["roofline_pct"] <= 100  # TF32 at 341 TFLOP/s is 69% of its roof, not 510%

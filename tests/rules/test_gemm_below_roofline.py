@@ -55,3 +55,30 @@ def test_not_applicable_without_shapes_or_peaks():
     _, outcomes = run(build(1000, name="Mystery Accelerator 9000"))
     assert outcomes["gemm-below-roofline"].status == "not_applicable"
     assert "Mystery Accelerator 9000" in outcomes["gemm-below-roofline"].reason
+
+
+FP32 = ["float", "float"]
+TF32_KERNEL = "nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_NNT"
+FFMA_KERNEL = "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_ffma_aligna4"
+
+
+def fp32_build(kernel_us: float, kernel: str) -> Synth:
+    s = Synth()
+    t = 0.0
+    for i in range(8):
+        s.op("aten::mm", t, 20, ext=100 + i, dims=DIMS, types=FP32)
+        s.kernel(kernel, t + 30, kernel_us, launch=t + 5, ext=100 + i, op="aten::mm")
+        t += kernel_us + 40
+    return s
+
+
+def test_an_fp32_gemm_on_tf32_tensor_cores_is_judged_against_the_tf32_peak():
+    # 1000 µs: 137 TFLOP/s, twice the FP32 peak (66.9) but 28% of the TF32 one (494.7).
+    f = run(fp32_build(1000, TF32_KERNEL))[0]["gemm-below-roofline"]
+    assert f.evidence[0]["precision"] == "tf32"
+    assert f.evidence[0]["roof_tflops"] == pytest.approx(494.7)
+    assert f.impact_ns == pytest.approx(8 * (1000 - FLOPS / 494.7e12 * 1e6) * US, abs=8)
+    # The same time on the CUDA cores' kernel would be beyond the FP32 roof: nothing to find.
+    assert "gemm-below-roofline" not in run(fp32_build(1000, FFMA_KERNEL))[0]
+    # On the CUDA cores at 2700 µs: 51 TFLOP/s, 76% of the FP32 roof.
+    assert "gemm-below-roofline" not in run(fp32_build(2700, FFMA_KERNEL))[0]

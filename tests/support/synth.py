@@ -36,11 +36,16 @@ class Synth:
         return {"rank": 0, "pid": 1, "tid": 1}
 
     def op(self, name: str, start: float, dur: float, *, ext: int | None = None,
-           dims: Any = None, types: Any = None, kind: str = "op") -> None:
+           dims: Any = None, types: Any = None, kind: str = "op", concrete: Any = None,
+           flops: int | None = None) -> None:
+        """A CPU operator; ``concrete`` (Concrete Inputs) and ``flops`` as Kineto records them
+        with record_shapes=True and with_flops=True."""
         self.cpu.append({**self._base(), "kind": kind, "name": name, "start_ns": int(start * US),
                          "end_ns": int((start + dur) * US), "external_id": ext,
                          "input_dims": json.dumps(dims) if dims is not None else None,
-                         "input_types": json.dumps(types) if types is not None else None})
+                         "input_types": json.dumps(types) if types is not None else None,
+                         "concrete_inputs": json.dumps(concrete) if concrete is not None else None,
+                         "flops": flops})
 
     def api(self, name: str, start: float, dur: float, *, corr: int | None = None,
             ext: int | None = None, op: str | None = None) -> None:

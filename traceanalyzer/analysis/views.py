@@ -220,6 +220,16 @@ class Views:
 
         return summarize(self, self.metrics.rank)
 
+    @_view
+    def perf_roofline(self) -> tuple[pl.DataFrame | None, str | None]:
+        """The roofline per operator signature of the headline rank against the peaks of the GPU
+        it ran on (:func:`perfmodel.device_roofline`), shared by the roofline rules; (None, why)
+        without shapes or without peaks for the device."""
+        from traceanalyzer.perfmodel import device_roofline
+        from traceanalyzer.rules.detectors._common import analyzed_device
+
+        return device_roofline(self.cpu, self.perf_model[0], analyzed_device(self))
+
     @property
     def window(self) -> tuple[int, int] | None:
         """The analyzed window: from the first to the last GPU activity (or CPU event)."""

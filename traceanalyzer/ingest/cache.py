@@ -39,7 +39,7 @@ from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
 #: Bump whenever an ingestor's output changes. Kernel categories are part of the key on their own
 #: (see content_key), so editing a pattern never serves stale categories.
-CACHE_VERSION = "5"  # 5: demangled names, gpu.mangled_name
+CACHE_VERSION = "6"  # 5: demangled names, gpu.mangled_name; 6: cpu.concrete_inputs, cpu.flops
 FULL_HASH_LIMIT = 64 << 20
 DEMANGLER_SOURCE = Path(demangle.__file__).read_bytes()
 SAMPLE_COUNT = 256

@@ -22,15 +22,18 @@ from traceanalyzer.perfmodel.model import (
     flops_per_step,
     perf_metrics,
     roofline_table,
+    trace_flops_check,
 )
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
     from traceanalyzer.analysis.views import Views
+    from traceanalyzer.model import Device
 
 __all__ = [
     "PerfOptions",
     "Roofline",
+    "device_roofline",
     "kernel_roofline",
     "metrics_of",
     "op_roofline",
@@ -49,6 +52,7 @@ PERF_SCHEMA: dict[str, DType] = {
     "kernels": pl.Int64,
     "dur_ns": pl.Int64,
     "flops": pl.Float64,
+    "executed_flops": pl.Float64,
     "bytes": pl.Float64,
 }
 
@@ -68,6 +72,9 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
             kernels=pl.len().cast(pl.Int64),
             dur_ns=pl.col("dur_ns").sum(),
             flops=pl.when(pl.col("flops").is_not_null().any()).then(pl.col("flops").sum()),
+            executed_flops=pl.when(pl.col("executed_flops").is_not_null().any()).then(
+                pl.col("executed_flops").sum()
+            ),
             bytes=pl.when(pl.col("bytes").is_not_null().any()).then(pl.col("bytes").sum()),
         )
         .select(list(PERF_SCHEMA))
@@ -88,7 +95,28 @@ def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
         "flops_by_op": by_op,
         "flops_source": source,
         "reason": reason,
+        "trace_flops": trace_flops_check(cpu),
     }
+
+
+def device_roofline(
+    cpu: pl.DataFrame, frame: pl.DataFrame, device: Device | None
+) -> tuple[pl.DataFrame | None, str | None]:
+    """The roofline per (operator signature, precision) of ``frame`` (:func:`summarize`'s)
+    against ``device``'s datasheet peaks (the user's overrides left out: the rules judge the
+    device in the trace), most time lost first; (None, why) without shapes or peaks."""
+    if cpu.is_empty() or cpu["input_dims"].null_count() == cpu.height:
+        return None, "operator shapes were not recorded (profile with record_shapes=True)"
+    peaks = peaks_of(device)
+    if peaks is None:
+        name = device.name if device is not None and device.name else "an unrecorded GPU"
+        return None, f"no peak throughput known for {name}"
+    table = roofline_table(
+        frame.rename({"name": "kernel"}).rename({"op_name": "name"}),
+        Roofline(device.name if device else None, peaks),
+        ("name", "input_dims", "input_types"),
+    )
+    return table, None
 
 
 def roofline_of(result: AnalysisResult) -> Roofline:
@@ -108,6 +136,9 @@ def metrics_of(result: AnalysisResult) -> dict[str, Any]:
         result.metrics.step_time_p50_ns,
         roofline_of(result),
     )
+    check = summary.get("trace_flops") or {}
+    out["trace_flops_ratio"] = check.get("ratio")
+    out["trace_flops_calls"] = check.get("calls")
     if out["flops_per_step"] is None and summary.get("reason"):
         out["mfu_reason"] = f"no model FLOPs: {summary['reason']}; give --flops-per-step"
     return out

@@ -50,6 +50,33 @@ PRECISION: dict[str, str] = {
     "c10::Float8_e5m2fnuz": "fp8",
 }
 
+#: Kernel names that say an FP32 operator ran on TF32 tensor cores (docs/perf-model.md,
+#: "TF32"). torch's ``allow_tf32`` is not in the trace: the kernel's name is the evidence.
+#: - ``tf32``: cuBLAS's and cuDNN's xmma kernels name their math type
+#:   (``sm80_xmma_gemm_f32f32_tf32f32_f32_...``, ``..._fprop_implicit_gemm_..._tf32f32_...``);
+#: - ``tensorop_s1688`` / ``s16816``: CUTLASS's single-precision tensor-op GEMMs, whose
+#:   16x8x8 and 16x8x16 MMA shapes take 32-bit operands only as TF32 (an A100 trace's
+#:   ``cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4``);
+#: - ``nvjet`` / ``wgmma`` / ``gmma``: Hopper-and-later cuBLASLt and CUTLASS 3 kernels, which run
+#:   on warpgroup MMA, and wgmma has no FP32 operand type (PTX ISA: f16, bf16, tf32, e4m3/e5m2,
+#:   s8/u8), so a float32 GEMM in one is TF32. On the H200 with TF32 off, cuBLAS ran
+#:   ``sm80_xmma_gemm_f32f32_f32f32_f32_..._ffma_...`` and ``cutlass_80_simt_sgemm_...``
+#:   (gpt_fp32_torch, bert_fp32_train), never nvjet.
+TF32_KERNEL = r"(?i)tf32|tensorop_s1688|tensorop_s16816|s1688gemm|s16816gemm|nvjet|wgmma|gmma"
+#: ...and names that say FP32 on the CUDA cores (``ffma``, SIMT, sgemm) or FP32 emulated with
+#: three TF32 products (``3xtf32``, the FP32-accurate path), which override the above.
+FP32_KERNEL = r"(?i)3xtf32|ffma|simt|sgemm"
+
+
+def kernel_precision(precision: pl.Expr, kernel: pl.Expr) -> pl.Expr:
+    """The precision a kernel ran at: ``tf32`` for a ``fp32`` operator's kernel whose name says
+    TF32 tensor cores (:data:`TF32_KERNEL`, not :data:`FP32_KERNEL`), else the operator's."""
+    tf32 = (
+        (precision == "fp32") & kernel.str.contains(TF32_KERNEL) & ~kernel.str.contains(FP32_KERNEL)
+    )
+    return pl.when(tf32).then(pl.lit("tf32")).otherwise(precision)
+
+
 #: Matrix multiplies: name -> (position of A, position of B, batched).
 GEMM_OPS: dict[str, tuple[int, int, bool]] = {
     "aten::mm": (0, 1, False),
@@ -69,6 +96,19 @@ _ATTENTION = (
 ATTENTION_FWD = frozenset(_ATTENTION)
 #: Fused attention, backward: grad_out, q, k, v are inputs 0, 1, 2, 3.
 ATTENTION_BWD = frozenset(f"{n}_backward" for n in _ATTENTION)
+#: Where ``is_causal`` is among each fused attention op's arguments (its ``Concrete Inputs``
+#: position, from the signatures in ATen's native_functions.yaml; checked against the H200
+#: traces' cuDNN forward, index 6, and backward, index 14).
+IS_CAUSAL_AT: dict[str, int] = {
+    "aten::_scaled_dot_product_flash_attention": 4,
+    "aten::_scaled_dot_product_flash_attention_backward": 11,
+    "aten::_scaled_dot_product_efficient_attention": 6,
+    "aten::_scaled_dot_product_efficient_attention_backward": 11,
+    "aten::_scaled_dot_product_cudnn_attention": 6,
+    "aten::_scaled_dot_product_cudnn_attention_backward": 14,
+    "aten::_scaled_dot_product_fused_attention_overrideable": 5,
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": 13,
+}
 CONV_FWD = frozenset({"aten::convolution"})
 CONV_BWD = frozenset({"aten::convolution_backward"})
 FLOP_OPS = frozenset(GEMM_OPS) | ATTENTION_FWD | ATTENTION_BWD | CONV_FWD | CONV_BWD
@@ -140,6 +180,10 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
         & pl.col("input_types").is_not_null()
         & ~pl.col("input_dims").str.contains(r"\[\s*\[\s*\[")
         & pl.col("op_class").is_not_null()
+        # The optimizer's TensorLists are recorded without their shapes ([] per list): its
+        # bytes would be those of its scalars, so it is not modelled at all.
+        & (pl.col("op_class") != "optimizer")
+        & ~pl.col("input_types").str.contains('"TensorList"', literal=True)
     )
     # Text from the trace is untrusted: only lists of lists of (at most 18-digit) integers and
     # lists of plain strings are decoded, so a malformed value cannot fail the whole column.
@@ -186,7 +230,9 @@ def signature_costs(signatures: pl.DataFrame) -> pl.DataFrame:
             PRECISION, default=None, return_dtype=pl.String
         )
     )
-    out = costed.select(*SIGNATURE, "op_class", "flops", "bytes", "precision", "assumption")
+    out = costed.select(
+        *SIGNATURE, "op_class", "flops", "bytes", "precision", "assumption", "causal_fraction"
+    )
     rest = sig.join(out, on=list(SIGNATURE), how="anti", nulls_equal=True)
     return pl.concat([out, _empty(rest)], how="vertical_relaxed")
 
@@ -197,7 +243,23 @@ def _empty(sig: pl.DataFrame) -> pl.DataFrame:
         bytes=pl.lit(None, pl.Float64),
         precision=pl.lit(None, pl.String),
         assumption=pl.lit(None, pl.String),
+        causal_fraction=pl.lit(None, pl.Float64),
     )
+
+
+def is_causal(name: pl.Expr, concrete: pl.Expr) -> pl.Expr:
+    """Whether a fused attention call was causal, from its ``Concrete Inputs`` (JSON text):
+    True or False where the argument at :data:`IS_CAUSAL_AT` reads "True" or "False", else null
+    (not attention, not recorded, or a layout this table does not know). Text from the trace
+    is untrusted: only a list of plain strings is decoded."""
+    position = name.replace_strict(IS_CAUSAL_AT, default=None, return_dtype=pl.Int64)
+    values = (
+        pl.when(position.is_not_null() & concrete.str.contains(_TYPES_TEXT))
+        .then(concrete)
+        .str.json_decode(pl.List(pl.String))
+    )
+    arg = values.list.get(position, null_on_oob=True)
+    return pl.when(arg == "True").then(True).when(arg == "False").then(False)
 
 
 def _dim(i: int, j: int) -> pl.Expr:
@@ -337,7 +399,19 @@ def _costs(frame: pl.DataFrame) -> list[pl.Expr]:
         return expr
 
     del frame
+    # Causal attention (is_causal, top-left aligned as torch's: query i sees keys 0..i) keeps
+    # sum over i of min(i + 1, Sk) of the Sq x Sk scores: the share its kernels compute.
+    fractions: list[tuple[pl.Expr, pl.Expr]] = []
+    for names, q in ((ATTENTION_FWD, 0), (ATTENTION_BWD, 1)):
+        sq, sk = _dim(q, 2), _dim(q + 1, 2)
+        kept = (
+            pl.when(sq <= sk)
+            .then(sq * (sq + 1.0) / 2.0)
+            .otherwise(sk * (sk + 1.0) / 2.0 + (sq - sk) * sk)
+        )
+        fractions.append((name.is_in(list(names)), kept / (sq * sk)))
     return [
+        chain(fractions, pl.lit(None, pl.Float64)).cast(pl.Float64).alias("causal_fraction"),
         chain(flops, memory_flops).cast(pl.Float64).alias("flops"),
         chain(nbytes, memory_bytes).cast(pl.Float64).alias("bytes"),
         chain(assume, pl.lit(None, pl.String)).alias("assumption"),

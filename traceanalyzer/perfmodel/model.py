@@ -16,7 +16,15 @@ import polars as pl
 
 from traceanalyzer.devices import Peaks
 from traceanalyzer.model import DType
-from traceanalyzer.perfmodel.formulas import FLOP_CLASSES, FLOP_OPS, SIGNATURE, signature_costs
+from traceanalyzer.perfmodel.formulas import (
+    FLOP_CLASSES,
+    FLOP_OPS,
+    IS_CAUSAL_AT,
+    SIGNATURE,
+    is_causal,
+    kernel_precision,
+    signature_costs,
+)
 
 #: One row per kernel instance that the model attributes (analysis frame "perf_kernels").
 KERNEL_COLUMNS: dict[str, DType] = {
@@ -29,8 +37,36 @@ KERNEL_COLUMNS: dict[str, DType] = {
     "step": pl.Int64,
     "dur_ns": pl.Int64,
     "flops": pl.Float64,
+    #: The FLOPs the kernel executes: ``flops`` but for causal attention, whose kernels skip
+    #: the masked part of the square (``flops`` counts it, as FlopCounterMode and MFU do).
+    "executed_flops": pl.Float64,
     "bytes": pl.Float64,
 }
+
+
+def call_extras(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per operator call (rank, external_id): ``causal`` (fused attention's is_causal from its
+    Concrete Inputs, else null) and ``trace_flops`` (Kineto's ``flops`` argument, with_flops=True;
+    null where absent or 0). Decoded once per distinct (name, Concrete Inputs), not per call."""
+    has = set(ops.columns)
+    concrete = pl.col("concrete_inputs") if "concrete_inputs" in has else pl.lit(None, pl.String)
+    trace = pl.col("flops") if "flops" in has else pl.lit(None, pl.Int64)
+    calls = ops.select(
+        "rank",
+        "external_id",
+        "name",
+        _concrete=concrete,
+        trace_flops=pl.when(trace > 0).then(trace.cast(pl.Float64)),
+    )
+    pairs = (
+        calls.filter(pl.col("name").is_in(list(IS_CAUSAL_AT)), pl.col("_concrete").is_not_null())
+        .select("name", "_concrete")
+        .unique()
+    )
+    pairs = pairs.with_columns(causal=is_causal(pl.col("name"), pl.col("_concrete")))
+    return calls.join(pairs, on=["name", "_concrete"], how="left", nulls_equal=False).select(
+        "rank", "external_id", "causal", "trace_flops"
+    )
 
 
 def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
@@ -47,8 +83,9 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
         "step",
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
     )
+    extra = [c for c in ("concrete_inputs", "flops") if c in cpu.columns]
     ops = cpu.filter(pl.col("kind") == "op").select(
-        "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE
+        "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE, *extra
     )
     if kernels.is_empty() or ops.is_empty() or ops["input_dims"].null_count() == ops.height:
         return pl.DataFrame(schema=KERNEL_COLUMNS)
@@ -88,11 +125,24 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     # at 1) made the join below a product, every kernel once per operator (400k kernels ran for
     # minutes and tens of GB), and multiplied their FLOPs. As the CPU frame's parent_op
     # (ingest/kineto/assemble.py), the operator that starts last is the one taken.
+    ops = ops.sort("start_ns", maintain_order=True).unique(
+        ["rank", "external_id"], keep="last", maintain_order=True)
     calls = (
-        ops.sort("start_ns", maintain_order=True)
-        .unique(["rank", "external_id"], keep="last", maintain_order=True)
-        .select("rank", pl.col("external_id").alias("op_id"), *SIGNATURE)
+        ops.select("rank", "external_id", *SIGNATURE)
+        .join(call_extras(ops), on=["rank", "external_id"], how="left")
+        .rename({"external_id": "op_id"})
         .join(costs, on=list(SIGNATURE), how="left", nulls_equal=True)
+        .with_columns(
+            # Where the shapes gave nothing (not decodable), the trace's own count stands in.
+            flops=pl.when(pl.col("flops").is_null() & pl.col("name").is_in(list(FLOP_OPS)))
+            .then(pl.col("trace_flops"))
+            .otherwise(pl.col("flops"))
+        )
+        .with_columns(
+            executed_flops=pl.when(pl.col("causal").fill_null(False))
+            .then(pl.col("flops") * pl.col("causal_fraction").fill_null(1.0))
+            .otherwise(pl.col("flops"))
+        )
     )
     out = (
         launched.join(calls, on=["rank", "op_id"], how="inner")
@@ -101,7 +151,10 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
             / pl.col("dur_ns").sum().over("rank", "op_id").clip(lower_bound=1),
         )
         .with_columns(
-            flops=pl.col("flops") * pl.col("_share"), bytes=pl.col("bytes") * pl.col("_share")
+            flops=pl.col("flops") * pl.col("_share"),
+            executed_flops=pl.col("executed_flops") * pl.col("_share"),
+            bytes=pl.col("bytes") * pl.col("_share"),
+            precision=kernel_precision(pl.col("precision"), pl.col("name")),
         )
     )
     return out.select(
@@ -128,6 +181,95 @@ def flops_per_step(kernels: pl.DataFrame) -> tuple[float | None, dict[str, float
         float(per_step["flops"].median()),  # type: ignore[arg-type]
         dict(zip(by_op["op_name"], by_op["flops"], strict=True)),
     )
+
+
+#: Kineto's ``flops`` argument (with_flops=True) is set on these operators only (torch's
+#: profiler/util.cpp, computeFlops): the matrix multiplies, 2mnk (times the batch), as ours;
+#: aten::conv2d, 2 N Hout Wout kh kw Cin Cout / groups, which we count on the aten::convolution
+#: it calls; aten::mul and aten::add, the elements of input 0, as our elementwise count.
+TRACE_FLOP_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv2d")
+#: ...of which these are model FLOPs (the headline ratio); aten::mul and aten::add are not.
+_COMPOSITE = {"aten::conv2d": "aten::convolution"}
+
+
+def trace_flops_check(cpu: pl.DataFrame) -> dict[str, Any] | None:
+    """Our FLOPs against Kineto's ``flops`` argument, over the calls that carry it: per operator
+    name ``{calls, trace_flops, flops, ratio}`` (ratio = ours / the trace's), and over the model
+    -FLOP operators (:data:`TRACE_FLOP_OPS`) ``calls`` and ``ratio``. A composite (aten::conv2d)
+    is compared with the operator it calls (the aten::convolution that starts first within it,
+    on its thread). None when no call carries the argument."""
+    if "flops" not in cpu.columns:
+        return None
+    ops = cpu.filter(pl.col("kind") == "op")
+    counted = ops.filter(pl.col("flops") > 0).select(
+        "rank",
+        "tid",
+        "start_ns",
+        "end_ns",
+        *SIGNATURE,
+        trace_flops=pl.col("flops").cast(pl.Float64),
+    )
+    if counted.is_empty():
+        return None
+    composite = counted.filter(pl.col("name").is_in(list(_COMPOSITE)))
+    direct = counted.filter(~pl.col("name").is_in(list(_COMPOSITE))).select(
+        "name", "trace_flops", *[pl.col(c).alias(f"_{c}") for c in SIGNATURE]
+    )
+    if not composite.is_empty():
+        inner = (
+            ops.filter(pl.col("name").is_in(list(_COMPOSITE.values())))
+            .select(
+                "rank",
+                "tid",
+                *[pl.col(c).alias(f"_{c}") for c in SIGNATURE],
+                _start="start_ns",
+                _end="end_ns",
+            )
+            .sort("_start")
+        )
+        nested = (
+            composite.sort("start_ns")
+            .join_asof(
+                inner,
+                left_on="start_ns",
+                right_on="_start",
+                by=["rank", "tid"],
+                strategy="forward",
+                check_sortedness=False,
+            )
+            .filter(pl.col("_end") <= pl.col("end_ns"))
+            .select("name", "trace_flops", *[f"_{c}" for c in SIGNATURE])
+        )
+        direct = pl.concat([direct, nested], how="vertical_relaxed")
+    sigs = direct.select([pl.col(f"_{c}").alias(c) for c in SIGNATURE]).unique()
+    costs = signature_costs(sigs).select(
+        *[pl.col(c).alias(f"_{c}") for c in SIGNATURE], ours=pl.col("flops")
+    )
+    compared = direct.join(
+        costs, on=[f"_{c}" for c in SIGNATURE], how="left", nulls_equal=True
+    ).filter(pl.col("ours").is_not_null())
+    if compared.is_empty():
+        return None
+    by_op = (
+        compared.group_by("name")
+        .agg(
+            calls=pl.len(),
+            trace_flops=pl.col("trace_flops").sum(),
+            flops=pl.col("ours").sum(),
+        )
+        .with_columns(ratio=pl.col("flops") / pl.col("trace_flops"))
+        .sort("name")
+    )
+    model = by_op.filter(pl.col("name").is_in(list(TRACE_FLOP_OPS)))
+    total_trace = float(model["trace_flops"].sum()) if model.height else 0.0
+    return {
+        "calls": int(model["calls"].sum()) if model.height else 0,
+        "ratio": float(model["flops"].sum()) / total_trace if total_trace else None,
+        "by_op": {
+            r["name"]: {k: r[k] for k in ("calls", "trace_flops", "flops", "ratio")}
+            for r in by_op.to_dicts()
+        },
+    }
 
 
 @dataclass
@@ -165,6 +307,14 @@ class Roofline:
         return self.peaks.hbm_gbps if self.peaks is not None else None
 
     @property
+    def reachable_gbps(self) -> float | None:
+        """The bandwidth a streaming kernel reaches (devices.Peaks.reachable_gbps), or the user's
+        ``--peak-bandwidth``, taken as a measured figure."""
+        if self.options.peak_bandwidth_gbps is not None:
+            return self.options.peak_bandwidth_gbps
+        return self.peaks.reachable_gbps if self.peaks is not None else None
+
+    @property
     def peak_label(self) -> str | None:
         """Which peak MFU is against, in words."""
         if self.options.peak_tflops is not None:
@@ -179,13 +329,17 @@ class Roofline:
         return roof * 1e12 / (bw * 1e9) if roof and bw else None
 
 
+_EXECUTED = "executed_flops"
+
+
 def roofline_table(
     kernels: pl.DataFrame, roof: Roofline, by: tuple[str, ...], steps: int | None = None
 ) -> pl.DataFrame:
     """Per group (``by``: an operator signature, or a kernel name): calls, time, FLOPs and bytes,
     intensity (FLOP/B), achieved TFLOP/s and GB/s, the roof at that intensity, the bound, % of
-    roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take. Per
-    step when ``steps`` is given (the sums divided by it)."""
+    roofline and ``lost_ns``: the time beyond what a kernel running at the roof would take;
+    ``reachable_pct`` and ``reachable_lost_ns``, the same for the bytes alone against the
+    reachable bandwidth. Per step when ``steps`` is given (the sums divided by it)."""
     frame = kernels.filter(pl.col("bytes") > 0)
     divisor = float(steps) if steps else 1.0
     agg = frame.group_by(*by, "precision").agg(
@@ -194,7 +348,9 @@ def roofline_table(
             pl.Int64
         ),
         time_ns=pl.col("dur_ns").sum() / divisor,
-        flops=pl.col("flops").sum() / divisor,
+        model_flops=pl.col("flops").sum() / divisor,
+        # The roofline is of the work the kernels do: causal attention's half, not the square.
+        flops=pl.col(_EXECUTED if _EXECUTED in frame.columns else "flops").sum() / divisor,
         bytes=pl.col("bytes").sum() / divisor,
     )
     prec = agg["precision"].to_list()
@@ -203,6 +359,7 @@ def roofline_table(
     agg = agg.with_columns(
         compute_roof_tflops=pl.Series(roofs, dtype=pl.Float64),
         bandwidth_gbps=pl.lit(bw, pl.Float64),
+        reachable_gbps=pl.lit(roof.reachable_gbps, pl.Float64),
     )
     seconds = pl.col("time_ns") / 1e9
     intensity = pl.col("flops") / pl.col("bytes")
@@ -234,6 +391,12 @@ def roofline_table(
             # operator without FLOPs (a copy) achieved / peak bandwidth.
             roofline_pct=100.0 * best_s / seconds,
             lost_ns=(pl.col("time_ns") - best_s * 1e9).clip(lower_bound=0.0),
+            # Against the bandwidth a streaming kernel reaches, not the datasheet's: what the
+            # memory-bound rule judges (docs/perf-model.md).
+            reachable_pct=100.0 * pl.col("bytes") / (pl.col("reachable_gbps") * 1e9) / seconds,
+            reachable_lost_ns=(pl.col("time_ns") - pl.col("bytes") / pl.col("reachable_gbps")).clip(
+                lower_bound=0.0
+            ),
         )
         .sort(["lost_ns", *by], descending=[True, *[False] * len(by)], nulls_last=True)
     )

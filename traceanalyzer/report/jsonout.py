@@ -102,8 +102,9 @@ def perf_metrics_dict(result: AnalysisResult) -> dict[str, Any]:
 
 #: Columns of the JSON ``roofline`` rows, in order.
 ROOFLINE_COLUMNS = ("name", "input_dims", "input_types", "op_class", "precision", "kernels",
-                    "time_ns", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
-                    "roof_tflops", "bound", "roofline_pct", "lost_ns")
+                    "time_ns", "model_flops", "flops", "bytes", "intensity", "achieved_tflops", "achieved_gbps",
+                    "roof_tflops", "bound", "roofline_pct", "lost_ns", "reachable_pct",
+                    "reachable_lost_ns")
 
 
 def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
@@ -117,8 +118,16 @@ def roofline_dict(result: AnalysisResult, top: int = 50) -> dict[str, Any]:
         return [{k: clean(v) for k, v in row.items()} for row in frame.head(top).select(keep).to_dicts()]
 
     return {"device": roof.device, "peak_name": roof.peaks.name if roof.peaks else None,
-            "bandwidth_gbps": clean(roof.bandwidth_gbps), "ridge_bf16": clean(roof.ridge("bf16")),
+            "bandwidth_gbps": clean(roof.bandwidth_gbps),
+            "reachable_gbps": clean(roof.reachable_gbps),
+            "trace_flops": _trace_flops(result), "ridge_bf16": clean(roof.ridge("bf16")),
             "operators": rows(op_roofline(result)), "kernels": rows(kernel_roofline(result))}
+
+
+def _trace_flops(result: AnalysisResult) -> dict[str, Any] | None:
+    check = (result.perf_summary or {}).get("trace_flops") or {}
+    by_op = check.get("by_op")
+    return {op: {k: clean(v) for k, v in row.items()} for op, row in by_op.items()} if by_op else None
 
 
 def finding_dict(f: Finding) -> dict[str, Any]:
@@ -241,7 +250,7 @@ _METRIC_NUMS = ["window_start_ns", "window_end_ns", "comm_overlap_pct", "kernels
                 "idle_kernel_wait_pct", "idle_other_pct", "compute_pct", "communication_pct",
                 "exposed_communication_pct", "memory_pct", "peak_memory_allocated_bytes",
                 "peak_memory_reserved_bytes", "flops_per_step", "achieved_tflops",
-                "mfu_pct", "peak_tflops", "tokens_per_s",
+                "mfu_pct", "peak_tflops", "tokens_per_s", "trace_flops_ratio",
                 "exposed_transfer_ns", "comm_wait_ns", "exposed_transfer_pct"]
 
 JSON_SCHEMA: dict[str, Any] = _obj(
@@ -266,7 +275,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                          "window_kind": {"type": "string", "enum": list(WINDOW_KINDS)},
                          "exposed_transfer_basis": {"type": ["string", "null"],
                                                     "enum": ["ranks", "steps", "none", None]},
-                         "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR}),
+                         "peak_name": _STR, "flops_source": _STR, "mfu_reason": _STR,
+                         "trace_flops_calls": _INT}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
         "findings": _rows({
@@ -317,7 +327,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                                  "allocations": _INT, "pct_of_peak": _NUM},
                                 ["rank", "device", "operator", "bytes"]),
         "roofline": _obj({"device": _STR, "peak_name": _STR, "bandwidth_gbps": _NUM,
-                          "ridge_bf16": _NUM,
+                          "reachable_gbps": _NUM, "ridge_bf16": _NUM,
+                          "trace_flops": {"type": ["object", "null"]},
                           "operators": _rows({"name": {"type": "string"}, "time_ns": _NUM,
                                               "roofline_pct": _NUM, "lost_ns": _NUM},
                                              ["name", "time_ns", "lost_ns"]),

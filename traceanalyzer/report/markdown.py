@@ -98,7 +98,8 @@ def render_markdown(result: AnalysisResult) -> str:
           if (transfer := exposed_transfer(m)) is not None else []),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
         ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
-        *[(label, md_escape(value)) for label, value in perf_rows(result)],
+        *[(r.label, md_escape(f"{r.value} ({r.reason})" if r.reason else r.value))
+          for r in perf_rows(result)],
     ]
     lines += ["| Metric | Value |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]

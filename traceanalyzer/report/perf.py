@@ -5,7 +5,7 @@ time against their roofline). docs/perf-model.md defines every figure."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from traceanalyzer.model import shapes_hint
 from traceanalyzer.report._common import finite, fmt_ns, short_kernel_name
@@ -21,30 +21,42 @@ RW, RH = 900, 320
 RL, RR, RT, RB = 64, 16, 12, 36
 
 
-def perf_rows(result: AnalysisResult) -> list[tuple[str, str]]:
-    """(label, value) rows: model FLOPs per step, achieved TFLOP/s, MFU and its peak, tokens/s."""
+class PerfRow(NamedTuple):
+    """A row of the model's summary: a label, its value, and why the value is missing (the value
+    is then "–"); the reports place the reason where it fits (a note under the terminal's table,
+    the Markdown cell)."""
+
+    label: str
+    value: str
+    reason: str | None = None
+
+
+def perf_rows(result: AnalysisResult) -> list[PerfRow]:
+    """Rows: model FLOPs per step, achieved TFLOP/s, MFU and its peak, tokens/s."""
     from traceanalyzer.perfmodel import metrics_of
 
     m = metrics_of(result)
     if m["flops_per_step"] is None:
-        return [("MFU", f"– ({m['mfu_reason']})")]
+        return [PerfRow("MFU", "–", m["mfu_reason"])]
     rows = [
-        (
+        PerfRow(
             "model FLOPs per step",
             f"{m['flops_per_step'] / 1e12:.2f} TFLOP"
             + (" (--flops-per-step)" if m["flops_source"] == "--flops-per-step" else ""),
         )
     ]
     if m["achieved_tflops"] is not None:
-        rows.append(("achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
+        rows.append(PerfRow("achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
     if m["mfu_pct"] is not None:
         rows.append(
-            ("MFU", f"{m['mfu_pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s ({m['peak_name']})")
+            PerfRow(
+                "MFU", f"{m['mfu_pct']:.1f}% of {m['peak_tflops']:g} TFLOP/s ({m['peak_name']})"
+            )
         )
     elif m["mfu_reason"]:
-        rows.append(("MFU", f"– ({m['mfu_reason']})"))
+        rows.append(PerfRow("MFU", "–", m["mfu_reason"]))
     if m["tokens_per_s"] is not None:
-        rows.append(("tokens per second", f"{m['tokens_per_s']:,.0f}"))
+        rows.append(PerfRow("tokens per second", f"{m['tokens_per_s']:,.0f}"))
     return rows
 
 
@@ -77,7 +89,9 @@ def roofline_section(result: AnalysisResult) -> str:
         f'<p class="muted">{esc(roof.device or "GPU")}: {peak:g} TFLOP/s ({esc(src)}), '
         f"{bw:g} GB/s; ridge at {roof.ridge('bf16'):.0f} FLOP/B. Each point is an operator "
         "signature (name and shapes), sized by its GPU time; FP32 operators are judged "
-        "against the FP32 roof. Causal attention is counted in full.</p>"
+        "against the FP32 roof, or the TF32 one where their kernels ran on TF32 tensor cores. "
+        "Causal attention is drawn with the FLOPs its kernels execute (about half the square); "
+        "MFU counts the full square, as FlopCounterMode.</p>"
     )
     return head + intro + roofline_svg(ops, peak, bw) + _losers_table(ops) + "</section>"
 

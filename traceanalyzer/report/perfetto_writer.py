@@ -55,7 +55,8 @@ GPU_ARGS = (
     "block_y", "block_z", "registers", "shared_mem", "bytes", "copy_kind", "src_kind", "dst_kind",
     "graph_launched",
 )
-CPU_ARGS = ("correlation", "external_id", "input_dims", "input_types", "call_stack", "parent_op")
+CPU_ARGS = ("correlation", "external_id", "input_dims", "input_types", "call_stack", "parent_op",
+            "concrete_inputs", "flops")
 SYNC_ARGS = ("device", "stream", "sync_type", "correlation")
 
 _TYPE_BEGIN, _TYPE_END, _TYPE_INSTANT = 1, 2, 3

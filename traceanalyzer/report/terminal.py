@@ -18,6 +18,7 @@ from traceanalyzer.report._common import (
     counted,
     device_line,
     exposed_transfer,
+    fmt_ns,
     graph_note,
     memory_lines,
     rank_rows,
@@ -43,17 +44,6 @@ def safe(text: object, limit: int | None = None) -> str:
     if limit is not None and len(out) > limit:
         out = out[: limit - 1] + "…"
     return out
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the most readable unit."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.2f} {unit}"
-    return f"{ns:.0f} ns"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -170,11 +160,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
             ["kernels per step", f"{m.kernels_per_step:.0f}" if m.kernels_per_step else "-", ""],
         ]
     perf_notes = []
-    for label, value in perf_rows(result):
-        if value.startswith("– ("):  # a reason, too long for the table's value column
-            perf_notes.append(f"{label}: {value[3:-1]}")
-            value = "–"
-        rows.append([label, value, ""])
+    for row in perf_rows(result):
+        if row.reason:  # too long for the table's value column: a note under it
+            perf_notes.append(f"{row.label}: {row.reason}")
+        rows.append([row.label, row.value, ""])
     if m.launch_delay_mean_ns is not None:
         rows.append(["launch delay mean/p95",
                      f"{fmt_ns(m.launch_delay_mean_ns)} / {fmt_ns(m.launch_delay_p95_ns)}", ""])

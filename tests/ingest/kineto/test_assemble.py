@@ -171,7 +171,7 @@ def test_compiled_patterns_follow_the_tuple_they_are_given(tmp_path, monkeypatch
 
 
 def test_layouts_are_the_canonical_schemas():
-    empty = [(layout, []) for layout in ("tllltlllttt", "ilttlllliiiiiiill", "llttlll",
+    empty = [(layout, []) for layout in ("tllltlllttttl", "ilttlllliiiiiiill", "llttlll",
                                          "lliltlll")]
     without_launch, tables = assemble._eventassemble.assemble(
         *empty, 0, KERNEL_PATTERNS, COPY_KINDS, MEMORY_KINDS)
@@ -185,19 +185,19 @@ def test_layouts_are_the_canonical_schemas():
 def test_bad_buffers_are_an_error_not_a_crash():
     good = (1, (b"\0" * 16, b"\1", None))
     cpu_cols = [good[1], *[(b"\0" * 8, b"\1")] * 3, good[1], *[(b"\0" * 8, b"\1")] * 3,
-                good[1], good[1], good[1]]
+                good[1], good[1], good[1], good[1], (b"\0" * 8, b"\1")]
     call_it = assemble._eventassemble.assemble
     rest = [("ilttlllliiiiiiill", []), ("llttlll", []), ("lliltlll", []), 0, KERNEL_PATTERNS,
             COPY_KINDS, MEMORY_KINDS]
-    assert call_it(("tllltlllttt", [(1, tuple(cpu_cols))]), *rest) is not None
+    assert call_it(("tllltlllttttl", [(1, tuple(cpu_cols))]), *rest) is not None
     with pytest.raises(ValueError):  # a row more than its buffers hold
-        call_it(("tllltlllttt", [(2, tuple(cpu_cols))]), *rest)
+        call_it(("tllltlllttttl", [(2, tuple(cpu_cols))]), *rest)
     with pytest.raises(ValueError):  # not the reduction's layout
         call_it(("tlll", [(1, tuple(cpu_cols[:4]))]), *rest)
     forged = bytearray(16)
     forged[0:4] = (1000).to_bytes(4, "little")  # a long text past the end of its data
     with pytest.raises(ValueError):
-        call_it(("tllltlllttt", [(1, ((bytes(forged), b"\1", b"abc"), *cpu_cols[1:]))]), *rest)
+        call_it(("tllltlllttttl", [(1, ((bytes(forged), b"\1", b"abc"), *cpu_cols[1:]))]), *rest)
 
 
 # Random traces: names from every category pattern and copy rule, and few distinct times and

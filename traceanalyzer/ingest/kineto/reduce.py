@@ -160,6 +160,8 @@ def _cpu_rows(ev: pl.LazyFrame) -> pl.LazyFrame:
         input_dims=pl.col("Input Dims"),
         input_types=pl.col("Input type"),
         call_stack=pl.when(pl.col("Call stack") != "").then(pl.col("Call stack")),
+        concrete_inputs=pl.col("Concrete Inputs"),
+        flops=pl.col("flops"),
     )
 
 
@@ -255,7 +257,7 @@ class Reduced(NamedTuple):
 # :func:`reduce_frame`'s frames name them; the columns it leaves null are added by name.
 COMPILED_COLUMNS = (
     ("name", "start_ns", "end_ns", "correlation", "kind", "pid", "tid", "external_id",
-     "input_dims", "input_types", "call_stack"),
+     "input_dims", "input_types", "call_stack", "concrete_inputs", "flops"),
     ("device", "stream", "kind", "name", "start_ns", "end_ns", "correlation", "external_id",
      "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem",
      "bytes"),

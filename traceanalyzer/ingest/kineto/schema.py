@@ -34,6 +34,10 @@ ARG_FIELDS: dict[str, DType] = {
     "Device Id": pl.Int64,
     "Bytes": pl.Int64,  # signed: > 0 allocated, < 0 freed
     "Addr": pl.Int64,
+    # Operators, with record_shapes=True: the scalar arguments as text (a list of strings, ""
+    # for a tensor); with with_flops=True: the FLOPs torch counted for the call.
+    "Concrete Inputs": pl.String,
+    "flops": pl.Int64,
 }
 
 EVENT_SCHEMA: dict[str, DType] = {

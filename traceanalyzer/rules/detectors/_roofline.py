@@ -7,55 +7,42 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from traceanalyzer.devices import peaks_of
-from traceanalyzer.perfmodel.model import Roofline, roofline_table
 from traceanalyzer.rules.detectors import NotApplicable, Params
-from traceanalyzer.rules.detectors._common import analyzed_device, pct, window_length
+from traceanalyzer.rules.detectors._common import pct, window_length
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
 
-_CACHE = "_perf_roofline"
-
 
 def op_roofline(views: Views) -> pl.DataFrame:
-    """The roofline per (operator signature, precision) of the headline rank over the window,
-    most time lost first; NotApplicable when there are no shapes or no peaks for the device."""
-    cached = views.__dict__.get(_CACHE)
-    if cached is not None:
-        return cached
-    cpu = views.cpu
-    if cpu.is_empty() or cpu["input_dims"].null_count() == cpu.height:
-        raise NotApplicable("operator shapes were not recorded (profile with record_shapes=True)")
-    device = analyzed_device(views)
-    peaks = peaks_of(device)
-    if peaks is None:
-        name = device.name if device is not None and device.name else "an unrecorded GPU"
-        raise NotApplicable(f"no peak throughput known for {name}")
-    frame, _ = views.perf_model
-    table = roofline_table(
-        frame.rename({"name": "kernel"}).rename({"op_name": "name"}),
-        Roofline(device.name if device else None, peaks),
-        ("name", "input_dims", "input_types"),
-    )
-    views.__dict__[_CACHE] = table
+    """The roofline per (operator signature, precision) of the headline rank over the window
+    (the cached view ``perf_roofline``), most time lost first; NotApplicable when there are no
+    shapes or no peaks for the device."""
+    table, why = views.perf_roofline
+    if table is None:
+        raise NotApplicable(why or "no roofline")
     return table
 
 
 def slow_signatures(
-    views: Views, p: Params, *predicates: pl.Expr
+    views: Views, p: Params, *predicates: pl.Expr, lost: str = "lost_ns"
 ) -> tuple[pl.DataFrame, int] | None:
     """The signatures matching ``predicates`` whose kernels average at least ``min_kernel_us``
     (shorter ones are bound by launch latency and the tail, not the kernel), most time lost
-    first, and the time they lose; None unless it is ``min_impact_pct`` of the window."""
-    slow = op_roofline(views).filter(
-        *predicates,
-        pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
-    ).sort(["lost_ns", "name", "input_dims"], descending=[True, False, False])
+    first (column ``lost``), and the time they lose; None unless it is ``min_impact_pct`` of the
+    window."""
+    slow = (
+        op_roofline(views)
+        .filter(
+            *predicates,
+            pl.col("time_ns") >= p["min_kernel_us"] * 1e3 * pl.col("kernels"),
+        )
+        .sort([lost, "name", "input_dims"], descending=[True, False, False])
+    )
     window = window_length(views)
     if slow.is_empty() or not window:
         return None
-    lost = int(slow["lost_ns"].sum())
-    if pct(lost, window) < p["min_impact_pct"]:
+    lost_ns = int(slow[lost].sum())
+    if pct(lost_ns, window) < p["min_impact_pct"]:
         return None
-    return slow, lost
+    return slow, lost_ns

@@ -26,21 +26,24 @@ if TYPE_CHECKING:
         "top_gbps",
         "top_bandwidth_pct",
         "bandwidth_gbps",
+        "datasheet_gbps",
     ),
 )
 def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
     """Memory operators (norms, softmax, elementwise, copies, reductions, embedding: not the
-    model-FLOP classes, which gemm-below-roofline judges) left of the ridge point whose kernels moved their
-    bytes at less than ``max_bandwidth_pct`` of HBM bandwidth (their % of roofline); the impact
-    is the time beyond moving those bytes at the full bandwidth, signatures whose kernels average less than ``min_kernel_us`` left out (launch
-    latency and the tail bound them, not the kernel); fired when it is at least
-    ``min_impact_pct`` of the window."""
+    model-FLOP classes, which gemm-below-roofline judges) left of the ridge point whose kernels
+    moved their bytes at less than ``max_bandwidth_pct`` of the *reachable* HBM bandwidth (what
+    a large device copy reaches, devices.REACHABLE_HBM_FRACTION of the datasheet's); the impact
+    is the time beyond moving those bytes at that bandwidth, signatures whose kernels average
+    less than ``min_kernel_us`` left out (launch latency and the tail bound them, not the
+    kernel); fired when it is at least ``min_impact_pct`` of the window."""
     found = slow_signatures(
         views,
         p,
         pl.col("bound") == "memory",
         ~pl.col("op_class").is_in(list(FLOP_CLASSES)),
-        pl.col("roofline_pct") < p["max_bandwidth_pct"],
+        pl.col("reachable_pct") < p["max_bandwidth_pct"],
+        lost="reachable_lost_ns",
     )
     if found is None:
         return None
@@ -54,8 +57,9 @@ def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
         (pl.col("time_ns") / 1e3).alias("total_us"),
         (pl.col("bytes") / 1e6).alias("mbytes"),
         "achieved_gbps",
+        pl.col("reachable_pct").alias("bandwidth_pct"),
         "roofline_pct",
-        (pl.col("lost_ns") / 1e3).alias("lost_us"),
+        (pl.col("reachable_lost_ns") / 1e3).alias("lost_us"),
     )
     return Detection(
         impact_ns=lost,
@@ -66,8 +70,9 @@ def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
             "top_op": top["name"],
             "top_shape": top["input_dims"],
             "top_gbps": float(top["achieved_gbps"]),
-            "top_bandwidth_pct": float(top["roofline_pct"]),
-            "bandwidth_gbps": float(top["bandwidth_gbps"]),
+            "top_bandwidth_pct": float(top["reachable_pct"]),
+            "bandwidth_gbps": float(top["reachable_gbps"]),
+            "datasheet_gbps": float(top["bandwidth_gbps"]),
         },
         evidence=evidence,
     )

@@ -38,13 +38,13 @@
 /* The reduced tables' layouts (_eventreduce.c's LAYOUT) and the canonical frames' (model.py's
  * schemas: i Int32, l Int64, t text or Enum, b Boolean). */
 enum { T_CPU, T_GPU, T_ANNOTATIONS, T_SYNCS, N_TABLES };
-static const char *const IN_LAYOUT[N_TABLES] = {"tllltlllttt", "ilttlllliiiiiiill", "llttlll",
+static const char *const IN_LAYOUT[N_TABLES] = {"tllltlllttttl", "ilttlllliiiiiiill", "llttlll",
                                                 "lliltlll"};
-static const char *const OUT_LAYOUT[N_TABLES] = {"illttlllltttt", "iiltttlllliiiiiiilltttb",
+static const char *const OUT_LAYOUT[N_TABLES] = {"illttlllltttttl", "iiltttlllliiiiiiilltttb",
                                                  "illttlllt", "illiltlll"};
 /* The reduced tables' columns, by name. */
 enum { C_NAME, C_START, C_END, C_CORRELATION, C_KIND, C_PID, C_TID, C_EXTERNAL, C_DIMS, C_TYPES,
-       C_STACK };
+       C_STACK, C_CONCRETE, C_FLOPS };
 enum { G_DEVICE, G_STREAM, G_KIND, G_NAME, G_START, G_END, G_CORRELATION, G_EXTERNAL, G_GRID,
        G_BLOCK = G_GRID + 3, G_REGISTERS = G_BLOCK + 3, G_SHARED, G_BYTES };
 enum { A_PID, A_TID, A_KIND, A_NAME, A_START, A_END, A_STEP };
@@ -720,16 +720,17 @@ static void fill_rank(Out *o, Py_ssize_t rows, int rank) {
 /* The output tables (made with the GIL, filled without it), and their columns. */
 typedef struct {
     PyObject *tables[N_TABLES];
-    Out cpu[13], gpu[23], annotations[9], syncs[9];
+    Out cpu[15], gpu[23], annotations[9], syncs[9];
 } Frames;
 
 static int new_frames(Frames *f, const Table *t, Arena *arena, PyObject *label_data) {
-    PyObject *cpu[13] = {0}, *gpu[23] = {0}, *annotations[9] = {0}, *syncs[9] = {0};
+    PyObject *cpu[15] = {0}, *gpu[23] = {0}, *annotations[9] = {0}, *syncs[9] = {0};
     cpu[4] = chunk_data(&t[T_CPU], C_NAME);
     cpu[9] = chunk_data(&t[T_CPU], C_DIMS);
     cpu[10] = chunk_data(&t[T_CPU], C_TYPES);
     cpu[11] = chunk_data(&t[T_CPU], C_STACK);
     cpu[12] = chunk_data(&t[T_CPU], C_NAME); /* parent_op: operators' names */
+    cpu[13] = chunk_data(&t[T_CPU], C_CONCRETE);
     gpu[4] = chunk_data(&t[T_GPU], G_NAME);
     gpu[5] = Py_NewRef(label_data);
     annotations[4] = chunk_data(&t[T_ANNOTATIONS], A_NAME);
@@ -745,9 +746,10 @@ static int new_frames(Frames *f, const Table *t, Arena *arena, PyObject *label_d
 static void fill_cpu(Out *o, const Table *cpu, const int32_t *order, const int32_t *parent,
                      int rank) {
     static const int from[] = {-1, C_PID, C_TID, C_KIND, C_NAME, C_START, C_END, C_CORRELATION,
-                               C_EXTERNAL, C_DIMS, C_TYPES, C_STACK};
+                               C_EXTERNAL, C_DIMS, C_TYPES, C_STACK, -1 /* parent_op */,
+                               C_CONCRETE, C_FLOPS};
     fill_rank(&o[0], cpu->rows, rank);
-    gather(o, from, 12, cpu, order);
+    gather(o, from, 15, cpu, order);
     for (Py_ssize_t r = 0; r < cpu->rows; r++) {
         int32_t op = parent[order[r]];
         if (op >= 0) put_view(&o[12], r, view(cpu, C_NAME, op), cpu->batch_of[op]);

@@ -36,7 +36,7 @@ enum { PH, CAT, NAME, PID, TID, TS, DUR, TOP_N };
 enum {
     A_EXTERNAL, A_CORRELATION, A_DEVICE, A_STREAM, A_GRID, A_BLOCK, A_REGISTERS, A_SHARED,
     A_BYTES, A_DIMS, A_TYPES, A_STACK, A_ALLOCATED, A_RESERVED, A_DEVICE_ID, A_MEM_BYTES,
-    A_ADDR, ARGS_N
+    A_ADDR, A_CONCRETE, A_FLOPS, ARGS_N
 };
 
 typedef struct {
@@ -343,7 +343,8 @@ static int int_of_text(const Column *c, Py_ssize_t i, int64_t *v, Memo *memo) {
 
 /* Table layouts: a letter per column (t text, l int64, i int32). */
 static const char *const LAYOUT[N_TABLES] = {
-    "tllltlllttt",      /* cpu: name start end correlation kind pid tid external dims types stack */
+    "tllltlllttttl",    /* cpu: name start end correlation kind pid tid external dims types stack
+                           concrete_inputs flops */
     "ilttlllliiiiiiill", /* gpu: device stream kind name start end correlation external grid_xyz
                             block_xyz registers shared_mem bytes */
     "llttlll",          /* annotations: pid tid kind name start end step */
@@ -399,6 +400,8 @@ static void fill(const Input *in, Out *tables[N_TABLES], Made *made) {
             set_view(&o[8], r, &a[A_DIMS], i, in->args_valid[i]);
             set_view(&o[9], r, &a[A_TYPES], i, in->args_valid[i]);
             set_view(&o[10], r, &a[A_STACK], i, in->args_valid[i] && stack.n > 0);
+            set_view(&o[11], r, &a[A_CONCRETE], i, in->args_valid[i]);
+            set_arg(&o[12], r, in, A_FLOPS, i);
         }
         if (f & R_GPU) {
             Out *o = tables[T_GPU];
@@ -496,7 +499,7 @@ static PyObject *text_source(const Input *in, int table, int col, PyObject *made
     case T_CPU:
         return col == 0 ? in->top[NAME].data_obj : col == 8 ? in->args[A_DIMS].data_obj
              : col == 9 ? in->args[A_TYPES].data_obj : col == 10 ? in->args[A_STACK].data_obj
-             : NULL;
+             : col == 11 ? in->args[A_CONCRETE].data_obj : NULL;
     case T_GPU:
         return col == 3 ? in->top[NAME].data_obj : NULL;
     case T_ANNOTATIONS:
@@ -576,7 +579,8 @@ static PyObject *reduce(PyObject *self, PyObject *py_args) {
             goto done;
         }
     static const char ARG_TEXT[ARGS_N] = {[A_GRID] = 1, [A_BLOCK] = 1, [A_DIMS] = 1,
-                                          [A_TYPES] = 1, [A_STACK] = 1};
+                                          [A_TYPES] = 1, [A_STACK] = 1,
+                                          [A_CONCRETE] = 1};
     for (; loaded_args < ARGS_N; loaded_args++)
         if (load_column(PyTuple_GET_ITEM(args, loaded_args), &in.args[loaded_args], rows,
                         ARG_TEXT[loaded_args])) {
