@@ -33,17 +33,16 @@ def assign_step(frame: pl.DataFrame, steps: pl.DataFrame, *, at: str = "start_ns
     marks = steps.select(
         pl.col("start_ns").alias("_step_start"), pl.col("end_ns").alias("_step_end"), "step"
     ).sort("_step_start")
-    out = (
-        frame.with_row_index("_row")
-        .sort(at)
-        .join_asof(marks, left_on=at, right_on="_step_start", strategy="backward")
-        .with_columns(
-            pl.when(pl.col(at) < pl.col("_step_end")).then(pl.col("step")).alias("step")
-        )
-        .sort("_row")
-        .drop("_row", "_step_start", "_step_end")
-    )
-    return out
+    # The as-of join on the time and row number alone; the step goes back as a column (sorting
+    # ``frame`` itself would move every column twice).
+    keys = frame.select(at).with_row_index("_row")
+    if not keys[at].is_sorted():
+        keys = keys.sort(at)
+    found = keys.join_asof(marks, left_on=at, right_on="_step_start", strategy="backward").select(
+        "_row", pl.when(pl.col(at) < pl.col("_step_end")).then(pl.col("step")).alias("step"))
+    if not found["_row"].is_sorted():
+        found = found.sort("_row")
+    return frame.with_columns(found["step"])
 
 
 def in_steps(frame: pl.DataFrame, steps: pl.DataFrame, *, at: str = "start_ns") -> pl.DataFrame:
