@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.devices import Peaks
-from traceanalyzer.model import DType
+from traceanalyzer.model import COLLECT_ENGINE, DType
 from traceanalyzer.perfmodel.formulas import FLOP_CLASSES, FLOP_OPS, SIGNATURE, signature_costs
 
 #: One row per kernel instance that the model attributes (analysis frame "perf_kernels").
@@ -36,7 +36,8 @@ KERNEL_COLUMNS: dict[str, DType] = {
 def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     """Kernels of ``launches`` (one rank's) with the operator call they belong to and their share
     of its FLOPs and bytes (:data:`KERNEL_COLUMNS`)."""
-    kernels = launches.filter(pl.col("kind") == "kernel").select(
+    # Lazy, so that the filters copy only the columns selected (not the stacks and names).
+    kernels = launches.lazy().filter(pl.col("kind") == "kernel").select(
         "rank",
         "name",
         "start_ns",
@@ -46,10 +47,10 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
         "launch_tid",
         "step",
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
-    )
-    ops = cpu.filter(pl.col("kind") == "op").select(
+    ).collect(engine=COLLECT_ENGINE)
+    ops = cpu.lazy().filter(pl.col("kind") == "op").select(
         "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE
-    )
+    ).collect(engine=COLLECT_ENGINE)
     if kernels.is_empty() or ops.is_empty() or ops["input_dims"].null_count() == ops.height:
         return pl.DataFrame(schema=KERNEL_COLUMNS)
     flop_ops = (
@@ -82,11 +83,13 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     launched = launched.with_columns(op_id=pl.coalesce("_flop_id", "external_id")).filter(
         pl.col("op_id").is_not_null()
     )
-    signatures = ops.select(SIGNATURE).unique()
-    costs = signature_costs(signatures)
+    # Only the operators that kernels belong to, before their signatures (three texts) are
+    # hashed: a trace holds several times more operators than the ones that launch a kernel.
     calls = ops.select("rank", pl.col("external_id").alias("op_id"), *SIGNATURE).join(
-        costs, on=list(SIGNATURE), how="left", nulls_equal=True
+        launched.select("rank", "op_id").unique(), on=["rank", "op_id"], how="semi"
     )
+    costs = signature_costs(calls.select(SIGNATURE).unique())
+    calls = calls.join(costs, on=list(SIGNATURE), how="left", nulls_equal=True)
     out = (
         launched.join(calls, on=["rank", "op_id"], how="inner")
         .with_columns(

@@ -14,6 +14,7 @@ from traceanalyzer.rules.detectors._common import (
     op_inputs,
     pct,
     window_length,
+    with_inputs,
 )
 from traceanalyzer.rules.detectors._optimizer import adam_regions, in_ranges, optimizer_ranges
 
@@ -56,12 +57,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         else:
             kernels = kernels.with_columns(pl.lit(None, pl.Int64).alias("_opt"))
     keys = ["rank", "device", "stream"]
-    sizes = op_inputs(views).select(
-        "rank", "external_id", pl.col("numel").alias("_numel"),
-        # full-size inputs + the output; 2.5 when shapes were not recorded (unary and binary mix)
-        (pl.col("full_inputs").cast(pl.Float64) + 1).alias("_passes"),
-    )
-    kernels = kernels.join(sizes, on=["rank", "external_id"], how="left")
+    kernels = with_inputs(views, kernels, {"_numel": "numel", "_passes": "full_inputs"})
+    # full-size inputs + the output; 2.5 when shapes were not recorded (unary and binary mix)
+    kernels = kernels.with_columns(_passes=pl.col("_passes").cast(pl.Float64) + 1)
     threads = (
         pl.col("grid_x").cast(pl.Int64).fill_null(1) * pl.col("grid_y").fill_null(1)
         * pl.col("grid_z").fill_null(1) * pl.col("block_x").fill_null(1)
