@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.model import COLLECT_ENGINE
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
@@ -78,8 +79,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
     prev_numel = before("_numel")
     generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
         "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
-    k = (
-        kernels.sort(*keys, "start_ns")
+    k = (  # lazy: the sort moves only the columns the chains read (not stacks, other names)
+        kernels.lazy()
+        .sort(*keys, "start_ns")
         .with_columns(
             _same=same.fill_null(False),
             _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
@@ -101,6 +103,7 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         # chain numbers unique over the whole frame: a stream's first row always breaks
         .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum())
         .filter("_ew")
+        .collect(engine=COLLECT_ENGINE)
     )
     chains = (
         k.group_by(*keys, "_chain")
