@@ -9,7 +9,8 @@ whole ``traceanalyzer analyze --html --json`` (every rule on) of each in a fresh
 Kinds: each workload's bad trace from both profilers (``sample_traces/torch/*_bad*``,
 ``sample_traces/nsys/*_bad*``), every held-out program (``sample_traces/holdout/{torch,nsys}``),
 every recorded program (``sample_traces/programs/{torch,nsys}``) and the public traces in
-``../shared/traces/public`` when present. Each seed is tiled in time by bench/make_big_trace.py
+``../shared/traces/public`` when present, and a Perfetto trace (``perfetto/rocprof_like``: there
+is none to tile, so bench/ingest_perfetto.py writes a rocprofv3-shaped one of the size). Each seed is tiled in time by bench/make_big_trace.py
 (Kineto: shifted copies of its events with fresh ids; Nsight Systems: shifted copies of its
 activity rows with fresh correlation ids, in SQLite) into ``--out-dir``; a tile is deleted once
 measured unless ``--keep`` (a 2 GB tile is 2 GB of /tmp).
@@ -66,7 +67,14 @@ def kinds() -> list[tuple[str, str, Path]]:
     if PUBLIC.is_dir():
         add("public-kineto", "kineto", list((PUBLIC / "kineto").glob("*.json*")))
         add("public-nsys", "nsys", list((PUBLIC / "nsys").glob("*.sqlite")))
+    # No Perfetto trace here to tile: a rocprofv3-shaped one is written to the size instead
+    # (bench/ingest_perfetto.py, ~190 bytes per HIP launch + kernel, ~75 µs of CPU each).
+    out.append(("perfetto/rocprof_like", "perfetto", HERE / "ingest_perfetto.py"))
     return out
+
+
+#: Bytes of a rocprof-like pftrace per event of build_rocprof_like (measured: 3.79 MB / 20,000).
+PERFETTO_EVENT_BYTES = 190
 
 
 def label(size: int) -> str:
@@ -78,19 +86,20 @@ def tile(fmt: str, seed: Path, out: Path, size: int) -> dict[str, Any]:
     nothing, but the tiler of a big seed holds its events in memory)."""
     tmp = out.with_name(".tmp-" + out.name)
     t = time.perf_counter()
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "make_big_trace.py"),
-            fmt,
-            str(seed),
-            str(tmp),
-            "--size",
-            str(size),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    if fmt == "perfetto":
+        events = max(1, size // PERFETTO_EVENT_BYTES)
+        code = (
+            "import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from ingest_perfetto import build_rocprof_like; "
+            "build_rocprof_like(Path(sys.argv[2]), int(sys.argv[3])); "
+            "print(json.dumps({'events': int(sys.argv[3])}))"
+        )
+        argv = [sys.executable, "-c", code, str(HERE), str(tmp), str(events)]
+    else:
+        argv = [sys.executable, str(HERE / "make_big_trace.py"), fmt, str(seed), str(tmp),
+                "--size", str(size)]
+    run = subprocess.run(argv, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     if run.returncode != 0:
         raise RuntimeError(run.stderr.strip()[-300:])
     tmp.rename(out)
@@ -161,7 +170,7 @@ def analyze(path: Path, work: Path, timeout_s: float) -> dict[str, Any]:
 
 
 def measure(kind: str, fmt: str, seed: Path, size: int, a: argparse.Namespace) -> dict[str, Any]:
-    suffix = ".json" if fmt == "kineto" else ".sqlite"
+    suffix = {"kineto": ".json", "nsys": ".sqlite", "perfetto": ".pftrace"}[fmt]
     path = a.out_dir / f"{kind.replace('/', '__')}_{label(size)}{suffix}"
     rec: dict[str, Any] = {
         "kind": kind,
@@ -226,7 +235,8 @@ def render(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
         "MB per CPU second: this box has 2 cores shared with other engineers' jobs, so wall "
         "time includes waiting for a core (the load average before each run is in the JSON); "
         "RSS/file = peak RSS (MiB → MB) / file MB",
-        "- Kineto tiles are uncompressed `.json`; nsys tiles `.sqlite`\n",
+        "- Kineto tiles are uncompressed `.json`; nsys tiles `.sqlite`; the Perfetto kind a "
+        "rocprofv3-shaped `.pftrace` written to the size (bench/ingest_perfetto.py)\n",
     ]
     out.append("## The matrix\n")
     head = (

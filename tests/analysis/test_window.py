@@ -135,3 +135,18 @@ def test_a_schedule_with_repeat_is_judged_on_one_window(tmp_path):
     result, window = _analyzed(b.write(tmp_path / "t.json"))
     assert result.steps["step"].to_list() == [8, 9, 10, 11]
     assert "2 profiler windows" in window.describe()
+
+
+@pytest.mark.parametrize("trace", ["torch/gpt_step_bad.json.gz", "nsys/gpt_step_bad.sqlite",
+                                   "nsys/unfused_optimizer_bad.sqlite"])
+def test_the_window_is_found_on_the_same_steps_as_the_analysis_sees(trace):
+    """StepViews (launch times only, before any full view) finds the steps Views finds."""
+    from traceanalyzer.analysis.views import StepViews, Views
+
+    loaded = read_any(SAMPLES / trace)
+    slim, full = StepViews(loaded), Views(loaded)
+    assert slim.steps.height > 0
+    assert slim.steps.equals(full.steps)
+    assert (slim.step_source, slim.step_label) == (full.step_source, full.step_label)
+    assert "call_stack" not in slim.launches.columns
+    assert slim.launches["step"].equals(full.launches["step"])

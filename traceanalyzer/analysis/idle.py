@@ -76,17 +76,22 @@ def idle_by_cause() -> list[pl.Expr]:
 
 
 def assign_steps(frame: pl.DataFrame, steps: pl.DataFrame | None, at: str = "start_ns") -> pl.DataFrame:
-    """Add a ``step`` column: the step whose CPU range contains ``frame[at]`` (null if none)."""
+    """Add a ``step`` column: the step whose CPU range contains ``frame[at]`` (null if none).
+
+    The as-of join runs on the rank, the time and the row number alone, and the step found is
+    put back as a column: sorting ``frame`` itself would move every byte of every column twice
+    (names, stacks)."""
     if steps is None or steps.is_empty() or frame.is_empty():
         return frame.with_columns(step=pl.lit(None, pl.Int64))
     ranges = steps.select("rank", "step", step_start="start_ns", step_end="end_ns").sort("step_start")
-    joined = (
-        frame.with_row_index("_row")
-        .sort(at)
-        .join_asof(ranges, left_on=at, right_on="step_start", by="rank", strategy="backward",
-                   check_sortedness=False)
-        .with_columns(step=pl.when(pl.col(at) < pl.col("step_end")).then(pl.col("step")))
-        .sort("_row")
-        .drop("_row", "step_start", "step_end")
+    keys = frame.select("rank", at).with_row_index("_row")
+    if not keys[at].is_sorted():
+        keys = keys.sort(at)
+    found = (
+        keys.join_asof(ranges, left_on=at, right_on="step_start", by="rank", strategy="backward",
+                       check_sortedness=False)
+        .select("_row", step=pl.when(pl.col(at) < pl.col("step_end")).then(pl.col("step")))
     )
-    return joined
+    if not found["_row"].is_sorted():
+        found = found.sort("_row")
+    return frame.with_columns(found["step"])

@@ -20,26 +20,27 @@ def merge(frame: pl.DataFrame, by: list[str] | None = None) -> pl.DataFrame:
     if frame.is_empty():
         return frame.select(*by, "start_ns", "end_ns").clear()
     sort_cols = [*by, "start_ns"]
-    reach = pl.col("end_ns").cum_max()
-    if by:
-        reach = reach.over(by)
-    grouped = (
+
+    def per(expr: pl.Expr) -> pl.Expr:
+        return expr.over(by) if by else expr
+
+    # Sorted by start, an interval opens a new group when it starts after the running maximum
+    # of the ends before it; a group ends at its last row, where that maximum (including the
+    # row) is the group's end. Starts and ends of the groups are then two filters of the sorted
+    # rows, in the same order: no group_by (a hash of every row) and no sort of its output.
+    rows = (
         frame.lazy()
         .select(*by, "start_ns", "end_ns")
         .filter(pl.col("end_ns") >= pl.col("start_ns"))
         .sort(sort_cols)
-        .with_columns(reach=reach)
-        .with_columns(
-            new=(pl.col("start_ns") > pl.col("reach").shift(1).over(by) if by
-                 else pl.col("start_ns") > pl.col("reach").shift(1)).fill_null(True)
-        )
-        .with_columns(group=pl.col("new").cum_sum())
-        .group_by([*by, "group"])
-        .agg(start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max())
-        .sort(sort_cols)
-        .drop("group")
+        .with_columns(_reach=per(pl.col("end_ns").cum_max()))
+        .with_columns(_new=per(pl.col("start_ns") > pl.col("_reach").shift(1)).fill_null(True))
+        .with_columns(_last=per(pl.col("_new").shift(-1)).fill_null(True))
+        .collect(engine=COLLECT_ENGINE)
     )
-    return grouped.collect(engine=COLLECT_ENGINE)
+    starts = rows.filter("_new").select(*by, "start_ns")
+    ends = rows.filter("_last").select(end_ns="_reach")
+    return pl.concat([starts, ends], how="horizontal")
 
 
 def total(merged: pl.DataFrame) -> int:

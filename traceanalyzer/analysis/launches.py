@@ -11,16 +11,19 @@ LAUNCH_COLUMNS = ["launch_name", "launch_start_ns", "launch_end_ns", "launch_tid
                   "call_stack"]
 
 
-def launches(trace: Trace) -> pl.DataFrame:
+def launches(trace: Trace, detail: bool = True) -> pl.DataFrame:
     """GPU activity with the launching runtime/driver call's name, times and thread, the operator
     that issued it, and ``launch_delay_ns`` = start - end of the launch call, clipped at 0 (HTA).
+    With ``detail`` False, only the call's times (``launch_start_ns``, ``launch_end_ns``): what
+    placing work in steps needs, without gathering the calls' names and stacks.
 
     The join is on (rank, correlation): correlation ids are unique within one process's trace.
     """
-    calls = trace.cpu.select(
-        "rank", "correlation", "kind", launch_name="name", launch_start_ns="start_ns",
-        launch_end_ns="end_ns", launch_tid="tid", op_name="parent_op", call_stack="call_stack",
-    ).filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
+    wanted = dict(launch_name="name", launch_start_ns="start_ns", launch_end_ns="end_ns",
+                  launch_tid="tid", op_name="parent_op", call_stack="call_stack")
+    if not detail:
+        wanted = {k: wanted[k] for k in ("launch_start_ns", "launch_end_ns")}
+    calls = trace.cpu.select("rank", "correlation", "kind", **wanted).filter(pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null())
     if not unique_calls(calls):
         # Runtime and driver records can share a correlation id; the runtime call is the launch.
         calls = (
@@ -30,16 +33,29 @@ def launches(trace: Trace) -> pl.DataFrame:
         )
     calls = calls.drop("kind")
     gpu = trace.gpu
-    one_rank = (calls.height > 0 and gpu.height > 0 and calls["rank"].n_unique() == 1
-                and gpu["rank"].n_unique() == 1 and gpu["rank"][0] is not None
-                and calls["rank"][0] == gpu["rank"][0])
-    if one_rank:  # calls are unique per (rank, correlation) by now
+    if one_rank(gpu, calls):  # calls are unique per (rank, correlation) by now
         joined = _lookup(gpu, calls)
     else:
         joined = gpu.join(calls, on=["rank", "correlation"], how="left")
     joined = joined.with_columns(
         launch_delay_ns=(pl.col("start_ns") - pl.col("launch_end_ns")).clip(lower_bound=0))
     return joined if joined["start_ns"].is_sorted() else joined.sort("start_ns")
+
+
+def one_rank(gpu: pl.DataFrame, calls: pl.DataFrame) -> bool:
+    """Whether ``gpu`` and ``calls`` are both of one and the same rank (so that :func:`_lookup`
+    can join them on ``correlation`` alone)."""
+    return (calls.height > 0 and gpu.height > 0 and calls["rank"].n_unique() == 1
+            and gpu["rank"].n_unique() == 1 and gpu["rank"][0] is not None
+            and calls["rank"][0] == gpu["rank"][0])
+
+
+def join_calls(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` left-joined with ``calls`` (unique per rank and correlation) on (rank,
+    correlation), in ``gpu``'s row order."""
+    if one_rank(gpu, calls):
+        return _lookup(gpu, calls)
+    return gpu.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
 
 
 def _lookup(gpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

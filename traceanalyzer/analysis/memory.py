@@ -172,7 +172,8 @@ def holders_at_peak(
     ranked = (
         live.group_by("rank", "device", "operator")
         .agg(bytes=pl.col("bytes").sum(), allocations=pl.len().cast(pl.Int64))
-        .sort("bytes", descending=True)
+        # Ties by name: group_by's order is arbitrary, and the report must not change between runs.
+        .sort(["bytes", "operator"], descending=[True, False])
         .group_by("rank", "device", maintain_order=True)
         .head(top)
     )

@@ -8,6 +8,7 @@ Rules read these by name (also as tables in their SQL queries): ``gpu``, ``cpu``
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property, wraps
 from typing import Any, TypeVar
 
@@ -250,3 +251,22 @@ class Views:
     def tables(self) -> dict[str, pl.DataFrame]:
         """All views by name, for SQL queries."""
         return {name: getattr(self, name) for name in TABLE_NAMES}
+
+
+class StepViews(Views):
+    """The views that choosing the analysis window reads (the steps, the GPU work placed in
+    them, what ran before the first one), on the columns they need only: each launch's times,
+    not its call's name, stack or operator, and the GPU activities' times, kinds and bytes.
+    The window is chosen with these, before any full view of the whole trace exists; the
+    analysis then builds its :class:`Views` on the window alone. The steps are those
+    :class:`Views` finds (the same rows)."""
+
+    #: The GPU columns that steps (also inferred ones) and the start-up summary read.
+    GPU_COLUMNS = ("rank", "device", "stream", "kind", "name", "start_ns", "end_ns",
+                   "correlation", "bytes", "src_kind", "dst_kind")
+
+    @_view
+    def _raw_launches(self) -> pl.DataFrame:
+        gpu = self.trace.gpu.select(c for c in self.GPU_COLUMNS if c in self.trace.gpu.columns)
+        return launches(replace(self.trace, gpu=gpu), detail=False)
+

@@ -17,7 +17,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.launches import unique_calls
+from traceanalyzer.analysis.launches import join_calls, unique_calls
 from traceanalyzer.errors import UsageError
 from traceanalyzer.model import API_KINDS, TIME_LIMIT_NS, Trace
 
@@ -129,9 +129,9 @@ def narrow(trace: Trace, selection: Selection) -> Trace:
 def _step_bounds(trace: Trace, first: int, last: int) -> pl.DataFrame:
     """Per rank: from the CPU start of step ``first`` to the end of step ``last`` (its wall-clock
     end, or the next step's CPU start if that comes first: the CPU runs ahead of the GPU)."""
-    from traceanalyzer.analysis.views import Views
+    from traceanalyzer.analysis.views import StepViews
 
-    found = Views(trace).steps.sort("rank", "start_ns").with_columns(
+    found = StepViews(trace).steps.sort("rank", "start_ns").with_columns(
         next_start=pl.col("start_ns").shift(-1).over("rank"))
     steps = found.filter(pl.col("step").is_between(first, last))
     if steps.is_empty():
@@ -370,8 +370,12 @@ def choose_window(trace: Trace, requested: str = "steps",
                   selection: Selection | None = None) -> Trace:
     """``trace`` narrowed to the window asked for, with the :class:`Window` in
     ``meta.extra["window"]``. An explicit ``selection`` (steps, time, ranks) takes precedence
-    over ``requested`` and is applied as :func:`narrow` does."""
-    from traceanalyzer.analysis.views import Views
+    over ``requested`` and is applied as :func:`narrow` does.
+
+    The window is found with :class:`~traceanalyzer.analysis.views.StepViews` (steps and the
+    times of the work in them), not with the analysis' views of the whole trace: those are
+    built afterwards, on the window only."""
+    from traceanalyzer.analysis.views import StepViews
 
     captured = _extent(trace)
     captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height}
@@ -383,7 +387,7 @@ def choose_window(trace: Trace, requested: str = "steps",
     if selection is not None and not selection.empty:
         trace = narrow(trace, selection)
         window.kind = "selection"
-        _fill_steps(window, Views(trace), None)
+        _fill_steps(window, StepViews(trace), None)
         _fill_bounds(window, trace)
     elif requested == "all":
         _fill_bounds(window, trace)
@@ -400,7 +404,7 @@ def choose_window(trace: Trace, requested: str = "steps",
         trace = narrow(trace, Selection(time_window_ns=parse_time_window(requested)))
         _fill_bounds(window, trace)
     else:
-        views = Views(trace)
+        views = StepViews(trace)
         steps = views.steps
         if steps.is_empty():
             window.kind = "all"
@@ -617,12 +621,16 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
         pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null()).drop("kind")
     if not unique_calls(launch_at):
         launch_at = launch_at.group_by("rank", "correlation").agg(pl.col("_at").min())
-    gpu = (
-        trace.gpu.join(launch_at, on=["rank", "correlation"], how="left")
-        .with_columns(_at=pl.coalesce("_at", "start_ns"))
-        .pipe(within, "_at")
-        .drop("_at")
-    )
+    gpu = trace.gpu
+    if not gpu.is_empty():
+        # The launch times joined onto the three key columns, not onto the frame: the filter
+        # then copies only the rows it keeps.
+        keep = (
+            join_calls(gpu.select("rank", "correlation", "start_ns"), launch_at)
+            .select(lo.is_null() | pl.coalesce("_at", "start_ns").is_between(lo, hi, closed="left"))
+            .to_series()
+        )
+        gpu = gpu.filter(keep)
     frames = {
         "gpu": gpu,
         "cpu": within(trace.cpu, "start_ns"),

@@ -57,11 +57,19 @@ PERF_SCHEMA: dict[str, DType] = {
 }
 
 
+def _of_rank(frame: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """The rows of ``rank``: the frame itself when it holds no other (no copy of its columns)."""
+    ranks = frame["rank"]
+    if frame.height and ranks.null_count() == 0 and ranks.min() == rank == ranks.max():
+        return frame
+    return frame.filter(pl.col("rank") == rank)
+
+
 def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The model of ``rank``: the per (signature, kernel) frame and the summary (model FLOPs per
     step, the model FLOPs of each operator per step, how they were found)."""
-    launches = views.launches.filter(pl.col("rank") == rank)
-    cpu = views.cpu.filter(pl.col("rank") == rank)
+    launches = _of_rank(views.launches, rank)
+    cpu = _of_rank(views.cpu, rank)
     kernels = attributed_kernels(launches, cpu)
     flops, by_op = flops_per_step(kernels)
     frame = (

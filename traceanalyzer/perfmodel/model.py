@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.devices import Peaks
-from traceanalyzer.model import DType
+from traceanalyzer.model import COLLECT_ENGINE, DType
 from traceanalyzer.perfmodel.formulas import (
     FLOP_CLASSES,
     FLOP_OPS,
@@ -72,7 +72,8 @@ def call_extras(ops: pl.DataFrame) -> pl.DataFrame:
 def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFrame:
     """Kernels of ``launches`` (one rank's) with the operator call they belong to and their share
     of its FLOPs and bytes (:data:`KERNEL_COLUMNS`)."""
-    kernels = launches.filter(pl.col("kind") == "kernel").select(
+    # Lazy, so that the filters copy only the columns selected (not the stacks and names).
+    kernels = launches.lazy().filter(pl.col("kind") == "kernel").select(
         "rank",
         "name",
         "start_ns",
@@ -82,11 +83,11 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
         "launch_tid",
         "step",
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
-    )
+    ).collect(engine=COLLECT_ENGINE)
     extra = [c for c in ("concrete_inputs", "flops") if c in cpu.columns]
-    ops = cpu.filter(pl.col("kind") == "op").select(
+    ops = cpu.lazy().filter(pl.col("kind") == "op").select(
         "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE, *extra
-    )
+    ).collect(engine=COLLECT_ENGINE)
     if kernels.is_empty() or ops.is_empty() or ops["input_dims"].null_count() == ops.height:
         return pl.DataFrame(schema=KERNEL_COLUMNS)
     flop_ops = (
@@ -119,14 +120,17 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     launched = launched.with_columns(op_id=pl.coalesce("_flop_id", "external_id")).filter(
         pl.col("op_id").is_not_null()
     )
-    signatures = ops.select(SIGNATURE).unique()
-    costs = signature_costs(signatures)
     # One operator call per External id: a trace whose operators share ids (a hostile one, all
     # at 1) made the join below a product, every kernel once per operator (400k kernels ran for
     # minutes and tens of GB), and multiplied their FLOPs. As the CPU frame's parent_op
-    # (ingest/kineto/assemble.py), the operator that starts last is the one taken.
+    # (ingest/kineto/assemble.py), the operator that starts last is the one taken. Then only the
+    # operators that kernels belong to, before their signatures (three texts) are hashed: a
+    # trace holds several times more operators than the ones that launch a kernel.
     ops = ops.sort("start_ns", maintain_order=True).unique(
-        ["rank", "external_id"], keep="last", maintain_order=True)
+        ["rank", "external_id"], keep="last", maintain_order=True
+    ).join(launched.select("rank", external_id="op_id").unique(), on=["rank", "external_id"],
+           how="semi")
+    costs = signature_costs(ops.select(SIGNATURE).unique())
     calls = (
         ops.select("rank", "external_id", *SIGNATURE)
         .join(call_extras(ops), on=["rank", "external_id"], how="left")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.analysis import intervals
-from traceanalyzer.analysis.idle import RANK_KEYS, idle_gaps
+from traceanalyzer.model import COLLECT_ENGINE
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -18,6 +18,22 @@ if TYPE_CHECKING:
 API_VERSION = r"(_v\d+)?$"
 #: Calls kept as evidence, each looked up for the line of Python that made it.
 EVIDENCE_SOURCES = 20
+
+
+def _rank_gaps(work: pl.DataFrame) -> pl.DataFrame:
+    """The gaps in the union of each rank's ``work`` (rank, ``_gs``, ``_ge``, sorted by start):
+    the rank-level idle gaps of :func:`analysis.idle.idle_gaps`, from the three columns they
+    need (that function also names and places each gap, and sorts every column it reads)."""
+    return (
+        work.lazy()
+        .select("rank", "start_ns", "end_ns")
+        .sort("rank", "start_ns")
+        .with_columns(_prev=pl.col("end_ns").cum_max().shift(1).over("rank"))
+        .filter(pl.col("_prev").is_not_null(), pl.col("start_ns") > pl.col("_prev"))
+        .select("rank", _gs="_prev", _ge="start_ns")
+        .sort("_gs")
+        .collect(engine=COLLECT_ENGINE)
+    )
 
 
 def overlap_lost(views: Views, calls: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
@@ -36,9 +52,7 @@ def overlap_lost(views: Views, calls: pl.DataFrame, work: pl.DataFrame) -> pl.Da
     to the waits themselves (the read a sync waits for, the pageable copy a call blocks on).
     Calls whose return falls in one gap are one wait, charged once.
     """
-    gaps = idle_gaps(work, views.wall_steps, keys=RANK_KEYS).select(
-        "rank", pl.col("start_ns").alias("_gs"), pl.col("end_ns").alias("_ge")
-    ).sort("_gs")
+    gaps = _rank_gaps(work)
     if calls.height == 0 or gaps.height == 0:
         return calls.with_columns(
             waited_ns=pl.lit(0, pl.Int64), gpu_idle_after_ns=pl.lit(0, pl.Int64),

@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
-from traceanalyzer.rules.detectors._common import NS_PER_US, ms, op_inputs, own_rank, pct
+from traceanalyzer.rules.detectors._common import (
+    NS_PER_US,
+    kernels_of,
+    ms,
+    op_inputs,
+    pct,
+    with_inputs,
+)
 from traceanalyzer.rules.detectors._gemm import EXTRA_GEMM, HALF_KERNEL, saving_matters
 
 if TYPE_CHECKING:
@@ -22,8 +29,9 @@ HALF_TYPES = r"BFloat16|Half|Float8"
 
 
 def _kernels_with_ops(views: Views) -> pl.DataFrame:
-    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
-    return kernels.join(op_inputs(views), on=["rank", "external_id"], how="left").with_columns(
+    kernels = kernels_of(views)
+    columns = {c: c for c in op_inputs(views).columns if c not in ("rank", "external_id")}
+    return with_inputs(views, kernels, columns).with_columns(
         dur=pl.col("end_ns") - pl.col("start_ns")
     )
 

@@ -37,11 +37,13 @@ def gpus_take_turns(views: Views, p: Params) -> Detection | None:
     of side by side. The saving is the time any of them was busy minus the busiest one's busy
     time: what running their work concurrently would save, at best."""
     gpu = own_rank(views, views.gpu)
+    if gpu["device"].n_unique() < 2:  # one GPU (most traces): nothing to sort
+        return None
     merged = intervals.merge(gpu, by=["device"])
     busy = merged.group_by("device").agg(busy_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
     # A device with a sliver of the work (a copy to it, a peer's synchronization) is not one the
-    # process splits its work across.
-    share = intervals.union_length(gpu) * p["min_device_share_pct"] / 100
+    # process splits its work across. (The union of all activity is that of the devices' unions.)
+    share = intervals.union_length(merged) * p["min_device_share_pct"] / 100
     busy = busy.filter(pl.col("busy_ns") >= share).sort(["busy_ns", "device"],
                                                          descending=[True, False])
     window = window_length(views)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct
+from traceanalyzer.rules.detectors._common import NS_PER_US, kernels_of, ms, own_rank, pct
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
     """Steps made mostly of short kernels (< ``max_kernel_us``) where the GPU waits for the host
     to launch them (host-wait gaps up to ``max_launch_gap_us``) longer than the kernels run."""
-    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    kernels = kernels_of(views)
     if kernels.height == 0:
         return None
     has_steps = views.steps.height > 0

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
-from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct
+from traceanalyzer.rules.detectors._common import NS_PER_US, kernels_of, ms, own_rank, pct
 from traceanalyzer.rules.detectors._gemm import (
     EXTRA_GEMM,
     HALF_KERNEL,
@@ -100,7 +100,7 @@ def odd_matmul_shape(views: Views, p: Params) -> Detection | None:
     """GEMMs whose M, N or K is not a multiple of 8, or whose N or K (the model's dimensions) is
     at least ``large_dim_count`` and not a multiple of 64, from recorded shapes; fires when they
     take ``min_gpu_time_pct`` of kernel time and the saving is ``min_impact_pct`` of the window."""
-    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    kernels = kernels_of(views)
     total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
     if views.cpu["input_dims"].null_count() == views.cpu.height:
         return _unaligned_by_kernel_name(views, kernels, total, p)

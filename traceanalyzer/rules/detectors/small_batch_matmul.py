@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import NS_PER_US, element_bytes, ms, own_rank, pct
+from traceanalyzer.rules.detectors._common import (
+    NS_PER_US,
+    element_bytes,
+    kernels_of,
+    ms,
+    own_rank,
+    pct,
+)
 from traceanalyzer.rules.detectors._gemm import (
     gemm_shapes,
     saving_matters,
@@ -49,7 +56,7 @@ def small_batch_matmul(views: Views, p: Params) -> Detection | None:
     impact is the GEMM time that ``target_row_count`` rows per call would save per row; fires
     when the GEMMs take ``min_gpu_time_pct`` of kernel time and the saving is ``min_impact_pct``
     of the window."""
-    kernels = own_rank(views, views.launches).filter(pl.col("kind") == "kernel")
+    kernels = kernels_of(views)
     total = int((kernels["end_ns"] - kernels["start_ns"]).sum() or 0)
     if not total:
         return None

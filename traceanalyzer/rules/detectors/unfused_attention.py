@@ -11,9 +11,9 @@ from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     kernels_of,
     ms,
-    op_inputs,
     pct,
     window_length,
+    with_inputs,
 )
 
 if TYPE_CHECKING:
@@ -59,13 +59,12 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
         _next_gemm=pl.when("_gemm").then("_idx").shift(-1).backward_fill().over(keys),
     )
-    ndim = op_inputs(views).select("rank", "external_id", _ndim=pl.col("ndim"))
     soft = k.filter(
         "_softmax",
         pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
         pl.col("_next_gemm") - pl.col("_idx") <= window_k,
         ~pl.col("op_name").fill_null("").str.contains(LOSS_OP),
-    ).join(ndim, on=["rank", "external_id"], how="left").filter(
+    ).pipe(lambda f: with_inputs(views, f, {"_ndim": "ndim"})).filter(
         # attention scores are [batch, (heads,) T, T]; a 2-D softmax is a classifier's
         pl.col("_ndim").is_null() | (pl.col("_ndim") >= 3)
     ).drop("_ndim")
@@ -95,13 +94,9 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
     score = int(per["score_ns"].sum() or 0)
     if not window or pct(score, window) < p["min_impact_pct"]:
         return None
-    shapes = op_inputs(views).select(
-        "rank", pl.col("external_id").alias("_ext"),
-        pl.col("last_dim").alias("seq_len"),
-    )
     # Ties (a tiled or very regular trace repeats its blocks) broken by time and stream: the
     # report must not change from one run to the next.
-    per = per.join(shapes, on=["rank", "_ext"], how="left").sort(
+    per = with_inputs(views, per, {"seq_len": "last_dim"}, on="_ext").sort(
         ["score_ns", "start_ns", "stream"], descending=[True, False, False])
     evidence = per.select(
         "start_ns", "end_ns", "stream", "step", "softmax", "op", "seq_len",

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from traceanalyzer.model import COLLECT_ENGINE
 from traceanalyzer.rules.detectors import Detection, Params, detector
 from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
@@ -14,6 +15,7 @@ from traceanalyzer.rules.detectors._common import (
     op_inputs,
     pct,
     window_length,
+    with_inputs,
 )
 from traceanalyzer.rules.detectors._optimizer import adam_regions, in_ranges, optimizer_ranges
 
@@ -56,12 +58,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         else:
             kernels = kernels.with_columns(pl.lit(None, pl.Int64).alias("_opt"))
     keys = ["rank", "device", "stream"]
-    sizes = op_inputs(views).select(
-        "rank", "external_id", pl.col("numel").alias("_numel"),
-        # full-size inputs + the output; 2.5 when shapes were not recorded (unary and binary mix)
-        (pl.col("full_inputs").cast(pl.Float64) + 1).alias("_passes"),
-    )
-    kernels = kernels.join(sizes, on=["rank", "external_id"], how="left")
+    kernels = with_inputs(views, kernels, {"_numel": "numel", "_passes": "full_inputs"})
+    # full-size inputs + the output; 2.5 when shapes were not recorded (unary and binary mix)
+    kernels = kernels.with_columns(_passes=pl.col("_passes").cast(pl.Float64) + 1)
     threads = (
         pl.col("grid_x").cast(pl.Int64).fill_null(1) * pl.col("grid_y").fill_null(1)
         * pl.col("grid_z").fill_null(1) * pl.col("block_x").fill_null(1)
@@ -80,8 +79,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
     prev_numel = before("_numel")
     generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
         "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
-    k = (
-        kernels.sort(*keys, "start_ns")
+    k = (  # lazy: the sort moves only the columns the chains read (not stacks, other names)
+        kernels.lazy()
+        .sort(*keys, "start_ns")
         .with_columns(
             _same=same.fill_null(False),
             _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
@@ -103,6 +103,7 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         # chain numbers unique over the whole frame: a stream's first row always breaks
         .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum())
         .filter("_ew")
+        .collect(engine=COLLECT_ENGINE)
     )
     chains = (
         k.group_by(*keys, "_chain")
