@@ -107,6 +107,7 @@ class Graph:
     steps: pl.DataFrame  # rank's steps: step, start_ns, end_ns (CPU range), relative
     dl_lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # data loading
     dl_hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    first_at: int = 0  # the window's first host time (the first step's start)
     launch_latency_ns: int = DEFAULT_LAUNCH_LATENCY_NS
     stream_gap_ns: int = DEFAULT_STREAM_GAP_NS
 
@@ -129,6 +130,8 @@ class Change:
     unblock: np.ndarray | None = None  # blocking calls that no longer wait
     g_ready_call: np.ndarray | None = None  # call whose start makes an activity ready, else -1
     g_no_cross: np.ndarray | None = None  # cross-stream waits dropped
+    g_no_gap: np.ndarray | None = None  # activities merged into the one before: no stream gap
+    g_gap_cap: bool = False  # re-timed activities (g_ready_call) keep only the GPU's own gap
     step_delta_ns: dict[int, int] = field(default_factory=dict)  # added to a step's time
 
     def merged(self, other: Change) -> Change:
@@ -153,6 +156,8 @@ class Change:
             unblock=pick(self.unblock, other.unblock, np.logical_or),
             g_ready_call=pick(self.g_ready_call, other.g_ready_call, ready),
             g_no_cross=pick(self.g_no_cross, other.g_no_cross, np.logical_or),
+            g_no_gap=pick(self.g_no_gap, other.g_no_gap, np.logical_or),
+            g_gap_cap=self.g_gap_cap or other.g_gap_cap,
             step_delta_ns=deltas,
         )
 
@@ -278,6 +283,14 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         # Only work launched before the call can be what it waits for.
         launched_before = (cand >= 0) & (g_launch[np.maximum(cand, 0)] <= widx)
         c_wait[widx[launched_before]] = cand[launched_before]
+        # A blocking copy or memset waits for its own activity (the last one, if several).
+        own_acts = (gpu.filter(pl.col("_c").is_not_null())
+                    .select("_c", "_g", "end_ns").sort("end_ns")
+                    .unique("_c", keep="last"))
+        oc = own_acts["_c"].to_numpy().astype(np.int64)
+        og = own_acts["_g"].to_numpy().astype(np.int64)
+        mine = blocking[oc] & (g_end[og] <= c_end[oc])
+        c_wait[oc[mine]] = og[mine]
     waited = c_wait >= 0
     target_end = g_end[np.maximum(c_wait, 0)]
     c_wake = np.where(waited, np.clip(c_end - target_end, 0, None), 0)
@@ -288,22 +301,23 @@ def build_graph(views: Views, rank: int) -> Graph | None:
                               _CAT["cpu"])).astype(np.int64)
     from traceanalyzer.rules.detectors.dataloader_stall import loader_ranges
 
-    spans = loader_ranges(views).filter(pl.col("rank") == rank)
-    c_dl, dl_lo, dl_hi = _dataloader_share(spans, c_start, c_end, t0)
-
     steps = (views.steps.filter(pl.col("rank") == rank)
              .select("step", pl.col("start_ns") - t0, pl.col("end_ns") - t0)
              .sort("start_ns"))
+    first_at = int(min(steps["start_ns"].min(), c_start[0])) if steps.height and n_calls \
+        else (int(c_start[0]) if n_calls else 0)  # type: ignore[call-overload]
+    spans = loader_ranges(views).filter(pl.col("rank") == rank)
+    c_dl, dl_lo, dl_hi = _dataloader_share(spans, c_start, c_end, t0, first_at)
     return Graph(rank=rank, t0=t0, c_start=c_start, c_end=c_end, c_wait=c_wait, c_own=c_own,
                  c_wake=c_wake, c_cat=c_cat, c_dl=c_dl, g_start=g_start, g_end=g_end,
                  g_seg=g_seg, g_launch=g_launch, g_lat=g_lat, g_gap=g_gap, g_x=g_x,
                  g_xgap=g_xgap, g_cat=g_cat, g_step=g_step, gpu=gpu, calls=calls, steps=steps,
-                 dl_lo=dl_lo, dl_hi=dl_hi,
+                 dl_lo=dl_lo, dl_hi=dl_hi, first_at=first_at,
                  launch_latency_ns=latency, stream_gap_ns=stream_gap)
 
 
 def _dataloader_share(spans: pl.DataFrame, c_start: np.ndarray, c_end: np.ndarray,
-                      t0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      t0: int, first_at: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call, the share of the host gap before it that falls in a data-loader span; and the
     merged spans (relative)."""
     from traceanalyzer.analysis import intervals
@@ -313,15 +327,23 @@ def _dataloader_share(spans: pl.DataFrame, c_start: np.ndarray, c_end: np.ndarra
     if spans.is_empty() or len(c_start) == 0:
         return out, none, none
     merged = intervals.merge(spans.select(pl.col("start_ns") - t0, pl.col("end_ns") - t0))
-    lo = np.empty_like(c_start)
-    lo[0] = c_start[0]
-    lo[1:] = np.maximum.accumulate(c_end)[:-1]
+    lo = host_gaps_from(c_start, c_end, first_at)
     hi = np.maximum(c_start, lo)
     covered = intervals.covered_between(merged, lo, hi)
     width = hi - lo
     return (np.where(width > 0, covered / np.maximum(width, 1), 0.0),
             merged["start_ns"].to_numpy().astype(np.int64),
             merged["end_ns"].to_numpy().astype(np.int64))
+
+
+def host_gaps_from(c_start: np.ndarray, c_end: np.ndarray, first_at: int) -> np.ndarray:
+    """Where the host gap before each call begins: the latest end of the calls before it (the
+    window's start for the first)."""
+    lo = np.empty_like(c_start)
+    if len(c_start):
+        lo[0] = min(first_at, int(c_start[0]))
+        lo[1:] = np.maximum.accumulate(c_end)[:-1]
+    return lo
 
 
 # --- replay -----------------------------------------------------------------------------------
@@ -336,6 +358,9 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
     shrink = np.zeros(nc, np.int64) if ch.c_shrink is None else np.minimum(ch.c_shrink, dur)
     gshrink = np.zeros(nc, np.int64) if ch.gap_shrink is None else ch.gap_shrink.astype(np.int64)
     unblock = np.zeros(nc, bool) if ch.unblock is None else ch.unblock
+    # A call that no longer waits loses its waiting time: only its own time stays.
+    unblocked = unblock & (g.c_wait >= 0)
+    shrink = np.where(unblocked, np.maximum(shrink, dur - np.minimum(g.c_own, dur)), shrink)
     # Host calls without waits: recorded starts, minus what was cut before them.
     removed = np.cumsum(gshrink) + np.concatenate(([0], np.cumsum(shrink)[:-1])) if nc else \
         np.zeros(0, np.int64)
@@ -353,6 +378,12 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
     if ch.g_no_cross is not None:
         cross[ch.g_no_cross] = -1
     lat = np.where(ready_call != g.g_launch, g.launch_latency_ns, g.g_lat)
+    gaps = g.g_gap.copy()
+    if ch.g_gap_cap and ch.g_ready_call is not None:
+        moved = ch.g_ready_call >= 0
+        gaps[moved] = np.minimum(gaps[moved], g.stream_gap_ns)
+    if ch.g_no_gap is not None:
+        gaps[ch.g_no_gap] = 0
 
     c_start = np.zeros(nc, np.int64)
     c_end = np.zeros(nc, np.int64)
@@ -379,8 +410,8 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
         c_end[sl] = base_end_nowait[sl] + delay
         acts = order[e_first[e]:e_first[e + 1]]
         if acts.size:
-            _run_gpu(g, acts, g_dur, ready_call, lat, cross, c_start, g_start, g_end, g_edge,
-                     done, seg_end)
+            _run_gpu(g, acts, g_dur, gaps, ready_call, lat, cross, c_start, g_start, g_end,
+                     g_edge, done, seg_end)
         if hi > lo and hi - 1 < nc and waits[hi - 1]:
             w = int(hi) - 1
             t = int(g.c_wait[w])
@@ -401,7 +432,8 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
                   step_times=_step_times(g, c_end, g_start, g_end, ch.step_delta_ns))
 
 
-def _run_gpu(g: Graph, acts: np.ndarray, g_dur: np.ndarray, ready_call: np.ndarray,
+def _run_gpu(g: Graph, acts: np.ndarray, g_dur: np.ndarray, gaps: np.ndarray,
+             ready_call: np.ndarray,
              lat: np.ndarray, cross: np.ndarray, c_start: np.ndarray, g_start: np.ndarray,
              g_end: np.ndarray, g_edge: np.ndarray, done: np.ndarray,
              seg_end: np.ndarray) -> None:
@@ -409,7 +441,7 @@ def _run_gpu(g: Graph, acts: np.ndarray, g_dur: np.ndarray, ready_call: np.ndarr
     repeated until cross-stream waits settle."""
     seg = g.g_seg[acts]
     d = g_dur[acts]
-    gap = g.g_gap[acts]
+    gap = gaps[acts]
     rc = ready_call[acts]
     r_launch = np.where(rc >= 0, c_start[np.maximum(rc, 0)] + lat[acts], g.g_lat[acts])
     x = cross[acts]
