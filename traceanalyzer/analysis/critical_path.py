@@ -257,7 +257,7 @@ def build_graph(views: Views, rank: int) -> Graph | None:
     # is not recorded).
     g_lat = np.where(queued | explained, np.minimum(offset, latency), offset)
     g_lat = np.where(has_launch, g_lat, g_start)  # no launch: ready at its own start
-    g_gap = np.where(queued, gap, np.minimum(gap, stream_gap))
+    g_gap = np.where(queued & ~explained, gap, np.minimum(gap, stream_gap))
 
     cat = gpu["category"].cast(pl.String)
     kind = gpu["kind"].cast(pl.String)
@@ -289,13 +289,15 @@ def build_graph(views: Views, rank: int) -> Graph | None:
                     .unique("_c", keep="last"))
         oc = own_acts["_c"].to_numpy().astype(np.int64)
         og = own_acts["_g"].to_numpy().astype(np.int64)
-        mine = blocking[oc] & (g_end[og] <= c_end[oc])
+        mine = blocking[oc]
         c_wait[oc[mine]] = og[mine]
     waited = c_wait >= 0
     target_end = g_end[np.maximum(c_wait, 0)]
-    c_wake = np.where(waited, np.clip(c_end - target_end, 0, None), 0)
+    # (negative where a copy's own activity ends after the call returns: the call then returns
+    # that long before the copy is done)
+    c_wake = np.where(waited, c_end - target_end, 0)
     blocked = waited & (target_end > c_start)
-    c_own = np.where(blocked, c_wake, c_end - c_start)
+    c_own = np.where(blocked, np.maximum(c_wake, 0), c_end - c_start)
     c_cat = np.where(blocking, _CAT["host_wait"],
                      np.where(names.str.contains(LAUNCH_API).to_numpy(), _CAT["launch"],
                               _CAT["cpu"])).astype(np.int64)

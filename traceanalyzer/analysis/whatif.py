@@ -11,6 +11,7 @@ that cost no time (``memory-near-capacity``, ``startup-time``) get no prediction
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -293,9 +294,11 @@ def _kernel_flops(ctx: Context) -> np.ndarray | None:
                                  views.cpu.filter(pl.col("rank") == rank))
     if kernels.is_empty():
         return None
-    flops = ctx.gpu.select("name", "start_ns").join(
-        kernels.select("name", "start_ns", "flops").unique(["name", "start_ns"]),
-        on=["name", "start_ns"], how="left", maintain_order="left")["flops"]
+    # attributed_kernels keeps no start time: a kernel is told by its name, step and duration.
+    keys = ["name", "step", "dur_ns"]
+    flops = ctx.gpu.select("name", "step", dur_ns=pl.col("end_ns") - pl.col("start_ns")).join(
+        kernels.select(*keys, "flops").unique(keys, keep="first"),
+        on=keys, how="left", nulls_equal=True, maintain_order="left")["flops"]
     return flops.fill_null(np.nan).to_numpy().astype(np.float64)
 
 
@@ -334,26 +337,41 @@ def _attention(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | No
 
 
 def _optimizer(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
+    """Each optimizer region (evidence rows: host or GPU times) runs fused: the host calls from
+    the first launch of its work to the last are cut to the first, its kernels take
+    FUSED_OPTIMIZER_SHARE of their time."""
     if ev is None or ev.is_empty() or "start_ns" not in ev.columns:
         return None
     g = ctx.graph
-    t0 = g.t0
-    lo = ev["start_ns"].to_numpy().astype(np.int64) - t0
-    hi = ev["end_ns"].to_numpy().astype(np.int64) - t0
-    # Host calls inside a region: all but the first one's time and the gaps between them go.
+    lo = ev["start_ns"].to_numpy().astype(np.int64) - g.t0
+    hi = ev["end_ns"].to_numpy().astype(np.int64) - g.t0
     order = np.argsort(lo)
     lo, hi = lo[order], hi[order]
-    pos = np.searchsorted(lo, g.c_start, side="right") - 1
-    inside = (pos >= 0) & (g.c_end <= hi[np.maximum(pos, 0)])
-    first_in = inside & ~np.concatenate(([False], inside[:-1] & (pos[1:] == pos[:-1])))
-    cut = inside & ~first_in
+    has = g.g_launch >= 0
+    ls = np.where(has, g.c_start[np.maximum(g.g_launch, 0)], g.g_start)
+
+    def region(t: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(lo, t, side="right") - 1
+        return np.where((pos >= 0) & (t <= hi[np.maximum(pos, 0)]), pos, -1)
+
+    # Regions are host ranges (torch.profiler's optimizer step, where recorded) or GPU ranges
+    # (found from the kernels): work belongs to a region by its launch, or by its run.
+    from traceanalyzer.rules.detectors._optimizer import optimizer_ranges
+
+    host = optimizer_ranges(ctx.views).height > 0  # else the rule found them from kernels
+    reg = np.where(has, region(ls), -1) if host else region(g.g_start)
+    g_in = (reg >= 0) & has
+    if not g_in.any():
+        return None
+    spans = pl.DataFrame({"r": reg[g_in], "c": g.g_launch[g_in]}).group_by("r").agg(
+        first=pl.col("c").min(), last=pl.col("c").max())
+    cut = np.zeros(g.n_calls, bool)
+    for first, last in zip(spans["first"].to_list(), spans["last"].to_list(), strict=True):
+        cut[first + 1:last + 1] = True  # (a loop over regions, not events)
     dur = g.c_end - g.c_start
-    prev_end = np.concatenate(([g.c_start[0]], g.c_end[:-1])) if g.n_calls else dur
+    prev_end = np.concatenate(([g.c_start[0]], g.c_end[:-1]))
     gaps = np.maximum(g.c_start - prev_end, 0)
     gdur = ctx.durations()
-    gpos = np.searchsorted(lo, np.where(g.g_launch >= 0, g.c_start[np.maximum(g.g_launch, 0)],
-                                        g.g_start), side="right") - 1
-    g_in = (gpos >= 0) & (g.g_launch >= 0) & inside[np.maximum(g.g_launch, 0)]
     gdur[g_in] = (gdur[g_in] * FUSED_OPTIMIZER_SHARE).astype(np.int64)
     return Change(g_dur=gdur, c_shrink=np.where(cut, dur, 0),
                   gap_shrink=np.where(cut, gaps, 0), unblock=cut & (g.c_wait >= 0),
@@ -489,7 +507,14 @@ def predict(views: Views, graph: Graph, findings: list[Finding],
             f.what_if = {"step_time_ns": None, "saving_ns": None,
                          "assumes": NO_MODEL.get(f.slug, "no model of this rule's fix")}
             continue
-        change = model(ctx, f, evidence.get(f.slug))
+        try:
+            change = model(ctx, f, evidence.get(f.slug))
+        except Exception as exc:  # noqa: BLE001 - a model's failure must not sink the report
+            if os.environ.get("TRACEANALYZER_DEBUG"):
+                raise
+            f.what_if = {"step_time_ns": None, "saving_ns": None,
+                         "assumes": f"the model failed: {type(exc).__name__}"}
+            continue
         if change is None:
             f.what_if = {"step_time_ns": None, "saving_ns": None,
                          "assumes": "the trace lacks what the model needs"}
@@ -527,7 +552,12 @@ def step_time_with(views: Views, graph: Graph, findings: list[Finding],
             continue
         if f.rank is not None and f.rank != graph.rank:
             continue
-        change = MODELS[f.slug](ctx, f, getattr(f, "evidence_frame", None))
+        try:
+            change = MODELS[f.slug](ctx, f, getattr(f, "evidence_frame", None))
+        except Exception:  # noqa: BLE001 - as in predict
+            if os.environ.get("TRACEANALYZER_DEBUG"):
+                raise
+            change = None
         if change is not None:
             combined = change if combined is None else combined.merged(change)
     return step_time_ns(replay(graph, combined))
