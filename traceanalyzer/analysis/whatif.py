@@ -65,7 +65,9 @@ ASSUMES: dict[str, str] = {
     "fp32-matmul": "the FP32/TF32 GEMMs run at BF16 speed: their time scaled by the ratio of "
                    "the device's FP32 (or TF32) and BF16 peaks",
     "small-batch-matmul": "the small-M GEMMs of one step that run one kernel over the same "
-                          "weights are batched into one kernel taking the longest one's time",
+                          "weights are batched into one kernel taking the longest one's time; "
+                          "the other calls' launches and the host work that issued them are "
+                          "gone",
     "odd-matmul-shape": "the unaligned GEMMs run as fast as aligned ones: the rule's own "
                         "expected gain per kernel",
     "gemm-below-roofline": f"the slow GEMMs reach {ACHIEVABLE_COMPUTE:.0%} of their roofline",
@@ -418,7 +420,19 @@ def _small_batch(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | 
     dur[idx] = np.where(frame["keep"].to_numpy(), frame["longest"].to_numpy(), 0)
     gone = np.zeros(g.n_gpu, bool)
     gone[idx[~frame["keep"].to_numpy()]] = True
-    return Change(g_dur=dur, g_no_gap=gone)
+    # One call now does the work of many: the others' launches, and the host work that issued
+    # them (the gap before each launch), are gone too.
+    calls = g.g_launch[gone]
+    calls = calls[calls >= 0]
+    from traceanalyzer.analysis.critical_path import host_gaps_from
+
+    cdur = g.c_end - g.c_start
+    gaps = np.maximum(g.c_start - host_gaps_from(g.c_start, g.c_end, g.first_at), 0)
+    shrink = np.zeros(g.n_calls, np.int64)
+    gap_shrink = np.zeros(g.n_calls, np.int64)
+    shrink[calls] = cdur[calls]
+    gap_shrink[calls] = gaps[calls]
+    return Change(g_dur=dur, g_no_gap=gone, c_shrink=shrink, gap_shrink=gap_shrink)
 
 
 def _odd_shape(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:

@@ -136,6 +136,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "fix": f.fix,
         "evidence": [clean(dict(row)) for row in f.evidence],
         "references": [str(r) for r in f.references],
+        "what_if": clean(f.what_if),
     }
 
 
