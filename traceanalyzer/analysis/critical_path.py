@@ -198,9 +198,10 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         .select("correlation", pl.col("start_ns").alias("launch_start_ns"), "_c")
         .unique(["correlation", "launch_start_ns"], keep="first")
     )
+    segs = (gpu.select("device", "stream").unique().sort("device", "stream", nulls_last=True)
+            .with_row_index("_seg").with_columns(pl.col("_seg").cast(pl.Int64)))
     gpu = (
-        gpu.with_columns(_seg_key=pl.struct("device", "stream"))
-        .with_columns(_seg=pl.col("_seg_key").rank("dense").cast(pl.Int64) - 1)
+        gpu.join(segs, on=["device", "stream"], how="left", nulls_equal=True)
         .sort("_seg", "start_ns", "end_ns")
         .join(launch_of, on=["correlation", "launch_start_ns"], how="left", maintain_order="left")
         .with_row_index("_g")
@@ -249,6 +250,9 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         cand = np.where(same, cand2, cand)
         ok = (cand >= 0) & (g_seg[np.maximum(cand, 0)] != g_seg[idx])
         ok &= g_end[np.maximum(cand, 0)] > bound[idx] - WAIT_SLACK_NS
+        # What a stream waits for was launched before the wait was (an event is recorded
+        # before a stream can wait on it).
+        ok &= g_launch[np.maximum(cand, 0)] <= g_launch[idx]
         g_x[idx[ok]] = cand[ok]
     explained = g_x >= 0
     g_xgap = np.where(explained, g_start - g_end[np.maximum(g_x, 0)], 0)
@@ -631,8 +635,16 @@ def critical_path(g: Graph, rep: Replay) -> Path:
                 part = np.concatenate((part, [0, 1]))
     keep = his > los
     order = np.lexsort((part[keep], los[keep]))
-    return Path(lo=los[keep][order], hi=his[keep][order], cat=cats[keep][order],
-                node=nid[keep][order])
+    lo_, hi_ = los[keep][order], his[keep][order]
+    cat_, nid_ = cats[keep][order], nid[keep][order]
+    # A copy that ends after its call returned makes the path step back a little: each segment
+    # starts where the one before it ended, so the segments never overlap.
+    if len(lo_):
+        reach = np.maximum.accumulate(hi_)
+        lo_ = np.concatenate((lo_[:1], np.maximum(lo_[1:], reach[:-1])))
+        ok = hi_ > lo_
+        lo_, hi_, cat_, nid_ = lo_[ok], hi_[ok], cat_[ok], nid_[ok]
+    return Path(lo=lo_, hi=hi_, cat=cat_, node=nid_)
 
 
 def _chain(binder: np.ndarray, tail: int, sentinel: int) -> np.ndarray:
