@@ -9,11 +9,11 @@ import polars as pl
 import pytest
 
 import traceanalyzer
+from tests.support.paths import SAMPLES, public_kineto
+from tests.support.synth import Synth
 from traceanalyzer.analysis import critical_path as cp
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window, parse_window
-from tests.support.paths import SAMPLES, public_kineto
-from tests.support.synth import Synth
 
 #: Samples with what the graph must handle: host waits, a CUDA graph (node-level kernels of one
 #: launch), several streams with waits between them (NCCL), two GPUs of one process.
@@ -78,7 +78,7 @@ def test_cuda_graph_kernels_share_their_launch() -> None:
     assert graph.height > 0
     # One launch call makes many kernels, which run in stream order behind each other.
     per_call = graph.group_by("_c").len()
-    assert per_call["len"].max() > 10
+    assert int(per_call["len"].to_numpy().max()) > 10
 
 
 def test_breakdown_names_what_bounds_the_step() -> None:
@@ -86,7 +86,8 @@ def test_breakdown_names_what_bounds_the_step() -> None:
         v = _views(SAMPLES / path)
         found = cp.analyze(v, v.metrics.rank)
         assert found is not None
-        return float(found.steps[f"{cat}_ns"].sum() / found.steps["duration_ns"].sum())
+        steps = found.steps
+        return float(steps[f"{cat}_ns"].to_numpy().sum() / steps["duration_ns"].to_numpy().sum())
 
     assert share("torch/launch_bound_bad.json.gz", "gpu_compute") < 0.1  # host-bound
     assert share("torch/fp32_matmul_bad.json.gz", "gpu_compute") > 0.9  # GPU-bound

@@ -11,26 +11,32 @@ import pytest
 import yaml
 
 import traceanalyzer
+from tests.support.paths import SAMPLES
+from tests.support.synth import Synth
 from traceanalyzer.analysis import analyze_trace, whatif
 from traceanalyzer.analysis import critical_path as cp
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window, parse_window
-from tests.support.paths import SAMPLES
-from tests.support.synth import Synth
 
 #: The problem of each workload: the rules its README row names (sample_traces/README.md). A
 #: pair's prediction fixes those of them that fired on the bad trace; gpt_step has several
 #: problems at once: every modelled finding ("all of the above").
 PROBLEM: dict[str, list[str] | None] = {
-    "hidden_sync": ["hidden-sync"], "dataloader_stall": ["dataloader-stall"],
+    "hidden_sync": ["hidden-sync"],
+    "dataloader_stall": ["dataloader-stall"],
     "unfused_elementwise": ["unfused-elementwise-chain"],
-    "launch_bound": ["launch-overhead-bound"], "small_grid": ["small-grid"],
-    "unfused_attention": ["unfused-attention"], "fp32_matmul": ["fp32-matmul"],
+    "launch_bound": ["launch-overhead-bound"],
+    "small_grid": ["small-grid"],
+    "unfused_attention": ["unfused-attention"],
+    "fp32_matmul": ["fp32-matmul"],
     "small_batch_decode": ["small-batch-matmul"],
     "odd_matmul_shape": ["odd-matmul-shape", "gemm-below-roofline"],
-    "unfused_optimizer": ["unfused-optimizer"], "gpt_step": None,
-    "naive_model_parallel": ["gpus-take-turns"], "sync_memcpy": ["sync-memcpy"],
-    "nccl_overlap": ["nccl-not-overlapped"], "rank_imbalance": ["collective-wait"],
+    "unfused_optimizer": ["unfused-optimizer"],
+    "gpt_step": None,
+    "naive_model_parallel": ["gpus-take-turns"],
+    "sync_memcpy": ["sync-memcpy"],
+    "nccl_overlap": ["nccl-not-overlapped"],
+    "rank_imbalance": ["collective-wait"],
 }
 #: A prediction is good within this share of the measured saving; at least this share of the
 #: pairs must be good (issue 36).
@@ -44,9 +50,15 @@ def pairs() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     for bad in traces:
         if bad["variant"] != "bad":
             continue
-        good = [t for t in traces if t["workload"] == bad["workload"] and t["variant"] == "good"
-                and t["profiler"] == bad["profiler"] and t.get("rank") == bad.get("rank")
-                and "graphlevel" not in t["path"]]
+        good = [
+            t
+            for t in traces
+            if t["workload"] == bad["workload"]
+            and t["variant"] == "good"
+            and t["profiler"] == bad["profiler"]
+            and t.get("rank") == bad.get("rank")
+            and "graphlevel" not in t["path"]
+        ]
         out.append((bad, good[0]))
     return out
 
@@ -69,8 +81,14 @@ def prediction(bad: dict[str, Any], good: dict[str, Any]) -> dict[str, Any]:
     bad_ns = float(result.steps["duration_ns"].mean())
     good_ns = float(good_result.steps["duration_ns"].mean())
     measured, predicted = bad_ns - good_ns, bad_ns - (fixed or bad_ns)
-    return {"bad_ns": bad_ns, "good_ns": good_ns, "fixed_ns": fixed, "measured_ns": measured,
-            "predicted_ns": predicted, "error": (predicted - measured) / measured}
+    return {
+        "bad_ns": bad_ns,
+        "good_ns": good_ns,
+        "fixed_ns": fixed,
+        "measured_ns": measured,
+        "predicted_ns": predicted,
+        "error": (predicted - measured) / measured,
+    }
 
 
 def test_predicted_savings_match_the_measured_ones() -> None:
@@ -79,8 +97,11 @@ def test_predicted_savings_match_the_measured_ones() -> None:
     good = [p for p, r in rows.items() if abs(r["error"]) <= TOLERANCE]
     assert len(good) >= MIN_GOOD_SHARE * len(rows), sorted(set(rows) - set(good))
     # Small effects count: the 1.2x pairs are predicted too.
-    for small in ("nsys/hidden_sync_bad.sqlite", "torch/rank_imbalance_bad_rank0.json.gz",
-                  "nsys/rank_imbalance_bad_rank1.sqlite"):
+    for small in (
+        "nsys/hidden_sync_bad.sqlite",
+        "torch/rank_imbalance_bad_rank0.json.gz",
+        "nsys/rank_imbalance_bad_rank1.sqlite",
+    ):
         assert small in good
 
 
@@ -93,7 +114,7 @@ def test_every_finding_has_a_what_if(path: str) -> None:
     for f in result.findings:
         assert f.what_if is not None and f.what_if["assumes"]
         if f.what_if["step_time_ns"] is not None:
-            assert f.what_if["saving_ns"] == now - f.what_if["step_time_ns"]
+            assert abs(f.what_if["saving_ns"] - (now - f.what_if["step_time_ns"])) <= 1
     # All of the above saves at least what the best single fix saves.
     best = max(f.what_if["saving_ns"] or 0 for f in result.findings if f.what_if)
     assert result.what_if["all"]["saving_ns"] >= best * 0.99
@@ -114,5 +135,7 @@ def test_a_symptom_gets_no_prediction_and_says_why() -> None:
     assert result.critical_path is not None
     assert result.critical_path.height == 3
     cats = [f"{c}_ns" for c in cp.CATEGORIES]
-    assert (result.critical_path.select(pl.sum_horizontal(cats)).to_series()
-            == result.critical_path["duration_ns"]).all()
+    assert (
+        result.critical_path.select(pl.sum_horizontal(cats)).to_series()
+        == result.critical_path["duration_ns"]
+    ).all()

@@ -68,8 +68,16 @@ WAIT_SLACK_NS = 2_000
 MAX_PASSES = 500
 
 #: Breakdown categories of the critical path, in report order (docs/metrics.md).
-CATEGORIES = ("gpu_compute", "gpu_communication", "gpu_copy", "cpu", "launch", "host_wait",
-              "data_loading", "other")
+CATEGORIES = (
+    "gpu_compute",
+    "gpu_communication",
+    "gpu_copy",
+    "cpu",
+    "launch",
+    "host_wait",
+    "data_loading",
+    "other",
+)
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 
 #: Edge kinds (why a node started when it did).
@@ -136,6 +144,7 @@ class Change:
 
     def merged(self, other: Change) -> Change:
         """Both changes at once: the shorter durations, the larger cuts."""
+
         def pick(a: Any, b: Any, fn: Any) -> Any:
             if a is None:
                 return b
@@ -185,7 +194,8 @@ def build_graph(views: Views, rank: int) -> Graph | None:
     if gpu.is_empty():
         return None
     cpu = views.cpu.filter(pl.col("rank") == rank)
-    t0 = int(min(gpu["start_ns"].min(), cpu["start_ns"].min() if cpu.height else gpu["start_ns"].min()))  # type: ignore[type-var]
+    starts = gpu["start_ns"].to_numpy()
+    t0 = int(min(starts.min(), cpu["start_ns"].to_numpy().min() if cpu.height else starts.min()))
     calls = (
         cpu.filter(pl.col("kind").is_in(API_KINDS))
         .select("name", "tid", "correlation", "start_ns", "end_ns")
@@ -198,8 +208,13 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         .select("correlation", pl.col("start_ns").alias("launch_start_ns"), "_c")
         .unique(["correlation", "launch_start_ns"], keep="first")
     )
-    segs = (gpu.select("device", "stream").unique().sort("device", "stream", nulls_last=True)
-            .with_row_index("_seg").with_columns(pl.col("_seg").cast(pl.Int64)))
+    segs = (
+        gpu.select("device", "stream")
+        .unique()
+        .sort("device", "stream", nulls_last=True)
+        .with_row_index("_seg")
+        .with_columns(pl.col("_seg").cast(pl.Int64))
+    )
     gpu = (
         gpu.join(segs, on=["device", "stream"], how="left", nulls_equal=True)
         .sort("_seg", "start_ns", "end_ns")
@@ -224,16 +239,24 @@ def build_graph(views: Views, rank: int) -> Graph | None:
     ls = np.where(has_launch, c_start[np.maximum(g_launch, 0)], g_start)
     queued = has_launch & ~first & (ls < prev_end)
     q_gaps = gap[queued]
-    stream_gap = int(np.clip(np.median(q_gaps[q_gaps >= 0]), 0, MAX_STREAM_GAP_NS)) \
-        if (q_gaps >= 0).any() else DEFAULT_STREAM_GAP_NS
+    stream_gap = (
+        int(np.clip(np.median(q_gaps[q_gaps >= 0]), 0, MAX_STREAM_GAP_NS))
+        if (q_gaps >= 0).any()
+        else DEFAULT_STREAM_GAP_NS
+    )
     offset = g_start - ls
     free = has_launch & ~queued & (first | (gap > stream_gap + WAIT_SLACK_NS))
-    latency = int(np.clip(np.median(offset[free]), *LAUNCH_LATENCY_RANGE_NS)) if free.any() \
+    latency = (
+        int(np.clip(np.median(offset[free]), *LAUNCH_LATENCY_RANGE_NS))
+        if free.any()
         else DEFAULT_LAUNCH_LATENCY_NS
+    )
 
     # Cross-stream waits: started later than stream, launch and the GPU's gap explain.
-    bound = np.maximum(np.where(first, np.iinfo(np.int64).min // 4, prev_end + stream_gap),
-                       np.where(has_launch, ls + latency, g_start))
+    bound = np.maximum(
+        np.where(first, np.iinfo(np.int64).min // 4, prev_end + stream_gap),
+        np.where(has_launch, ls + latency, g_start),
+    )
     late = (g_start > bound + WAIT_SLACK_NS) & has_launch
     g_x = np.full(n_gpu, -1, dtype=np.int64)
     if late.any() and g_seg.max() > 0:
@@ -265,17 +288,25 @@ def build_graph(views: Views, rank: int) -> Graph | None:
 
     cat = gpu["category"].cast(pl.String)
     kind = gpu["kind"].cast(pl.String)
-    g_cat = np.where(cat.to_numpy() == "communication", _CAT["gpu_communication"],
-                     np.where(np.isin(kind.to_numpy(), ["memcpy", "memset"]), _CAT["gpu_copy"],
-                              _CAT["gpu_compute"])).astype(np.int64)
+    g_cat = np.where(
+        cat.to_numpy() == "communication",
+        _CAT["gpu_communication"],
+        np.where(
+            np.isin(kind.to_numpy(), ["memcpy", "memset"]), _CAT["gpu_copy"], _CAT["gpu_compute"]
+        ),
+    ).astype(np.int64)
     g_step = gpu["step"].fill_null(np.iinfo(np.int64).min).to_numpy().astype(np.int64)
 
     # Host waits: what each blocking call waited for.
     n_calls = calls.height
     names = calls["name"]
     blocking = names.str.contains(BLOCKING_API).to_numpy()
-    reads = gpu.filter(pl.col("kind") == "memcpy", pl.col("copy_kind") == "DtoH",
-                       pl.col("dst_kind") == "pageable", pl.col("_c").is_not_null())
+    reads = gpu.filter(
+        pl.col("kind") == "memcpy",
+        pl.col("copy_kind") == "DtoH",
+        pl.col("dst_kind") == "pageable",
+        pl.col("_c").is_not_null(),
+    )
     blocking[reads["_c"].to_numpy()] = True
     c_wait = np.full(n_calls, -1, dtype=np.int64)
     if blocking.any():
@@ -288,9 +319,12 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         launched_before = (cand >= 0) & (g_launch[np.maximum(cand, 0)] <= widx)
         c_wait[widx[launched_before]] = cand[launched_before]
         # A blocking copy or memset waits for its own activity (the last one, if several).
-        own_acts = (gpu.filter(pl.col("_c").is_not_null())
-                    .select("_c", "_g", "end_ns").sort("end_ns")
-                    .unique("_c", keep="last"))
+        own_acts = (
+            gpu.filter(pl.col("_c").is_not_null())
+            .select("_c", "_g", "end_ns")
+            .sort("end_ns")
+            .unique("_c", keep="last")
+        )
         oc = own_acts["_c"].to_numpy().astype(np.int64)
         og = own_acts["_g"].to_numpy().astype(np.int64)
         mine = blocking[oc]
@@ -302,28 +336,57 @@ def build_graph(views: Views, rank: int) -> Graph | None:
     c_wake = np.where(waited, c_end - target_end, 0)
     blocked = waited & (target_end > c_start)
     c_own = np.where(blocked, np.maximum(c_wake, 0), c_end - c_start)
-    c_cat = np.where(blocking, _CAT["host_wait"],
-                     np.where(names.str.contains(LAUNCH_API).to_numpy(), _CAT["launch"],
-                              _CAT["cpu"])).astype(np.int64)
+    c_cat = np.where(
+        blocking,
+        _CAT["host_wait"],
+        np.where(names.str.contains(LAUNCH_API).to_numpy(), _CAT["launch"], _CAT["cpu"]),
+    ).astype(np.int64)
     from traceanalyzer.rules.detectors.dataloader_stall import loader_ranges
 
-    steps = (views.steps.filter(pl.col("rank") == rank)
-             .select("step", pl.col("start_ns") - t0, pl.col("end_ns") - t0)
-             .sort("start_ns"))
-    first_at = int(min(steps["start_ns"].min(), c_start[0])) if steps.height and n_calls \
-        else (int(c_start[0]) if n_calls else 0)  # type: ignore[call-overload]
+    steps = (
+        views.steps.filter(pl.col("rank") == rank)
+        .select("step", pl.col("start_ns") - t0, pl.col("end_ns") - t0)
+        .sort("start_ns")
+    )
+    first_at = int(c_start[0]) if n_calls else 0
+    if steps.height and n_calls:
+        first_at = min(first_at, int(steps["start_ns"].to_numpy().min()))
     spans = loader_ranges(views).filter(pl.col("rank") == rank)
     c_dl, dl_lo, dl_hi = _dataloader_share(spans, c_start, c_end, t0, first_at)
-    return Graph(rank=rank, t0=t0, c_start=c_start, c_end=c_end, c_wait=c_wait, c_own=c_own,
-                 c_wake=c_wake, c_cat=c_cat, c_dl=c_dl, g_start=g_start, g_end=g_end,
-                 g_seg=g_seg, g_launch=g_launch, g_lat=g_lat, g_gap=g_gap, g_x=g_x,
-                 g_xgap=g_xgap, g_cat=g_cat, g_step=g_step, gpu=gpu, calls=calls, steps=steps,
-                 dl_lo=dl_lo, dl_hi=dl_hi, first_at=first_at,
-                 launch_latency_ns=latency, stream_gap_ns=stream_gap)
+    return Graph(
+        rank=rank,
+        t0=t0,
+        c_start=c_start,
+        c_end=c_end,
+        c_wait=c_wait,
+        c_own=c_own,
+        c_wake=c_wake,
+        c_cat=c_cat,
+        c_dl=c_dl,
+        g_start=g_start,
+        g_end=g_end,
+        g_seg=g_seg,
+        g_launch=g_launch,
+        g_lat=g_lat,
+        g_gap=g_gap,
+        g_x=g_x,
+        g_xgap=g_xgap,
+        g_cat=g_cat,
+        g_step=g_step,
+        gpu=gpu,
+        calls=calls,
+        steps=steps,
+        dl_lo=dl_lo,
+        dl_hi=dl_hi,
+        first_at=first_at,
+        launch_latency_ns=latency,
+        stream_gap_ns=stream_gap,
+    )
 
 
-def _dataloader_share(spans: pl.DataFrame, c_start: np.ndarray, c_end: np.ndarray,
-                      t0: int, first_at: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _dataloader_share(
+    spans: pl.DataFrame, c_start: np.ndarray, c_end: np.ndarray, t0: int, first_at: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call, the share of the host gap before it that falls in a data-loader span; and the
     merged spans (relative)."""
     from traceanalyzer.analysis import intervals
@@ -337,9 +400,11 @@ def _dataloader_share(spans: pl.DataFrame, c_start: np.ndarray, c_end: np.ndarra
     hi = np.maximum(c_start, lo)
     covered = intervals.covered_between(merged, lo, hi)
     width = hi - lo
-    return (np.where(width > 0, covered / np.maximum(width, 1), 0.0),
-            merged["start_ns"].to_numpy().astype(np.int64),
-            merged["end_ns"].to_numpy().astype(np.int64))
+    return (
+        np.where(width > 0, covered / np.maximum(width, 1), 0.0),
+        merged["start_ns"].to_numpy().astype(np.int64),
+        merged["end_ns"].to_numpy().astype(np.int64),
+    )
 
 
 def host_gaps_from(c_start: np.ndarray, c_end: np.ndarray, first_at: int) -> np.ndarray:
@@ -368,8 +433,11 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
     unblocked = unblock & (g.c_wait >= 0)
     shrink = np.where(unblocked, np.maximum(shrink, dur - np.minimum(g.c_own, dur)), shrink)
     # Host calls without waits: recorded starts, minus what was cut before them.
-    removed = np.cumsum(gshrink) + np.concatenate(([0], np.cumsum(shrink)[:-1])) if nc else \
-        np.zeros(0, np.int64)
+    removed = (
+        np.cumsum(gshrink) + np.concatenate(([0], np.cumsum(shrink)[:-1]))
+        if nc
+        else np.zeros(0, np.int64)
+    )
     base_start = g.c_start - removed
     waits = (g.c_wait >= 0) & ~unblock
     # An unblocked call keeps only its own time, as if the GPU had been done.
@@ -378,8 +446,11 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
     base_end_nowait = base_start + np.where(g.c_wait >= 0, own, dur - shrink)
 
     g_dur = (g.g_end - g.g_start) if ch.g_dur is None else np.maximum(ch.g_dur, 0)
-    ready_call = g.g_launch if ch.g_ready_call is None else np.where(
-        ch.g_ready_call >= 0, ch.g_ready_call, g.g_launch)
+    ready_call = (
+        g.g_launch
+        if ch.g_ready_call is None
+        else np.where(ch.g_ready_call >= 0, ch.g_ready_call, g.g_launch)
+    )
     cross = g.g_x.copy()
     if ch.g_no_cross is not None:
         cross[ch.g_no_cross] = -1
@@ -414,10 +485,23 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
         sl = slice(lo, int(hi))
         c_start[sl] = base_start[sl] + delay
         c_end[sl] = base_end_nowait[sl] + delay
-        acts = order[e_first[e]:e_first[e + 1]]
+        acts = order[e_first[e] : e_first[e + 1]]
         if acts.size:
-            _run_gpu(g, acts, g_dur, gaps, ready_call, lat, cross, c_start, g_start, g_end,
-                     g_edge, done, seg_end)
+            _run_gpu(
+                g,
+                acts,
+                g_dur,
+                gaps,
+                ready_call,
+                lat,
+                cross,
+                c_start,
+                g_start,
+                g_end,
+                g_edge,
+                done,
+                seg_end,
+            )
         if hi > lo and hi - 1 < nc and waits[hi - 1]:
             w = int(hi) - 1
             t = int(g.c_wait[w])
@@ -433,16 +517,33 @@ def replay(g: Graph, change: Change | None = None) -> Replay:
     if left.any():  # activities in no epoch (cannot happen, but never leave them unset)
         g_start[left] = g.g_start[left]
         g_end[left] = g.g_end[left]
-    return Replay(c_start=c_start, c_end=c_end, c_edge=c_edge, g_start=g_start, g_end=g_end,
-                  g_edge=g_edge, g_ready_call=ready_call,
-                  step_times=_step_times(g, c_end, g_start, g_end, ch.step_delta_ns))
+    return Replay(
+        c_start=c_start,
+        c_end=c_end,
+        c_edge=c_edge,
+        g_start=g_start,
+        g_end=g_end,
+        g_edge=g_edge,
+        g_ready_call=ready_call,
+        step_times=_step_times(g, c_end, g_start, g_end, ch.step_delta_ns),
+    )
 
 
-def _run_gpu(g: Graph, acts: np.ndarray, g_dur: np.ndarray, gaps: np.ndarray,
-             ready_call: np.ndarray,
-             lat: np.ndarray, cross: np.ndarray, c_start: np.ndarray, g_start: np.ndarray,
-             g_end: np.ndarray, g_edge: np.ndarray, done: np.ndarray,
-             seg_end: np.ndarray) -> None:
+def _run_gpu(
+    g: Graph,
+    acts: np.ndarray,
+    g_dur: np.ndarray,
+    gaps: np.ndarray,
+    ready_call: np.ndarray,
+    lat: np.ndarray,
+    cross: np.ndarray,
+    c_start: np.ndarray,
+    g_start: np.ndarray,
+    g_end: np.ndarray,
+    g_edge: np.ndarray,
+    done: np.ndarray,
+    seg_end: np.ndarray,
+) -> None:
     """The stream recurrences of one epoch's activities (``acts``, in (stream, start) order),
     repeated until cross-stream waits settle."""
     seg = g.g_seg[acts]
@@ -484,25 +585,34 @@ def _run_gpu(g: Graph, acts: np.ndarray, g_dur: np.ndarray, gaps: np.ndarray,
     pend[1:] = end[:-1]
     pend[first] = carry
     via_stream = pend + gap
-    edge = np.where(via_stream >= np.maximum(r_launch, xr), EDGE_STREAM,
-                    np.where(xr > r_launch, EDGE_CROSS, EDGE_LAUNCH))
+    edge = np.where(
+        via_stream >= np.maximum(r_launch, xr),
+        EDGE_STREAM,
+        np.where(xr > r_launch, EDGE_CROSS, EDGE_LAUNCH),
+    )
     edge = np.where((edge == EDGE_LAUNCH) & (rc < 0), EDGE_NONE, edge)
-    edge = np.where(first & (carry[seg_index] <= minus // 2) & (edge == EDGE_STREAM), EDGE_NONE,
-                    edge)
+    edge = np.where(
+        first & (carry[seg_index] <= minus // 2) & (edge == EDGE_STREAM), EDGE_NONE, edge
+    )
     g_edge[acts] = edge
     done[acts] = True
     last = np.append(starts[1:] - 1, acts.size - 1)
     seg_end[seg_ids] = end[last]
 
 
-def _step_times(g: Graph, c_end: np.ndarray, g_start: np.ndarray, g_end: np.ndarray,
-                deltas: dict[int, int]) -> pl.DataFrame:
+def _step_times(
+    g: Graph, c_end: np.ndarray, g_start: np.ndarray, g_end: np.ndarray, deltas: dict[int, int]
+) -> pl.DataFrame:
     """Each step's wall-clock range after a replay, as ``analysis.steps.with_wall_times`` defines
     it: ends at the later of its CPU range's end and its GPU work's end; starts where the step
     before it ended."""
     steps = g.steps
-    schema = {"step": pl.Int64, "wall_start_ns": pl.Int64, "wall_end_ns": pl.Int64,
-              "duration_ns": pl.Int64}
+    schema = {
+        "step": pl.Int64,
+        "wall_start_ns": pl.Int64,
+        "wall_end_ns": pl.Int64,
+        "duration_ns": pl.Int64,
+    }
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     s_start = steps["start_ns"].to_numpy().astype(np.int64)
@@ -511,21 +621,29 @@ def _step_times(g: Graph, c_end: np.ndarray, g_start: np.ndarray, g_end: np.ndar
     new_e = _warp(g, c_end, s_end)
     step_ids = steps["step"].to_numpy()
     sel = g.g_step != np.iinfo(np.int64).min
-    gpu = pl.DataFrame({"step": g.g_step[sel], "s": g_start[sel],
-                        "e": g_end[sel]}).group_by("step").agg(pl.col("s").min(),
-                                                               pl.col("e").max())
-    frame = (pl.DataFrame({"step": step_ids, "cs": new_s, "ce": new_e})
-             .join(gpu, on="step", how="left", maintain_order="left")
-             .with_columns(wall_end_ns=pl.max_horizontal("ce", "e")))
+    gpu = (
+        pl.DataFrame({"step": g.g_step[sel], "s": g_start[sel], "e": g_end[sel]})
+        .group_by("step")
+        .agg(pl.col("s").min(), pl.col("e").max())
+    )
+    frame = (
+        pl.DataFrame({"step": step_ids, "cs": new_s, "ce": new_e})
+        .join(gpu, on="step", how="left", maintain_order="left")
+        .with_columns(wall_end_ns=pl.max_horizontal("ce", "e"))
+    )
     first_len = pl.max_horizontal(pl.col("ce") - pl.col("cs"), pl.col("e") - pl.col("s"))
     out = frame.with_columns(
-        wall_start_ns=pl.coalesce(pl.col("wall_end_ns").shift(1),
-                                  pl.col("wall_end_ns") - first_len)
+        wall_start_ns=pl.coalesce(pl.col("wall_end_ns").shift(1), pl.col("wall_end_ns") - first_len)
     ).with_columns(wall_start_ns=pl.min_horizontal("wall_start_ns", "wall_end_ns"))
-    delta = pl.col("step").replace_strict(deltas, default=0, return_dtype=pl.Int64) \
-        if deltas else pl.lit(0, pl.Int64)
+    delta = (
+        pl.col("step").replace_strict(deltas, default=0, return_dtype=pl.Int64)
+        if deltas
+        else pl.lit(0, pl.Int64)
+    )
     return out.select(
-        "step", "wall_start_ns", "wall_end_ns",
+        "step",
+        "wall_start_ns",
+        "wall_end_ns",
         duration_ns=(pl.col("wall_end_ns") - pl.col("wall_start_ns") + delta).clip(lower_bound=0),
     ).cast(schema)  # type: ignore[arg-type]
 
@@ -576,16 +694,21 @@ def critical_path(g: Graph, rep: Replay) -> Path:
         ci = np.arange(nc)
         w = rep.c_edge == EDGE_WAIT
         binder[:nc] = np.where(w, 2 * nc + np.maximum(g.c_wait, 0), nc + ci)
-        binder[nc + 1:2 * nc] = ci[:-1]
+        binder[nc + 1 : 2 * nc] = ci[:-1]
     ge = rep.g_edge
     gi = np.arange(ng)
     first = np.ones(ng, bool)
     first[1:] = g.g_seg[1:] != g.g_seg[:-1]
     rc = rep.g_ready_call
-    binder[2 * nc:n] = np.where(
-        ge == EDGE_STREAM, np.where(first, sentinel, 2 * nc + gi - 1),
-        np.where((ge == EDGE_LAUNCH) & (rc >= 0), nc + np.maximum(rc, 0),
-                 np.where(ge == EDGE_CROSS, 2 * nc + np.maximum(g.g_x, 0), sentinel)))
+    binder[2 * nc : n] = np.where(
+        ge == EDGE_STREAM,
+        np.where(first, sentinel, 2 * nc + gi - 1),
+        np.where(
+            (ge == EDGE_LAUNCH) & (rc >= 0),
+            nc + np.maximum(rc, 0),
+            np.where(ge == EDGE_CROSS, 2 * nc + np.maximum(g.g_x, 0), sentinel),
+        ),
+    )
     point = np.concatenate((rep.c_end, rep.c_start, rep.g_end, [0]))
     tail = int(np.argmax(point[:n]))
     nodes = _chain(binder, tail, sentinel)[::-1]  # in time order
@@ -598,18 +721,25 @@ def critical_path(g: Graph, rep: Replay) -> Path:
     has_c, has_g = nc > 0, ng > 0
     # The body: a call end's time from its start (or, waiting, from the awaited work's end),
     # an activity's run; before it, the edge's time.
-    body_lo = np.where(kind == 2, rep.g_start[gidx] if has_g else 0,
-                       np.where(kind == 0, rep.c_start[cidx] if has_c else 0, at))
+    body_lo = np.where(
+        kind == 2,
+        rep.g_start[gidx] if has_g else 0,
+        np.where(kind == 0, rep.c_start[cidx] if has_c else 0, at),
+    )
     body_lo = np.clip(body_lo, entry, np.maximum(at, entry))
     waited = (kind == 0) & ((rep.c_edge[cidx] == EDGE_WAIT) if has_c else False)
     body_lo = np.where(waited, entry, body_lo)
-    body_cat = np.where(kind == 2, g.g_cat[gidx] if has_g else 0,
-                        g.c_cat[cidx] if has_c else 0)
+    body_cat = np.where(kind == 2, g.g_cat[gidx] if has_g else 0, g.c_cat[cidx] if has_c else 0)
     g_edge = ge[gidx] if has_g else np.zeros(len(nodes), np.int64)
     edge_cat = np.where(
-        kind < 2, _CAT["cpu"],
-        np.where(g_edge == EDGE_LAUNCH, _CAT["launch"],
-                 np.where(g_edge == EDGE_STREAM, body_cat, _CAT["other"])))
+        kind < 2,
+        _CAT["cpu"],
+        np.where(
+            g_edge == EDGE_LAUNCH,
+            _CAT["launch"],
+            np.where(g_edge == EDGE_STREAM, body_cat, _CAT["other"]),
+        ),
+    )
     dl = np.where(kind == 1, g.c_dl[cidx] if has_c else 0.0, 0.0)
     dl_len = ((body_lo - entry) * dl).astype(np.int64)
     los = np.concatenate((entry, entry + dl_len, body_lo))
@@ -674,12 +804,16 @@ def breakdown(g: Graph, rep: Replay, path: Path) -> pl.DataFrame:
     """Per step: its wall-clock range and the time of the critical path in it by category
     (``<category>_ns``, adding up to the step's duration), in absolute trace time."""
     st = rep.step_times
-    cols: dict[str, Any] = {"step": st["step"], "start_ns": st["wall_start_ns"] + g.t0,
-                            "end_ns": st["wall_end_ns"] + g.t0,
-                            "duration_ns": st["wall_end_ns"] - st["wall_start_ns"]}
+    cols: dict[str, Any] = {
+        "step": st["step"],
+        "start_ns": st["wall_start_ns"] + g.t0,
+        "end_ns": st["wall_end_ns"] + g.t0,
+        "duration_ns": st["wall_end_ns"] - st["wall_start_ns"],
+    }
     if st.is_empty():
-        return pl.DataFrame({**cols, **{f"{c}_ns": pl.Series([], dtype=pl.Int64)
-                                        for c in CATEGORIES}})
+        return pl.DataFrame(
+            {**cols, **{f"{c}_ns": pl.Series([], dtype=pl.Int64) for c in CATEGORIES}}
+        )
     lo = st["wall_start_ns"].to_numpy()
     hi = st["wall_end_ns"].to_numpy()
     covered = np.zeros((len(CATEGORIES), len(lo)), np.int64)
@@ -704,8 +838,9 @@ def _covered(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
     def before(t: np.ndarray) -> np.ndarray:
         i = np.searchsorted(a, t, side="right")  # intervals starting at or before t
         full = cum[np.maximum(i - 1, 0)]
-        part = np.where(i > 0, np.clip(t - a[np.maximum(i - 1, 0)], 0,
-                                       (b - a)[np.maximum(i - 1, 0)]), 0)
+        part = np.where(
+            i > 0, np.clip(t - a[np.maximum(i - 1, 0)], 0, (b - a)[np.maximum(i - 1, 0)]), 0
+        )
         return np.where(i > 0, full + part, 0)
 
     return before(hi) - before(lo)
@@ -716,8 +851,15 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
     or ``gpu <device>:<stream>``) and the node's name; merged where one node spans several."""
     n = len(path.lo)
     if n == 0:
-        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64,
-                                    "category": pl.String, "lane": pl.String, "name": pl.String})
+        return pl.DataFrame(
+            schema={
+                "start_ns": pl.Int64,
+                "end_ns": pl.Int64,
+                "category": pl.String,
+                "lane": pl.String,
+                "name": pl.String,
+            }
+        )
     nc = g.n_calls
     is_call = path.node < nc
     gidx = np.clip(path.node - nc, 0, max(g.n_gpu - 1, 0))
@@ -725,18 +867,28 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
     # Time before a node's start belongs to the host or the edge; drawn on the node's lane.
     gpu_lane = g.gpu.select(lane=pl.format("gpu {}:{}", "device", "stream"), name="name")
     lanes = np.where(is_call, "cpu", gpu_lane["lane"].to_numpy()[gidx])
-    names = np.where(is_call, g.calls["name"].to_numpy()[cidx] if nc else "",
-                     gpu_lane["name"].to_numpy()[gidx])
-    host_cats = np.isin(path.cat, [_CAT["cpu"], _CAT["data_loading"], _CAT["launch"],
-                                   _CAT["host_wait"]])
+    names = np.where(
+        is_call, g.calls["name"].to_numpy()[cidx] if nc else "", gpu_lane["name"].to_numpy()[gidx]
+    )
+    host_cats = np.isin(
+        path.cat, [_CAT["cpu"], _CAT["data_loading"], _CAT["launch"], _CAT["host_wait"]]
+    )
     lanes = np.where(host_cats & ~is_call, "cpu", lanes)
-    frame = pl.DataFrame({
-        "start_ns": path.lo + g.t0, "end_ns": path.hi + g.t0,
-        "category": np.array(CATEGORIES)[path.cat], "lane": lanes, "name": names,
-    })
+    frame = pl.DataFrame(
+        {
+            "start_ns": path.lo + g.t0,
+            "end_ns": path.hi + g.t0,
+            "category": np.array(CATEGORIES)[path.cat],
+            "lane": lanes,
+            "name": names,
+        }
+    )
     if frame.height > limit:
-        frame = frame.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True).head(limit) \
+        frame = (
+            frame.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True)
+            .head(limit)
             .sort("start_ns")
+        )
     return frame
 
 
@@ -757,9 +909,22 @@ def analyze(views: Views, rank: int) -> CriticalPath | None:
         return None
     rep = replay(g)
     path = critical_path(g, rep)
-    return CriticalPath(graph=g, replay=rep, steps=breakdown(g, rep, path),
-                        segments=path_segments(g, path))
+    return CriticalPath(
+        graph=g, replay=rep, steps=breakdown(g, rep, path), segments=path_segments(g, path)
+    )
 
 
-__all__ = ["CATEGORIES", "Change", "CriticalPath", "Graph", "Replay", "analyze", "breakdown",
-           "build_graph", "critical_path", "replay", "replace", "step_time_ns"]
+__all__ = [
+    "CATEGORIES",
+    "Change",
+    "CriticalPath",
+    "Graph",
+    "Replay",
+    "analyze",
+    "breakdown",
+    "build_graph",
+    "critical_path",
+    "replay",
+    "replace",
+    "step_time_ns",
+]

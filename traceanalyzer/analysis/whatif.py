@@ -41,49 +41,48 @@ MICRO_BATCHES_PER_STAGE = 4
 #: What each prediction assumes, said in the report and the JSON.
 ASSUMES: dict[str, str] = {
     "hidden-sync": "the host no longer waits at the synchronizations (the value is read a step "
-                   "later); the GPU work and the copies stay",
+    "later); the GPU work and the copies stay",
     "sync-memcpy": "the blocking copies and memsets become asynchronous, from pinned memory at "
-                   "the host link's practical bandwidth; the host no longer waits at them",
+    "the host link's practical bandwidth; the host no longer waits at them",
     "pageable-memcpy": "the pageable copies come from pinned memory at the host link's "
-                       "practical bandwidth and no longer block the host",
+    "practical bandwidth and no longer block the host",
     "memcpy-bound": "the copies run at the host link's practical bandwidth",
     "allocator-churn": "the allocation and free calls are gone (memory is reused), and with "
-                       "them the waits they impose",
+    "them the waits they impose",
     "dataloader-stall": "data loading overlaps the step (workers, prefetching): its host time "
-                        "leaves the critical path",
+    "leaves the critical path",
     "launch-overhead-bound": "each flagged step is replayed as one CUDA graph: one launch, the "
-                             "host work between its launches gone, the kernels back to back at "
-                             "the GPU's own gap between kernels",
+    "host work between its launches gone, the kernels back to back at "
+    "the GPU's own gap between kernels",
     "unfused-elementwise-chain": "each chain becomes one kernel moving the chain's fused HBM "
-                                 "traffic at the bandwidth the chain reached",
+    "traffic at the bandwidth the chain reached",
     "unfused-attention": "each attention block becomes one fused kernel: its GEMM FLOPs at "
-                         f"{ACHIEVABLE_COMPUTE:.0%} of the BF16 peak where the shapes are "
-                         "recorded; else the score kernels are gone and the GEMMs stay",
+    f"{ACHIEVABLE_COMPUTE:.0%} of the BF16 peak where the shapes are "
+    "recorded; else the score kernels are gone and the GEMMs stay",
     "unfused-optimizer": "the optimizer runs fused: its host time between launches is gone and "
-                         f"its kernels take {FUSED_OPTIMIZER_SHARE:.0%} of their time",
+    f"its kernels take {FUSED_OPTIMIZER_SHARE:.0%} of their time",
     "small-grid": "each small grid is filled: the kernel's time scales with blocks / SMs",
     "fp32-matmul": "the FP32/TF32 GEMMs run at BF16 speed: their time scaled by the ratio of "
-                   "the device's FP32 (or TF32) and BF16 peaks",
+    "the device's FP32 (or TF32) and BF16 peaks",
     "small-batch-matmul": "the small-M GEMMs of one step that run one kernel over the same "
-                          "weights are batched into one kernel taking the longest one's time; "
-                          "the other calls' launches and the host work that issued them are "
-                          "gone",
+    "weights are batched into one kernel taking the longest one's time; "
+    "the other calls' launches and the host work that issued them are "
+    "gone",
     "odd-matmul-shape": "the unaligned GEMMs run as fast as aligned ones: the rule's own "
-                        "expected gain per kernel",
+    "expected gain per kernel",
     "gemm-below-roofline": f"the slow GEMMs reach {ACHIEVABLE_COMPUTE:.0%} of their roofline",
     "nccl-not-overlapped": "each collective's exposed transfer overlaps compute (bucketed "
-                           "all-reduce during backward), without slowing it",
-    "collective-wait": "the ranks are balanced: each collective's wait for the other ranks is "
-                       "gone",
+    "all-reduce during backward), without slowing it",
+    "collective-wait": "the ranks are balanced: each collective's wait for the other ranks is gone",
     "gpus-take-turns": f"the split model is pipelined with {MICRO_BATCHES_PER_STAGE} "
-                       "micro-batches per GPU: a step takes the busiest GPU's time times "
-                       "(micro-batches + GPUs - 1) / micro-batches",
+    "micro-batches per GPU: a step takes the busiest GPU's time times "
+    "(micro-batches + GPUs - 1) / micro-batches",
 }
 #: Why a rule gets no prediction.
 NO_MODEL: dict[str, str] = {
     "gpu-idle-gaps": "a symptom with several causes; the findings of its causes carry predictions",
     "low-gpu-utilization": "a symptom with several causes; the findings of its causes carry "
-                           "predictions",
+    "predictions",
     "startup-time": "outside the steps",
     "memory-near-capacity": "a risk, not lost time",
 }
@@ -112,16 +111,29 @@ class Context:
         if rows.is_empty() or "start_ns" not in rows.columns:
             return np.zeros((0, 2), np.int64)
         acts = self.gpu.select("_g", "stream", "start_ns", "end_ns")
-        r = rows.select(pl.col("start_ns").alias("_lo"), pl.col("end_ns").alias("_hi"),
-                        *(["stream"] if "stream" in rows.columns else [])).with_row_index("_row")
+        r = rows.select(
+            pl.col("start_ns").alias("_lo"),
+            pl.col("end_ns").alias("_hi"),
+            *(["stream"] if "stream" in rows.columns else []),
+        ).with_row_index("_row")
         r = r.with_columns(pl.col("_lo").cast(pl.Int64), pl.col("_hi").cast(pl.Int64))
-        hit = (acts.sort("start_ns")
-               .join_asof(r.sort("_lo"), left_on="start_ns", right_on="_lo", strategy="backward",
-                          **({"by": "stream"} if "stream" in rows.columns else {}))
-               .filter(pl.col("end_ns") <= pl.col("_hi")))
+        left, right = acts.sort("start_ns"), r.sort("_lo")
+        if "stream" in rows.columns:
+            joined = left.join_asof(
+                right,
+                left_on="start_ns",
+                right_on="_lo",
+                by="stream",
+                strategy="backward",
+                check_sortedness=False,
+            )
+        else:
+            joined = left.join_asof(right, left_on="start_ns", right_on="_lo", strategy="backward")
+        hit = joined.filter(pl.col("end_ns") <= pl.col("_hi"))
         del g
-        return np.column_stack((hit["_g"].to_numpy().astype(np.int64),
-                                hit["_row"].to_numpy().astype(np.int64)))
+        return np.column_stack(
+            (hit["_g"].to_numpy().astype(np.int64), hit["_row"].to_numpy().astype(np.int64))
+        )
 
     def named(self, names: list[str]) -> np.ndarray:
         return self.gpu["name"].is_in(names).to_numpy()
@@ -141,8 +153,12 @@ def _hidden_sync(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | 
     from traceanalyzer.rules.detectors.hidden_sync import SYNC_API
 
     mask = ctx.calls_named(SYNC_API)
-    reads = ctx.gpu.filter(pl.col("kind") == "memcpy", pl.col("copy_kind") == "DtoH",
-                           pl.col("dst_kind") == "pageable", pl.col("_c").is_not_null())
+    reads = ctx.gpu.filter(
+        pl.col("kind") == "memcpy",
+        pl.col("copy_kind") == "DtoH",
+        pl.col("dst_kind") == "pageable",
+        pl.col("_c").is_not_null(),
+    )
     mask[reads["_c"].to_numpy()] = True
     return _unblock(ctx, mask)
 
@@ -158,8 +174,14 @@ def _copies_pinned(ctx: Context, sel: np.ndarray) -> Change:
     """The selected copies at the host link's bandwidth, their launch calls no longer blocking."""
     dur = ctx.durations()
     nbytes = ctx.gpu["bytes"].fill_null(0).to_numpy().astype(np.float64)
-    host = ctx.gpu["copy_kind"].cast(pl.String).is_in(["HtoD", "DtoH"]).fill_null(False)\
-        .to_numpy().astype(bool)
+    host = (
+        ctx.gpu["copy_kind"]
+        .cast(pl.String)
+        .is_in(["HtoD", "DtoH"])
+        .fill_null(False)
+        .to_numpy()
+        .astype(bool)
+    )
     at_link = (nbytes / (_pinned_gbps(ctx) * 1e9) * 1e9).astype(np.int64)
     sel = sel & host
     dur[sel] = np.minimum(dur[sel], at_link[sel])
@@ -170,9 +192,15 @@ def _copies_pinned(ctx: Context, sel: np.ndarray) -> Change:
 
 
 def _pageable(ctx: Context) -> np.ndarray:
-    kinds = [pl.col(c).cast(pl.String).fill_null("") == "pageable" for c in ("src_kind", "dst_kind")]
-    return ctx.gpu.select(((pl.col("kind") == "memcpy") & (kinds[0] | kinds[1])).fill_null(False))\
-        .to_series().to_numpy().astype(bool)
+    kinds = [
+        pl.col(c).cast(pl.String).fill_null("") == "pageable" for c in ("src_kind", "dst_kind")
+    ]
+    return (
+        ctx.gpu.select(((pl.col("kind") == "memcpy") & (kinds[0] | kinds[1])).fill_null(False))
+        .to_series()
+        .to_numpy()
+        .astype(bool)
+    )
 
 
 def _sync_memcpy(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
@@ -223,8 +251,11 @@ def _graph_replay(ctx: Context, steps: list[int]) -> Change | None:
     in_steps = np.isin(g.g_step, np.array(steps, dtype=np.int64)) & (g.g_launch >= 0)
     if not in_steps.any():
         return None
-    frame = pl.DataFrame({"step": g.g_step[in_steps], "c": g.g_launch[in_steps]}).group_by(
-        "step").agg(first=pl.col("c").min(), last=pl.col("c").max())
+    frame = (
+        pl.DataFrame({"step": g.g_step[in_steps], "c": g.g_launch[in_steps]})
+        .group_by("step")
+        .agg(first=pl.col("c").min(), last=pl.col("c").max())
+    )
     first_of = dict(zip(frame["step"].to_list(), frame["first"].to_list(), strict=True))
     ready = np.full(g.n_gpu, -1, np.int64)
     idx = np.nonzero(in_steps)[0]
@@ -236,13 +267,18 @@ def _graph_replay(ctx: Context, steps: list[int]) -> Change | None:
     gaps = np.maximum(g.c_start - prev_end, 0)
     for lo, hi in zip(frame["first"].to_list(), frame["last"].to_list(), strict=True):
         # (a loop over steps, not events)
-        shrink[lo + 1:hi + 1] = dur[lo + 1:hi + 1]
-        gap_shrink[lo + 1:hi + 1] = gaps[lo + 1:hi + 1]
+        shrink[lo + 1 : hi + 1] = dur[lo + 1 : hi + 1]
+        gap_shrink[lo + 1 : hi + 1] = gaps[lo + 1 : hi + 1]
     no_wait = np.zeros(g.n_calls, bool)
     for lo, hi in zip(frame["first"].to_list(), frame["last"].to_list(), strict=True):
-        no_wait[lo + 1:hi + 1] = True
-    return Change(c_shrink=shrink, gap_shrink=gap_shrink, g_ready_call=ready,
-                  unblock=no_wait & (g.c_wait >= 0), g_gap_cap=True)
+        no_wait[lo + 1 : hi + 1] = True
+    return Change(
+        c_shrink=shrink,
+        gap_shrink=gap_shrink,
+        g_ready_call=ready,
+        unblock=no_wait & (g.c_wait >= 0),
+        g_gap_cap=True,
+    )
 
 
 def _launch_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
@@ -251,8 +287,9 @@ def _launch_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change |
     return _graph_replay(ctx, [int(s) for s in ev["step"].drop_nulls().to_list()])
 
 
-def _scale_rows(ctx: Context, ev: pl.DataFrame | None, factor: pl.Expr, *,
-                one_kernel: bool = False) -> Change | None:
+def _scale_rows(
+    ctx: Context, ev: pl.DataFrame | None, factor: pl.Expr, *, one_kernel: bool = False
+) -> Change | None:
     """The activities inside each evidence row scaled by the row's ``factor``; with
     ``one_kernel``, the row's activities become one (the first takes the row's new time)."""
     if ev is None or ev.is_empty():
@@ -292,15 +329,20 @@ def _kernel_flops(ctx: Context) -> np.ndarray | None:
 
     views = ctx.views
     rank = ctx.graph.rank
-    kernels = attributed_kernels(views.launches.filter(pl.col("rank") == rank),
-                                 views.cpu.filter(pl.col("rank") == rank))
+    kernels = attributed_kernels(
+        views.launches.filter(pl.col("rank") == rank), views.cpu.filter(pl.col("rank") == rank)
+    )
     if kernels.is_empty():
         return None
     # attributed_kernels keeps no start time: a kernel is told by its name, step and duration.
     keys = ["name", "step", "dur_ns"]
     flops = ctx.gpu.select("name", "step", dur_ns=pl.col("end_ns") - pl.col("start_ns")).join(
         kernels.select(*keys, "flops").unique(keys, keep="first"),
-        on=keys, how="left", nulls_equal=True, maintain_order="left")["flops"]
+        on=keys,
+        how="left",
+        nulls_equal=True,
+        maintain_order="left",
+    )["flops"]
     return flops.fill_null(np.nan).to_numpy().astype(np.float64)
 
 
@@ -325,8 +367,9 @@ def _attention(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | No
     n_rows = ev.height
     new_total = np.bincount(row, weights=np.where(gemm[idx], dur[idx], 0), minlength=n_rows)
     if flops is not None and peaks is not None:
-        fl = np.bincount(row, weights=np.nan_to_num(np.where(gemm[idx], flops[idx], 0)),
-                         minlength=n_rows)
+        fl = np.bincount(
+            row, weights=np.nan_to_num(np.where(gemm[idx], flops[idx], 0)), minlength=n_rows
+        )
         fused = fl / (peaks.bf16 * 1e12 * ACHIEVABLE_COMPUTE) * 1e9
         new_total = np.where(fl > 0, np.minimum(fused, new_total), new_total)
     firsts = pl.DataFrame({"i": idx, "r": row}).group_by("r").agg(pl.col("i").min())
@@ -365,26 +408,38 @@ def _optimizer(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | No
     g_in = (reg >= 0) & has
     if not g_in.any():
         return None
-    spans = pl.DataFrame({"r": reg[g_in], "c": g.g_launch[g_in]}).group_by("r").agg(
-        first=pl.col("c").min(), last=pl.col("c").max())
+    spans = (
+        pl.DataFrame({"r": reg[g_in], "c": g.g_launch[g_in]})
+        .group_by("r")
+        .agg(first=pl.col("c").min(), last=pl.col("c").max())
+    )
     cut = np.zeros(g.n_calls, bool)
     for first, last in zip(spans["first"].to_list(), spans["last"].to_list(), strict=True):
-        cut[first + 1:last + 1] = True  # (a loop over regions, not events)
+        cut[first + 1 : last + 1] = True  # (a loop over regions, not events)
     dur = g.c_end - g.c_start
     prev_end = np.concatenate(([g.c_start[0]], g.c_end[:-1]))
     gaps = np.maximum(g.c_start - prev_end, 0)
     gdur = ctx.durations()
     gdur[g_in] = (gdur[g_in] * FUSED_OPTIMIZER_SHARE).astype(np.int64)
-    return Change(g_dur=gdur, c_shrink=np.where(cut, dur, 0),
-                  gap_shrink=np.where(cut, gaps, 0), unblock=cut & (g.c_wait >= 0),
-                  g_no_gap=g_in)
+    return Change(
+        g_dur=gdur,
+        c_shrink=np.where(cut, dur, 0),
+        gap_shrink=np.where(cut, gaps, 0),
+        unblock=cut & (g.c_wait >= 0),
+        g_no_gap=g_in,
+    )
 
 
 def _small_grid(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
     if ev is None or "name" not in ev.columns:
         return None
-    ratio = dict(zip(ev["name"].to_list(),
-                     (ev["blocks"] / ev["sm_count"]).clip(0.0, 1.0).to_list(), strict=True))
+    ratio = dict(
+        zip(
+            ev["name"].to_list(),
+            (ev["blocks"] / ev["sm_count"]).clip(0.0, 1.0).to_list(),
+            strict=True,
+        )
+    )
     factor = ctx.gpu["name"].replace_strict(ratio, default=1.0, return_dtype=pl.Float64)
     dur = ctx.durations()
     return Change(g_dur=(dur * factor.to_numpy()).astype(np.int64))
@@ -409,12 +464,14 @@ def _small_batch(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | 
     sel = ctx.named(ev["kernel"].drop_nulls().to_list()) & (g.g_step != np.iinfo(np.int64).min)
     if not sel.any():
         return None
-    frame = ctx.gpu.select("_g", "name", "grid_x", "grid_y", "grid_z", "stream",
-                           step=pl.Series(g.g_step)).filter(pl.Series(sel))
+    frame = ctx.gpu.select(
+        "_g", "name", "grid_x", "grid_y", "grid_z", "stream", step=pl.Series(g.g_step)
+    ).filter(pl.Series(sel))
     frame = frame.with_columns(d=pl.Series((g.g_end - g.g_start)[sel]))
     keys = ["step", "name", "grid_x", "grid_y", "grid_z", "stream"]
     frame = frame.with_columns(
-        keep=pl.col("_g") == pl.col("_g").min().over(keys), longest=pl.col("d").max().over(keys))
+        keep=pl.col("_g") == pl.col("_g").min().over(keys), longest=pl.col("d").max().over(keys)
+    )
     dur = ctx.durations()
     idx = frame["_g"].to_numpy().astype(np.int64)
     dur[idx] = np.where(frame["keep"].to_numpy(), frame["longest"].to_numpy(), 0)
@@ -449,9 +506,13 @@ def _below_roofline(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change
     if ev is None or "roofline_pct" not in ev.columns or "op" not in ev.columns:
         return None
     # The operators' kernels, by the operator that launched them.
-    factor = dict(zip(ev["op"].to_list(),
-                      (ev["roofline_pct"] / 100.0 / ACHIEVABLE_COMPUTE).clip(0.0, 1.0).to_list(),
-                      strict=True))
+    factor = dict(
+        zip(
+            ev["op"].to_list(),
+            (ev["roofline_pct"] / 100.0 / ACHIEVABLE_COMPUTE).clip(0.0, 1.0).to_list(),
+            strict=True,
+        )
+    )
     f_ = ctx.gpu["op_name"].replace_strict(factor, default=1.0, return_dtype=pl.Float64)
     gemm = (ctx.gpu["category"] == "gemm").to_numpy()
     dur = ctx.durations()
@@ -472,16 +533,27 @@ def _take_turns(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | N
     sel = g.g_step != np.iinfo(np.int64).min
     if not sel.any():
         return None
-    busy = (pl.DataFrame({"step": g.g_step[sel], "device": ctx.gpu["device"].to_numpy()[sel],
-                          "d": (g.g_end - g.g_start)[sel]})
-            .group_by("step", "device").agg(pl.col("d").sum())
-            .group_by("step").agg(total=pl.col("d").sum(), top=pl.col("d").max(),
-                                  gpus=pl.len()))
+    busy = (
+        pl.DataFrame(
+            {
+                "step": g.g_step[sel],
+                "device": ctx.gpu["device"].to_numpy()[sel],
+                "d": (g.g_end - g.g_start)[sel],
+            }
+        )
+        .group_by("step", "device")
+        .agg(pl.col("d").sum())
+        .group_by("step")
+        .agg(total=pl.col("d").sum(), top=pl.col("d").max(), gpus=pl.len())
+    )
     m = MICRO_BATCHES_PER_STAGE * busy["gpus"]
     piped = busy["top"] * (m + busy["gpus"] - 1) / m
     saving = (busy["total"] - piped).clip(lower_bound=0)
-    return Change(step_delta_ns={int(s): -int(v) for s, v in
-                                 zip(busy["step"].to_list(), saving.to_list(), strict=True)})
+    return Change(
+        step_delta_ns={
+            int(s): -int(v) for s, v in zip(busy["step"].to_list(), saving.to_list(), strict=True)
+        }
+    )
 
 
 MODELS: dict[str, Model] = {
@@ -506,8 +578,9 @@ MODELS: dict[str, Model] = {
 }
 
 
-def predict(views: Views, graph: Graph, findings: list[Finding],
-            evidence: dict[str, pl.DataFrame | None]) -> dict[str, Any]:
+def predict(
+    views: Views, graph: Graph, findings: list[Finding], evidence: dict[str, pl.DataFrame | None]
+) -> dict[str, Any]:
     """Set ``what_if`` on each finding of the graph's rank, and return the summary: the step
     time now, and with every modelled fix at once ("all of the above")."""
     ctx = Context(graph=graph, views=views)
@@ -518,25 +591,33 @@ def predict(views: Views, graph: Graph, findings: list[Finding],
             continue
         model = MODELS.get(f.slug)
         if model is None:
-            f.what_if = {"step_time_ns": None, "saving_ns": None,
-                         "assumes": NO_MODEL.get(f.slug, "no model of this rule's fix")}
+            f.what_if = {
+                "step_time_ns": None,
+                "saving_ns": None,
+                "assumes": NO_MODEL.get(f.slug, "no model of this rule's fix"),
+            }
             continue
         try:
             change = model(ctx, f, evidence.get(f.slug))
         except Exception as exc:  # noqa: BLE001 - a model's failure must not sink the report
             if os.environ.get("TRACEANALYZER_DEBUG"):
                 raise
-            f.what_if = {"step_time_ns": None, "saving_ns": None,
-                         "assumes": f"the model failed: {type(exc).__name__}"}
+            f.what_if = {
+                "step_time_ns": None,
+                "saving_ns": None,
+                "assumes": f"the model failed: {type(exc).__name__}",
+            }
             continue
         if change is None:
-            f.what_if = {"step_time_ns": None, "saving_ns": None,
-                         "assumes": "the trace lacks what the model needs"}
+            f.what_if = {
+                "step_time_ns": None,
+                "saving_ns": None,
+                "assumes": "the trace lacks what the model needs",
+            }
             continue
         changes.append(change)
         f.what_if = _outcome(graph, change, base, ASSUMES[f.slug])
-    summary: dict[str, Any] = {"rank": graph.rank, "step_time_ns": _round(base),
-                               "all": None}
+    summary: dict[str, Any] = {"rank": graph.rank, "step_time_ns": _round(base), "all": None}
     if changes:
         combined = changes[0]
         for c in changes[1:]:
@@ -555,8 +636,9 @@ def _round(v: float | None) -> int | None:
     return None if v is None else int(round(v))
 
 
-def step_time_with(views: Views, graph: Graph, findings: list[Finding],
-                   slugs: list[str] | None = None) -> float | None:
+def step_time_with(
+    views: Views, graph: Graph, findings: list[Finding], slugs: list[str] | None = None
+) -> float | None:
     """The mean step time with the fixes of the findings named in ``slugs`` (all modelled ones
     when None) applied at once; the step time now when none applies."""
     ctx = Context(graph=graph, views=views)
