@@ -107,7 +107,6 @@ class Context:
     def gpu_in(self, rows: pl.DataFrame) -> np.ndarray:
         """GPU activities (graph indices) inside the evidence rows' [start_ns, end_ns] on their
         stream (every stream where the row names none), and their row number."""
-        g = self.graph
         if rows.is_empty() or "start_ns" not in rows.columns:
             return np.zeros((0, 2), np.int64)
         acts = self.gpu.select("_g", "stream", "start_ns", "end_ns")
@@ -130,7 +129,6 @@ class Context:
         else:
             joined = left.join_asof(right, left_on="start_ns", right_on="_lo", strategy="backward")
         hit = joined.filter(pl.col("end_ns") <= pl.col("_hi"))
-        del g
         return np.column_stack(
             (hit["_g"].to_numpy().astype(np.int64), hit["_row"].to_numpy().astype(np.int64))
         )
