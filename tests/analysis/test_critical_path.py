@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 import traceanalyzer
-from tests.support.paths import SAMPLES, public_kineto
+from tests.support.paths import PUBLIC, SAMPLES, public_kineto
 from tests.support.synth import Synth
 from traceanalyzer.analysis import critical_path as cp
 from traceanalyzer.analysis.views import Views
@@ -126,8 +126,14 @@ def test_a_sync_is_a_host_wait_and_removing_it_overlaps_the_host_work() -> None:
     assert faster is not None and faster < base
 
 
-@pytest.mark.parametrize("path", public_kineto() or [None], ids=lambda p: p.name if p else "none")
-def test_public_kineto_traces(path: Path | None) -> None:
+def _public() -> list[Path]:
+    nsys = sorted((PUBLIC / "nsys").glob("*.sqlite")) if (PUBLIC / "nsys").is_dir() else []
+    return public_kineto() + nsys
+
+
+@pytest.mark.parametrize("path", _public() or [None], ids=lambda p: p.name if p else "none")
+def test_public_traces(path: Path | None) -> None:
+    """Other teams' traces (the two-GPU send/recv exports among them) replay exactly too."""
     if path is None:
         pytest.skip("../shared/traces/public is absent")
     views = _views(path)
