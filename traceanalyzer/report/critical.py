@@ -36,8 +36,9 @@ LABELS = {
     "other": "other",
 }
 W, LANE_H, LEFT = 900, 18, 110
-#: Lanes drawn at most in the path's timeline (the busiest).
+#: Lanes drawn at most in the path's timeline (the busiest), and bars.
 MAX_LANES = 8
+MAX_RECTS = 600
 
 
 def ranked(findings: list[Finding]) -> list[Finding]:
@@ -137,7 +138,7 @@ def _drawing(result: AnalysisResult) -> str:
         return ""
     import polars as pl
 
-    part = seg.filter(pl.col("end_ns") > lo, pl.col("start_ns") < hi)
+    part = _coalesced(seg.filter(pl.col("end_ns") > lo, pl.col("start_ns") < hi), hi - lo)
     lanes = (
         part.group_by("lane")
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("t"))
@@ -177,6 +178,39 @@ def _drawing(result: AnalysisResult) -> str:
         f'<svg class="cp" viewBox="0 0 {W} {height}" width="100%" role="img" '
         f'aria-label="critical path of step {row["step"]}">' + "".join(out) + "</svg>"
     )
+
+
+def _coalesced(part: Any, span: int) -> Any:
+    """Neighbouring segments of one lane and kind closer than a pixel drawn as one (named by
+    the first, with a count), at most MAX_RECTS of them, the longest: the drawing stays small
+    whatever the step holds."""
+    import polars as pl
+
+    px = max(span // (W - LEFT - 10), 1)
+    part = part.sort("lane", "start_ns")
+    brk = (
+        (pl.col("lane") != pl.col("lane").shift(1))
+        | (pl.col("category") != pl.col("category").shift(1))
+        | (pl.col("start_ns") - pl.col("end_ns").shift(1) > px)
+    ).fill_null(True)
+    out = (
+        part.with_columns(_g=brk.cum_sum())
+        .group_by("_g")
+        .agg(
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.col("lane").first(),
+            pl.col("category").first(),
+            pl.col("name").first().str.slice(0, 80),
+            n=pl.len(),
+        )
+        .with_columns(
+            name=pl.when(pl.col("n") > 1)
+            .then(pl.format("{} and {} more", "name", pl.col("n") - 1))
+            .otherwise("name")
+        )
+    )
+    return out.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True).head(MAX_RECTS)
 
 
 def _ms(ns: Any) -> str:
