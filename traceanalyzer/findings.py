@@ -93,6 +93,10 @@ class Finding:
     #: have a place on the timeline carry ``start_ns`` and ``end_ns`` (and ``stream`` if any).
     evidence: list[dict[str, Any]] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
+    #: The step time predicted with the problem fixed (analysis.whatif): ``step_time_ns``,
+    #: ``saving_ns`` (the step time now minus it) and ``assumes`` (what the prediction takes
+    #: the fix to do); the times are null where the rule has no model. None before prediction.
+    what_if: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

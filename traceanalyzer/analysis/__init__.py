@@ -64,6 +64,8 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         from traceanalyzer.rules.engine import evaluate
 
         result.findings, result.rule_outcomes = evaluate(views, rule_config)
+    with step("critical path", "summary"):
+        _add_critical_path(result, views)
     _add_kernel_verdicts(result, views)
     return result
 
@@ -85,6 +87,20 @@ def _add_kernel_verdicts(result: AnalysisResult, views: Views) -> None:
                                               rules if isinstance(rules, list) else None)
     result.meta = replace(result.meta, extra={k: v for k, v in extra.items()
                                               if k not in ("kernel_metrics", "ncu_rules")})
+
+
+def _add_critical_path(result: AnalysisResult, views: Views) -> None:
+    """The headline rank's critical path per step, and each finding's what-if
+    (docs/critical-path.md)."""
+    from traceanalyzer.analysis import critical_path, whatif
+
+    found = critical_path.analyze(views, result.metrics.rank)
+    if found is None:
+        return
+    result.critical_path = found.steps
+    result.critical_segments = found.segments
+    evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
+    result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
 
 
 def _add_memory(result: AnalysisResult, views: Views) -> None:

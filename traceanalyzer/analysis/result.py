@@ -135,6 +135,15 @@ class AnalysisResult:
     #: launch with its roofline verdict, the timeline's matching kernel and the findings that
     #: named it. None without kernel metrics.
     kernel_verdicts: pl.DataFrame | None = None
+    #: The headline rank's critical path (analysis.critical_path): per step its wall-clock
+    #: range and the path's time by category (``<category>_ns``, adding up to the step), and the
+    #: path's segments for drawing (start_ns, end_ns, category, lane, name). None without GPU
+    #: activity.
+    critical_path: pl.DataFrame | None = None
+    critical_segments: pl.DataFrame | None = None
+    #: The what-if summary (analysis.whatif.predict): rank, the step time now (``step_time_ns``)
+    #: and ``all`` (every modelled fix at once: step_time_ns, saving_ns, assumes).
+    what_if: dict[str, Any] | None = None
 
     @property
     def window(self) -> Window | None:

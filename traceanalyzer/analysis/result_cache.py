@@ -42,9 +42,10 @@ from traceanalyzer.ingest.cache import RESULTS_DIR, publish_dir, stored, touch
 from traceanalyzer.model import Trace, TraceMeta
 
 #: Bump when the entry layout changes (code changes are covered by :func:`code_hash`).
-RESULT_CACHE_VERSION = "2"
+RESULT_CACHE_VERSION = "4"
 FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
-          "memory", "memory_holders", "memory_timeline", "perf", "kernel_verdicts")
+          "memory", "memory_holders", "memory_timeline", "perf", "kernel_verdicts",
+          "critical_path", "critical_segments")
 DOC = "result.json"
 
 
@@ -257,6 +258,8 @@ def _read(entry: Path, path: str | os.PathLike[str]
         memory_timeline=frames.get("memory_timeline"), perf=frames.get("perf"),
         kernel_verdicts=frames.get("kernel_verdicts"),
         perf_summary=doc.get("perf_summary"),
+        critical_path=frames.get("critical_path"),
+        critical_segments=frames.get("critical_segments"), what_if=doc.get("what_if"),
         findings=[Finding(**f) for f in doc["findings"]],
         rule_outcomes=[RuleOutcome(**o) for o in doc["rule_outcomes"]],
     )
@@ -278,6 +281,7 @@ def store_result(entry: Path, result: AnalysisResult, timeline: dict[str, Any] |
         "findings": [asdict(f) for f in result.findings],
         "rule_outcomes": [asdict(o) for o in result.rule_outcomes],
         "perf_summary": result.perf_summary,
+        "what_if": result.what_if,
         "frames": [name for name, frame in frames.items() if frame is not None],
         "timeline": timeline,
     }

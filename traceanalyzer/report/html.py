@@ -49,6 +49,7 @@ from traceanalyzer.report._common import (
     write_text_atomic,
 )
 from traceanalyzer.report.charts import cat_class, esc
+from traceanalyzer.report.critical import section as critical_section
 from traceanalyzer.report.perf import roofline_section
 from traceanalyzer.report.timeline import timeline_data
 
@@ -113,6 +114,7 @@ def render_html(result: AnalysisResult, trace: Trace | None = None, *,
         _nav(),
         _headline(result),
         _findings(findings, result.notes(), tl is not None, result.metrics.window_start_ns),
+        critical_section(result),
         _timeline(tl),
         _charts(result),
         _memory(result),
@@ -206,7 +208,8 @@ def _id_ranges(ids: list[int]) -> str:
 
 
 def _nav() -> str:
-    links = [("headline", "Headline"), ("findings", "Findings"), ("timeline", "Timeline"),
+    links = [("headline", "Headline"), ("findings", "Findings"),
+             ("critical-path", "Critical path"), ("timeline", "Timeline"),
              ("charts", "Charts"), ("memory", "Memory"), ("roofline", "Roofline"),
              ("kernels", "Kernels"), ("operators", "Operators"),
              ("rules", "Rules"), ("warnings", "Warnings")]

@@ -146,6 +146,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "fix": f.fix,
         "evidence": [clean(dict(row)) for row in f.evidence],
         "references": [str(r) for r in f.references],
+        "what_if": clean(f.what_if),
     }
 
 
@@ -182,7 +183,8 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
             {"slug": o.slug, "id": o.rule_id, "status": o.status, "reason": o.reason}
             for o in outcomes
         ],
-        "steps": frame_rows(result.steps, "steps"),
+        "steps": steps_rows(result),
+        "what_if": clean(result.what_if),
         "kernels": frame_rows(result.kernels, "kernels"),
         "categories": frame_rows(result.categories, "categories"),
         "operators": frame_rows(result.operators, "operators"),
@@ -194,6 +196,23 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         # Nsight Compute's profiled launches with their verdicts (analysis.ncu.kernel_table)
         "kernel_metrics": frame_rows(result.kernel_verdicts, "kernel_metrics"),
     }
+
+
+def steps_rows(result: AnalysisResult) -> list[dict[str, Any]]:
+    """The steps, each of the headline rank's with its critical path's breakdown
+    (``critical_path``: ``<category>_ns`` adding up to the step; docs/critical-path.md)."""
+    rows = frame_rows(result.steps, "steps")
+    cp = result.critical_path
+    by_step: dict[Any, dict[str, Any]] = {}
+    if cp is not None and not cp.is_empty():
+        cats = [c for c in cp.columns if c.endswith("_ns")
+                and c not in ("start_ns", "end_ns", "duration_ns")]
+        by_step = {r["step"]: {c: clean(r[c]) for c in cats} for r in cp.iter_rows(named=True)}
+    rank = result.metrics.rank
+    for row in rows:
+        mine = row.get("rank", rank) == rank
+        row["critical_path"] = by_step.get(row.get("step")) if mine else None
+    return rows
 
 
 def memory_dict(result: AnalysisResult) -> dict[str, Any]:
@@ -290,6 +309,7 @@ JSON_SCHEMA: dict[str, Any] = _obj(
             "fix": {"type": "string"},
             "evidence": {"type": "array", "items": {"type": "object"}},
             "references": {"type": "array", "items": {"type": "string"}},
+            "what_if": {"type": ["object", "null"]},
         }, ["slug", "id", "severity", "message", "impact", "evidence"]),
         "rule_outcomes": _rows({
             "slug": {"type": "string"}, "id": {"type": "string"},
@@ -298,8 +318,10 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         }, ["slug", "id", "status", "reason"]),
         "steps": _rows({"step": _INT, "name": _STR, "start_ns": {"type": "integer"},
                         "end_ns": {"type": "integer"}, "duration_ns": {"type": "integer"},
-                        "launch_count": {"type": "integer"}, "outlier": {"type": "boolean"}},
+                        "launch_count": {"type": "integer"}, "outlier": {"type": "boolean"},
+                        "critical_path": {"type": ["object", "null"]}},
                        ["start_ns", "end_ns", "duration_ns"]),
+        "what_if": {"type": ["object", "null"]},
         "kernels": _rows({"name": {"type": "string"}, "category": {"type": "string"},
                           "instances": {"type": "integer"}, "total_ns": {"type": "integer"},
                           "mean_ns": _NUM, "pct_gpu_time": _NUM},

@@ -224,6 +224,8 @@ def _run_rule(
         evidence=evidence_rows(detection.evidence, max_evidence),
         references=list(rule.references),
     )
+    # The whole evidence, for the what-if models (analysis.whatif); not stored.
+    finding.evidence_frame = detection.evidence  # type: ignore[attr-defined]
     return finding, RuleOutcome(rule.slug, rule.id, "fired", message)
 
 
