@@ -427,12 +427,13 @@ def exposed_note(ranks: pl.DataFrame) -> str:
             "file of every rank; analyze's 'exposed' counts whole collectives.")
 
 
-def job_to_dict(job: JobResult) -> dict[str, Any]:
+def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
     """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
     from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
 
     skew = job.collectives["skew_ns"]
-    return {
+    scale = job.scale
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "job",
         "ranks": [clean(r) for r in job.ranks.to_dicts()],
@@ -446,6 +447,22 @@ def job_to_dict(job: JobResult) -> dict[str, Any]:
             "skew_max_ns": clean(skew.max()) if len(skew) else None,
         },
         "collectives": frame_rows(job.collectives.head(1000), "collectives"),
+        "most_skewed": frame_rows(job.collectives.sort(["skew_ns", "first_start_ns"],
+                                                       descending=[True, False]).head(top),
+                                  "most_skewed"),
+        "failed": list(job.failed),
         "warnings": list(job.warnings),
-        "analysis": to_json_dict(job.result),
+        "analysis": to_json_dict(job.result) if job.result is not None else None,
     }
+    if scale is not None:
+        doc.update({
+            "distributions": [clean(r) for r in scale.distributions.to_dicts()],
+            "hosts": ([clean(r) for r in scale.hosts.to_dicts()]
+                      if scale.hosts is not None else None),
+            "straggler_detail": [clean(s) for s in scale.stragglers],
+            "job_findings": [clean(f) for f in scale.findings],
+            "skew_growth": [clean(r) for r in scale.skew_growth.to_dicts()],
+            "step_drift": [clean(r) for r in scale.drift.to_dicts()],
+            "rank_findings": [clean(r) for r in scale.rank_findings.to_dicts()],
+        })
+    return doc
