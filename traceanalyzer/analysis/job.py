@@ -361,7 +361,17 @@ def job_from_parts(*, ranks: list[int], metrics: pl.DataFrame, comm: pl.DataFram
     warnings: list[str] = []
     if len(ranks) < 2:
         warnings.append("only one rank found: there is nothing to compare across ranks")
-    per_rank, instances, unmatched = instances_from(comm, len(ranks))
+    with_comm = set(comm["rank"].unique().to_list())
+    silent = [r for r in ranks if r not in with_comm]
+    n_matched = len(ranks)
+    if silent and len(with_comm) >= 2:
+        # A rank with no collective at all (an empty trace, a profiler that missed the window)
+        # would leave every collective unmatched: match the others, and say so.
+        n_matched = len(with_comm)
+        listed = ", ".join(map(str, silent[:10])) + (", ..." if len(silent) > 10 else "")
+        warnings.append(f"{len(silent)} ranks have no communication kernels (rank {listed}); "
+                        "collectives are matched across the other ranks")
+    per_rank, instances, unmatched = instances_from(comm, n_matched)
     if unmatched:
         warnings.append(f"{unmatched} collectives were not found on every rank (profiled windows "
                         "that do not line up?); they are left out of lateness and skew")

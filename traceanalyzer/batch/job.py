@@ -26,7 +26,15 @@ DASK_RETRIES = 1
 
 
 def peak_rss_kb() -> int:
-    """This process's peak resident set size, in KiB (Linux ru_maxrss; bytes on macOS)."""
+    """This process's peak resident set size, in KiB: Linux's VmHWM (ru_maxrss keeps the peak
+    of the process that forked this one across exec), else ru_maxrss."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak // 1024 if sys.platform == "darwin" else peak
 
