@@ -39,8 +39,9 @@ def _same(old: object, new: object) -> None:
 
 
 def test_reduced_equals_combined(tmp_path: Path) -> None:
-    old, new = _both([rank_trace(tmp_path / "a.json", 0, [0] * 5),
-                      rank_trace(tmp_path / "b.json", 1, [300] * 5)])
+    old, new = _both(
+        [rank_trace(tmp_path / "a.json", 0, [0] * 5), rank_trace(tmp_path / "b.json", 1, [300] * 5)]
+    )
     _same(old, new)
     assert new.stragglers == [1] and new.result is None  # type: ignore[attr-defined]
     assert new.ranks["window_kind"].to_list() == ["steps", "steps"]  # type: ignore[attr-defined]
@@ -51,16 +52,16 @@ def test_reduced_equals_combined(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["torch/ddp_gpt_train_rank{}.json.gz",
-                                  "nsys/ddp_gpt_train_rank{}.sqlite"])
+@pytest.mark.parametrize(
+    "kind", ["torch/ddp_gpt_train_rank{}.json.gz", "nsys/ddp_gpt_train_rank{}.sqlite"]
+)
 def test_reduced_equals_combined_on_real_ddp(kind: str) -> None:
     paths = [SAMPLES / "holdout" / kind.format(r) for r in (0, 1)]
     if not all(p.is_file() for p in paths):
         pytest.skip("held-out DDP traces missing")
     old, new = _both(paths)
     _same(old, new)
-    assert new.ranks["exposed_transfer_ns"].to_list() == \
-        old.ranks["exposed_transfer_ns"].to_list()  # type: ignore[attr-defined]
+    assert new.ranks["exposed_transfer_ns"].to_list() == old.ranks["exposed_transfer_ns"].to_list()  # type: ignore[attr-defined]
 
 
 def test_intersect() -> None:
@@ -87,10 +88,12 @@ def _host_trace(path: Path, rank: int, host: str, late_us: list[float]) -> Path:
 def test_slow_host_and_growing_skew(tmp_path: Path) -> None:
     """Ranks 2 and 3 (host b) take turns being 300 µs late: neither rank is the straggler, their
     host is. Then a 2-rank job whose skew grows step by step."""
-    paths = [_host_trace(tmp_path / "r0.json", 0, "a", [0] * 6),
-             _host_trace(tmp_path / "r1.json", 1, "a", [0] * 6),
-             _host_trace(tmp_path / "r2.json", 2, "b", [300, 0] * 3),
-             _host_trace(tmp_path / "r3.json", 3, "b", [0, 300] * 3)]
+    paths = [
+        _host_trace(tmp_path / "r0.json", 0, "a", [0] * 6),
+        _host_trace(tmp_path / "r1.json", 1, "a", [0] * 6),
+        _host_trace(tmp_path / "r2.json", 2, "b", [300, 0] * 3),
+        _host_trace(tmp_path / "r3.json", 3, "b", [0, 300] * 3),
+    ]
     job = analyze_summaries([reduce_trace(load(p, use_cache=False)) for p in paths])
     assert job.stragglers == []
     assert job.ranks["host"].to_list() == ["a", "a", "b", "b"]
@@ -102,8 +105,10 @@ def test_slow_host_and_growing_skew(tmp_path: Path) -> None:
     assert s["cost_ns"] == 2 * 6 * 300_000 and s["late_steps"] == 6
     assert any(f["kind"] == "straggler-host" for f in job.scale.findings)
 
-    growing = [_host_trace(tmp_path / "g0.json", 0, "a", [0] * 6),
-               _host_trace(tmp_path / "g1.json", 1, "a", [0, 40, 80, 120, 160, 200])]
+    growing = [
+        _host_trace(tmp_path / "g0.json", 0, "a", [0] * 6),
+        _host_trace(tmp_path / "g1.json", 1, "a", [0, 40, 80, 120, 160, 200]),
+    ]
     job = analyze_summaries([reduce_trace(load(p, use_cache=False)) for p in growing])
     g = job.scale.skew_growth
     assert g.height == 1 and g["growth_ns_per_step"][0] == pytest.approx(40_000)
@@ -111,9 +116,9 @@ def test_slow_host_and_growing_skew(tmp_path: Path) -> None:
 
 
 def test_distributions_flag_the_outlier() -> None:
-    ranks = pl.DataFrame({"rank": list(range(10)),
-                          "span_ns": [100] * 9 + [180],
-                          "busy_pct": [50.0] * 10})
+    ranks = pl.DataFrame(
+        {"rank": list(range(10)), "span_ns": [100] * 9 + [180], "busy_pct": [50.0] * 10}
+    )
     d = {r["metric"]: r for r in distributions(ranks).to_dicts()}
     assert d["span_ns"]["outlier_ranks"] == [9] and d["span_ns"]["max"] == 180
     assert d["span_ns"]["p50"] == 100 and d["busy_pct"]["outliers"] == 0

@@ -32,14 +32,41 @@ from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagg
 from traceanalyzer.analysis.intervals import merge
 from traceanalyzer.model import Trace
 
-COMM_SCHEMA = {"rank": pl.Int32, "device": pl.Int32, "stream": pl.Int64, "name": pl.String,
-               "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "in_trace": pl.Boolean}
-COVER_SCHEMA = {"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
-EXTENT_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64,
-                 "duration_ns": pl.Int64}
-FINDING_SCHEMA = {"rank": pl.Int32, "slug": pl.String, "rule_id": pl.String,
-                  "severity": pl.String, "title": pl.String, "impact_ns": pl.Int64,
-                  "impact_pct": pl.Float64}
+COMM_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "device": pl.Int32,
+        "stream": pl.Int64,
+        "name": pl.String,
+        "step": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "in_trace": pl.Boolean,
+    }
+)
+COVER_SCHEMA = pl.Schema(
+    {"rank": pl.Int32, "device": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64}
+)
+EXTENT_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "duration_ns": pl.Int64,
+    }
+)
+FINDING_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "slug": pl.String,
+        "rule_id": pl.String,
+        "severity": pl.String,
+        "title": pl.String,
+        "impact_ns": pl.Int64,
+        "impact_pct": pl.Float64,
+    }
+)
 #: tensorboard_trace_handler's file names: ``{hostname}_{pid}.{time}.pt.trace.json``.
 _TB_NAME = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})_\d+\.\d+\.pt\.trace\.json")
 
@@ -68,8 +95,8 @@ class RankSummary:
     warnings: list[str] = field(default_factory=list)
 
     def nbytes(self) -> int:
-        return sum(f.estimated_size() for f in (self.metrics, self.comm, self.cover,
-                                                self.extents, self.findings))
+        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings)
+        return int(sum(f.estimated_size() for f in frames))
 
 
 def trace_host(trace: Trace) -> str | None:
@@ -77,8 +104,12 @@ def trace_host(trace: Trace) -> str | None:
     (top level or in distributedInfo), else tensorboard_trace_handler's file name; None when
     the trace does not say."""
     extra = trace.meta.extra
-    for value in (extra.get("hostname"), (extra.get("distributed") or {}).get("hostname")
-                  if isinstance(extra.get("distributed"), dict) else None):
+    for value in (
+        extra.get("hostname"),
+        (extra.get("distributed") or {}).get("hostname")
+        if isinstance(extra.get("distributed"), dict)
+        else None,
+    ):
         if isinstance(value, str) and value.strip():
             return "".join(ch for ch in value.strip() if ch.isprintable())[:255]
     m = _TB_NAME.match(Path(trace.meta.path).name)
@@ -100,19 +131,25 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
     kernels = launches.filter(pl.col("kind") == "kernel")
     comm = flagged_comm_kernels(kernels).select(list(COMM_SCHEMA)).cast(COMM_SCHEMA)
     compute = kernels.filter(pl.col("category") != "communication")
-    cover = intersect(merge(compute, ["rank", "device"]), merge(comm, ["rank", "device"]),
-                      ["rank", "device"]).cast(COVER_SCHEMA)
+    cover = intersect(
+        merge(compute, ["rank", "device"]), merge(comm, ["rank", "device"]), ["rank", "device"]
+    ).cast(COVER_SCHEMA)
     marked = views.marked_steps
     stepped = sorted(int(r) for r in marked["rank"].unique().to_list()) if marked.height else []
     in_steps = launches.filter(pl.col("step").is_not_null())
-    extents = in_steps.group_by("rank", "step").agg(start_ns=pl.col("start_ns").min(),
-                                                    end_ns=pl.col("end_ns").max())
+    extents = in_steps.group_by("rank", "step").agg(
+        start_ns=pl.col("start_ns").min(), end_ns=pl.col("end_ns").max()
+    )
     if marked.height:
         walls = views.wall_steps.select(
-            "rank", "step", duration_ns=pl.col("end_ns") - pl.col("start_ns"))
+            "rank", "step", duration_ns=pl.col("end_ns") - pl.col("start_ns")
+        )
         extents = walls.cast({"rank": pl.Int32, "step": pl.Int64}).join(
-            extents.cast({"rank": pl.Int32, "step": pl.Int64}), on=["rank", "step"], how="full",
-            coalesce=True)
+            extents.cast({"rank": pl.Int32, "step": pl.Int64}),
+            on=["rank", "step"],
+            how="full",
+            coalesce=True,
+        )
     else:
         extents = extents.with_columns(duration_ns=pl.lit(None, pl.Int64))
     extents = extents.select(list(EXTENT_SCHEMA)).cast(EXTENT_SCHEMA).sort("rank", "step")
@@ -122,37 +159,71 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
 
         found, _ = evaluate(views, rule_config)
         findings = pl.DataFrame(
-            [{"rank": f.rank if f.rank is not None else trace.meta.rank, "slug": f.slug,
-              "rule_id": f.rule_id, "severity": f.severity, "title": f.title,
-              "impact_ns": int(f.impact_ns), "impact_pct": float(f.impact_pct)} for f in found],
-            schema=FINDING_SCHEMA)
+            [
+                {
+                    "rank": f.rank if f.rank is not None else trace.meta.rank,
+                    "slug": f.slug,
+                    "rule_id": f.rule_id,
+                    "severity": f.severity,
+                    "title": f.title,
+                    "impact_ns": int(f.impact_ns),
+                    "impact_pct": float(f.impact_pct),
+                }
+                for f in found
+            ],
+            schema=FINDING_SCHEMA,
+        )
     return RankSummary(
-        path=trace.meta.path, own_ranks=list(views.ranks), recorded_rank=trace.meta.rank,
-        world_size=trace.meta.world_size, time_base_ns=trace.meta.time_base_ns,
-        host=trace_host(trace), source_format=trace.meta.source_format, metrics=metrics,
-        comm=comm, cover=cover, stepped=stepped, extents=extents, findings=findings,
-        warnings=list(trace.meta.warnings))
+        path=trace.meta.path,
+        own_ranks=list(views.ranks),
+        recorded_rank=trace.meta.rank,
+        world_size=trace.meta.world_size,
+        time_base_ns=trace.meta.time_base_ns,
+        host=trace_host(trace),
+        source_format=trace.meta.source_format,
+        metrics=metrics,
+        comm=comm,
+        cover=cover,
+        stepped=stepped,
+        extents=extents,
+        findings=findings,
+        warnings=list(trace.meta.warnings),
+    )
 
 
 def intersect(a: pl.DataFrame, b: pl.DataFrame, by: list[str]) -> pl.DataFrame:
     """The intersection of two interval sets (each a union: disjoint per ``by`` group), as
     disjoint intervals: a sweep over both sets' end points."""
+
     def events(frame: pl.DataFrame, which: str) -> pl.DataFrame:
         one, zero = pl.lit(1, pl.Int32), pl.lit(0, pl.Int32)
         a_, b_ = (one, zero) if which == "da" else (zero, one)
-        return pl.concat([frame.select(*by, t=pl.col("start_ns"), da=a_, db=b_),
-                          frame.select(*by, t=pl.col("end_ns"), da=-a_, db=-b_)])
+        return pl.concat(
+            [
+                frame.select(*by, t=pl.col("start_ns"), da=a_, db=b_),
+                frame.select(*by, t=pl.col("end_ns"), da=-a_, db=-b_),
+            ]
+        )
+
     if a.is_empty() or b.is_empty():
         return a.select(*by, "start_ns", "end_ns").clear()
     sweep = (
         pl.concat([events(a, "da"), events(b, "db")])
-        .group_by(*by, "t").agg(pl.col("da").sum(), pl.col("db").sum())
+        .group_by(*by, "t")
+        .agg(pl.col("da").sum(), pl.col("db").sum())
         .sort(*by, "t")
-        .with_columns(ca=pl.col("da").cum_sum().over(by), cb=pl.col("db").cum_sum().over(by),
-                      next_t=pl.col("t").shift(-1).over(by))
+        .with_columns(
+            ca=pl.col("da").cum_sum().over(by),
+            cb=pl.col("db").cum_sum().over(by),
+            next_t=pl.col("t").shift(-1).over(by),
+        )
     )
-    pieces = sweep.filter(pl.col("ca") > 0, pl.col("cb") > 0, pl.col("next_t").is_not_null(),
-                          pl.col("next_t") > pl.col("t"))
+    pieces = sweep.filter(
+        pl.col("ca") > 0,
+        pl.col("cb") > 0,
+        pl.col("next_t").is_not_null(),
+        pl.col("next_t") > pl.col("t"),
+    )
     return merge(pieces.select(*by, start_ns=pl.col("t"), end_ns=pl.col("next_t")), by)
 
 
@@ -181,13 +252,17 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
     """Renumber and shift each summary's frames as :func:`analysis.job.combine` does a trace's."""
     from traceanalyzer.analysis.job import assign_rank_maps
 
-    maps = assign_rank_maps([s.own_ranks for s in summaries], [s.recorded_rank for s in summaries],
-                            [s.path for s in summaries])
+    maps = assign_rank_maps(
+        [s.own_ranks for s in summaries],
+        [s.recorded_rank for s in summaries],
+        [s.path for s in summaries],
+    )
     bases = [s.time_base_ns for s in summaries]
     shift_all = all(b is not None for b in bases) and len(summaries) > 1
     origin = min(b for b in bases if b is not None) if shift_all else 0
-    parts: dict[str, list[pl.DataFrame]] = {k: [] for k in ("metrics", "comm", "cover", "extents",
-                                                           "findings")}
+    parts: dict[str, list[pl.DataFrame]] = {
+        k: [] for k in ("metrics", "comm", "cover", "extents", "findings")
+    }
     stepped: list[int] = []
     sources: dict[int, str] = {}
     hosts: dict[int, str | None] = {}
@@ -197,8 +272,13 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
             rank_map = {r: r for r in rank_map}  # one trace keeps its ranks, as combine() does
         for name in parts:
             frame = getattr(s, name)
-            times = (["window_start_ns", "window_end_ns"] if name == "metrics" else
-                     [] if name == "findings" else ["start_ns", "end_ns"])
+            times = (
+                ["window_start_ns", "window_end_ns"]
+                if name == "metrics"
+                else []
+                if name == "findings"
+                else ["start_ns", "end_ns"]
+            )
             parts[name].append(_renumber(frame, rank_map, shift, times))
         stepped += [rank_map[r] for r in s.stepped if r in rank_map]
         for r in rank_map.values():
@@ -206,16 +286,28 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
             hosts[r] = s.host
     frames = {name: pl.concat(p, how="vertical_relaxed") for name, p in parts.items()}
     ranks = sorted(sources)
-    return Combined(ranks=ranks, stepped=sorted(stepped), sources=sources, hosts=hosts,
-                    world_sizes=sorted({s.world_size for s in summaries}), shifted=shift_all,
-                    **frames)
+    return Combined(
+        ranks=ranks,
+        stepped=sorted(stepped),
+        sources=sources,
+        hosts=hosts,
+        world_sizes=sorted({s.world_size for s in summaries}),
+        shifted=shift_all,
+        **frames,
+    )
 
 
-def _renumber(frame: pl.DataFrame, rank_map: dict[int, int], shift: int,
-              times: list[str]) -> pl.DataFrame:
-    exprs = [pl.col("rank").replace_strict(list(rank_map), list(rank_map.values()),
-                                           default=min(rank_map.values()),
-                                           return_dtype=pl.Int32)]
+def _renumber(
+    frame: pl.DataFrame, rank_map: dict[int, int], shift: int, times: list[str]
+) -> pl.DataFrame:
+    exprs = [
+        pl.col("rank").replace_strict(
+            list(rank_map),
+            list(rank_map.values()),
+            default=min(rank_map.values()),
+            return_dtype=pl.Int32,
+        )
+    ]
     if shift:
         exprs += [pl.col(c) + shift for c in times if c in frame.columns]
     return frame.with_columns(exprs)
@@ -233,16 +325,28 @@ def patched_metrics(c: Combined, exposed: pl.DataFrame) -> pl.DataFrame:
     Views.metrics_by_rank patches them on a combined trace)."""
     e = exposed.select("rank", _t="exposed_comm_ns", _w="comm_wait_ns", _b="exposed_comm_basis")
     has_comm = pl.col("communication_ns") > 0
-    return c.metrics.join(e, on="rank", how="left").with_columns(
-        exposed_transfer_ns=pl.when(has_comm).then(pl.col("_t")).otherwise("exposed_transfer_ns"),
-        comm_wait_ns=pl.when(has_comm).then(pl.col("_w")).otherwise("comm_wait_ns"),
-        exposed_transfer_basis=pl.when(has_comm).then(pl.col("_b"))
-        .otherwise("exposed_transfer_basis"),
-    ).drop("_t", "_w", "_b").sort("rank")
+    return (
+        c.metrics.join(e, on="rank", how="left")
+        .with_columns(
+            exposed_transfer_ns=pl.when(has_comm)
+            .then(pl.col("_t"))
+            .otherwise("exposed_transfer_ns"),
+            comm_wait_ns=pl.when(has_comm).then(pl.col("_w")).otherwise("comm_wait_ns"),
+            exposed_transfer_basis=pl.when(has_comm)
+            .then(pl.col("_b"))
+            .otherwise("exposed_transfer_basis"),
+        )
+        .drop("_t", "_w", "_b")
+        .sort("rank")
+    )
 
 
-def analyze_summaries(summaries: list[RankSummary], *, failed: list[dict[str, str]] | None = None,
-                      min_lateness_us: float | None = None) -> Any:
+def analyze_summaries(
+    summaries: list[RankSummary],
+    *,
+    failed: list[dict[str, str]] | None = None,
+    min_lateness_us: float | None = None,
+) -> Any:
     """The job (:class:`analysis.job.JobResult`, with its :attr:`scale` view) from every loaded
     trace's summary; ``failed``: the traces that could not be loaded (path, error)."""
     from traceanalyzer.analysis.job import MIN_LATENESS_US, hta_late_from, job_from_parts
@@ -251,23 +355,40 @@ def analyze_summaries(summaries: list[RankSummary], *, failed: list[dict[str, st
     lateness_us = MIN_LATENESS_US if min_lateness_us is None else min_lateness_us
     c = combine_summaries(summaries)
     exposed = exposed_from(c)
-    hta = hta_late_from(c.extents.filter(pl.col("start_ns").is_not_null()),
-                        c.comm.filter(pl.col("step").is_not_null()), c.ranks)
-    job = job_from_parts(ranks=c.ranks, metrics=patched_metrics(c, exposed), comm=c.comm,
-                         exposed=exposed, hta=hta, sources=c.sources, world_sizes=c.world_sizes,
-                         min_lateness_us=lateness_us)
+    hta = hta_late_from(
+        c.extents.filter(pl.col("start_ns").is_not_null()),
+        c.comm.filter(pl.col("step").is_not_null()),
+        c.ranks,
+    )
+    job = job_from_parts(
+        ranks=c.ranks,
+        metrics=patched_metrics(c, exposed),
+        comm=c.comm,
+        exposed=exposed,
+        hta=hta,
+        sources=c.sources,
+        world_sizes=c.world_sizes,
+        min_lateness_us=lateness_us,
+    )
     counts = c.findings.group_by("rank").agg(findings=pl.len().cast(pl.Int64))
     job.ranks = (
-        job.ranks.with_columns(host=pl.col("rank").replace_strict(
-            list(c.hosts), list(c.hosts.values()), default=None, return_dtype=pl.String))
-        .join(counts, on="rank", how="left").with_columns(pl.col("findings").fill_null(0))
+        job.ranks.with_columns(
+            host=pl.col("rank").replace_strict(
+                list(c.hosts), list(c.hosts.values()), default=None, return_dtype=pl.String
+            )
+        )
+        .join(counts, on="rank", how="left")
+        .with_columns(pl.col("findings").fill_null(0))
     )
     job.failed = list(failed or [])
     if job.failed:
-        job.warnings.append(f"{len(job.failed)} of {len(job.failed) + len(summaries)} traces could "
-                            "not be loaded; the job is analyzed without them")
-    job.scale = scale_view(job, c.extents.select("rank", "step", "duration_ns"), c.findings,
-                           lateness_us)
+        job.warnings.append(
+            f"{len(job.failed)} of {len(job.failed) + len(summaries)} traces could "
+            "not be loaded; the job is analyzed without them"
+        )
+    job.scale = scale_view(
+        job, c.extents.select("rank", "step", "duration_ns"), c.findings, lateness_us
+    )
     return job
 
 
@@ -280,4 +401,3 @@ def default_workers(n: int) -> int:
     from traceanalyzer.cpus import usable_cpus
 
     return max(1, min(n, usable_cpus()))
-

@@ -34,11 +34,20 @@ import polars as pl
 #: (column, unit) of the per-rank metrics summarised as distributions; unit "ns", "pct", "share"
 #: or "count".
 DISTRIBUTED = [
-    ("span_ns", "ns"), ("busy_pct", "pct"), ("step_time_mean_ns", "ns"),
-    ("step_time_p95_ns", "ns"), ("compute_ns", "ns"), ("communication_ns", "ns"),
-    ("exposed_comm_pct", "pct"), ("comm_wait_pct", "pct"), ("host_wait_pct", "pct"),
-    ("lateness_mean_ns", "ns"), ("lateness_max_ns", "ns"), ("late_share", "share"),
-    ("launch_delay_p50_ns", "ns"), ("findings", "count"),
+    ("span_ns", "ns"),
+    ("busy_pct", "pct"),
+    ("step_time_mean_ns", "ns"),
+    ("step_time_p95_ns", "ns"),
+    ("compute_ns", "ns"),
+    ("communication_ns", "ns"),
+    ("exposed_comm_pct", "pct"),
+    ("comm_wait_pct", "pct"),
+    ("host_wait_pct", "pct"),
+    ("lateness_mean_ns", "ns"),
+    ("lateness_max_ns", "ns"),
+    ("late_share", "share"),
+    ("launch_delay_p50_ns", "ns"),
+    ("findings", "count"),
 ]
 #: A rank is an outlier of a metric beyond this many scaled MADs (1.4826 x MAD ~ one standard
 #: deviation of a normal distribution) from the median...
@@ -78,20 +87,40 @@ def distributions(ranks: pl.DataFrame) -> pl.DataFrame:
             continue
         med = float(v["x"].median())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
         dev = (v["x"] - med).abs()
-        mad = float(dev.median()) * 1.4826  # type: ignore[arg-type]
+        mad = float(dev.median()) * 1.4826
         bound = max(OUTLIER_MADS * mad, OUTLIER_MIN_REL * abs(med))
-        out = v.with_columns(dev=dev).filter(pl.col("dev") > bound).sort(
-            ["dev", "rank"], descending=[True, False])
-        rows.append({
-            "metric": column, "unit": unit, "ranks": v.height,
-            "min": v["x"].min(), "p50": med, "p95": v["x"].quantile(0.95, "nearest"),
-            "max": v["x"].max(), "outliers": out.height,
-            "outlier_ranks": out["rank"].head(OUTLIERS_LISTED).to_list(),
-        })
-    return pl.DataFrame(rows, schema={"metric": pl.String, "unit": pl.String, "ranks": pl.Int64,
-                                      "min": pl.Float64, "p50": pl.Float64, "p95": pl.Float64,
-                                      "max": pl.Float64, "outliers": pl.Int64,
-                                      "outlier_ranks": pl.List(pl.Int32)})
+        out = (
+            v.with_columns(dev=dev)
+            .filter(pl.col("dev") > bound)
+            .sort(["dev", "rank"], descending=[True, False])
+        )
+        rows.append(
+            {
+                "metric": column,
+                "unit": unit,
+                "ranks": v.height,
+                "min": v["x"].min(),
+                "p50": med,
+                "p95": v["x"].quantile(0.95, "nearest"),
+                "max": v["x"].max(),
+                "outliers": out.height,
+                "outlier_ranks": out["rank"].head(OUTLIERS_LISTED).to_list(),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "metric": pl.String,
+            "unit": pl.String,
+            "ranks": pl.Int64,
+            "min": pl.Float64,
+            "p50": pl.Float64,
+            "p95": pl.Float64,
+            "max": pl.Float64,
+            "outliers": pl.Int64,
+            "outlier_ranks": pl.List(pl.Int32),
+        },
+    )
 
 
 def _cost(per_rank: pl.DataFrame, instances: pl.DataFrame, late: list[int]) -> pl.DataFrame:
@@ -99,10 +128,13 @@ def _cost(per_rank: pl.DataFrame, instances: pl.DataFrame, late: list[int]) -> p
     summed over the collectives one of ``late`` started last."""
     keys = ["step", "name", "ordinal"]
     chosen = instances.filter(pl.col("latest_rank").is_in(late)).select(
-        pl.col("step").fill_null(-1), "name", "ordinal", "last_start_ns")
+        pl.col("step").fill_null(-1), "name", "ordinal", "last_start_ns"
+    )
     return (
-        per_rank.filter(~pl.col("rank").is_in(late)).join(chosen, on=keys)
-        .group_by("rank").agg(cost_ns=(pl.col("last_start_ns") - pl.col("start_ns")).sum())
+        per_rank.filter(~pl.col("rank").is_in(late))
+        .join(chosen, on=keys)
+        .group_by("rank")
+        .agg(cost_ns=(pl.col("last_start_ns") - pl.col("start_ns")).sum())
     )
 
 
@@ -112,12 +144,14 @@ def _late_steps(instances: pl.DataFrame, late: list[int]) -> tuple[int, int]:
     if stepped.is_empty():
         return 0, 0
     by_step = stepped.group_by("step").agg(
-        share=(pl.col("latest_rank").is_in(late) & (pl.col("skew_ns") > 0)).mean())
+        share=(pl.col("latest_rank").is_in(late) & (pl.col("skew_ns") > 0)).mean()
+    )
     return int((by_step["share"] >= 0.5).sum()), by_step.height
 
 
-def _straggler(job: Any, late: list[int], kind: str, host: str | None,
-               spans: pl.DataFrame) -> dict[str, Any]:
+def _straggler(
+    job: Any, late: list[int], kind: str, host: str | None, spans: pl.DataFrame
+) -> dict[str, Any]:
     inst = job.collectives
     n = inst.filter(pl.col("skew_ns") > 0).height
     last = inst.filter(pl.col("skew_ns") > 0, pl.col("latest_rank").is_in(late)).height
@@ -126,13 +160,27 @@ def _straggler(job: Any, late: list[int], kind: str, host: str | None,
     others = job.ranks.height - len(late)
     total = int(cost["cost_ns"].sum()) if cost.height else 0
     per_rank = total / others if others else 0.0
-    pct = (cost.select((100 * pl.col("cost_ns") / pl.col("span_ns")).mean()).item()
-           if cost.height else None)
+    pct = (
+        cost.select((100 * pl.col("cost_ns") / pl.col("span_ns")).mean()).item()
+        if cost.height
+        else None
+    )
     lat = job.ranks.filter(pl.col("rank").is_in(late))["lateness_mean_ns"].mean()
-    return {"kind": kind, "ranks": late, "host": host, "late_share": last / n if n else None,
-            "late_collectives": last, "collectives": n, "late_steps": late_steps, "steps": steps,
-            "lateness_mean_ns": lat, "cost_ns": total, "cost_per_rank_ns": per_rank,
-            "cost_pct_of_span": pct, "others": others}
+    return {
+        "kind": kind,
+        "ranks": late,
+        "host": host,
+        "late_share": last / n if n else None,
+        "late_collectives": last,
+        "collectives": n,
+        "late_steps": late_steps,
+        "steps": steps,
+        "lateness_mean_ns": lat,
+        "cost_ns": total,
+        "cost_per_rank_ns": per_rank,
+        "cost_pct_of_span": pct,
+        "others": others,
+    }
 
 
 def hosts_table(ranks: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame | None:
@@ -140,16 +188,23 @@ def hosts_table(ranks: pl.DataFrame, instances: pl.DataFrame) -> pl.DataFrame | 
         return None
     n = max(instances.filter(pl.col("skew_ns") > 0).height, 1)
     host_of = ranks.select("rank", "host")
-    last = (instances.filter(pl.col("skew_ns") > 0)
-            .join(host_of.rename({"rank": "latest_rank"}), on="latest_rank", how="left")
-            .group_by("host").agg(late_share=pl.len() / n))
+    last = (
+        instances.filter(pl.col("skew_ns") > 0)
+        .join(host_of.rename({"rank": "latest_rank"}), on="latest_rank", how="left")
+        .group_by("host")
+        .agg(late_share=pl.len() / n)
+    )
     return (
-        ranks.group_by("host").agg(
-            ranks=pl.len(), first_rank=pl.col("rank").min(),
+        ranks.group_by("host")
+        .agg(
+            ranks=pl.len(),
+            first_rank=pl.col("rank").min(),
             lateness_mean_ns=pl.col("lateness_mean_ns").mean(),
             step_time_mean_ns=pl.col("step_time_mean_ns").mean(),
-            busy_pct=pl.col("busy_pct").mean())
-        .join(last, on="host", how="left").with_columns(pl.col("late_share").fill_null(0.0))
+            busy_pct=pl.col("busy_pct").mean(),
+        )
+        .join(last, on="host", how="left")
+        .with_columns(pl.col("late_share").fill_null(0.0))
         .sort(["lateness_mean_ns", "first_rank"], descending=[True, False], nulls_last=True)
     )
 
@@ -160,8 +215,7 @@ def _late_host(hosts: pl.DataFrame | None, min_lateness_us: float) -> str | None
     top = hosts.row(0, named=True)
     others = hosts["lateness_mean_ns"].slice(1).max() or 0.0
     mean = top["lateness_mean_ns"] or 0.0
-    if (top["late_share"] >= 0.5 and mean >= min_lateness_us * 1e3
-            and mean >= 2 * float(others)):  # type: ignore[arg-type]
+    if top["late_share"] >= 0.5 and mean >= min_lateness_us * 1e3 and mean >= 2 * float(others):  # type: ignore[arg-type]
         return str(top["host"])
     return None
 
@@ -169,46 +223,83 @@ def _late_host(hosts: pl.DataFrame | None, min_lateness_us: float) -> str | None
 def _trend(frame: pl.DataFrame, by: str | list[str], y: str) -> pl.DataFrame:
     """Least-squares trend of ``y`` over ``step`` per group: steps, r, fitted first and last."""
     return (
-        frame.group_by(by).agg(
-            steps=pl.len(), first_step=pl.col("step").min(), last_step=pl.col("step").max(),
-            r=pl.corr("step", y), slope=pl.cov("step", y) / pl.col("step").var(),
-            mean_y=pl.col(y).mean(), mean_x=pl.col("step").mean(), median_y=pl.col(y).median())
+        frame.group_by(by)
+        .agg(
+            steps=pl.len(),
+            first_step=pl.col("step").min(),
+            last_step=pl.col("step").max(),
+            r=pl.corr("step", y),
+            slope=pl.cov("step", y) / pl.col("step").var(),
+            mean_y=pl.col(y).mean(),
+            mean_x=pl.col("step").mean(),
+            median_y=pl.col(y).median(),
+        )
         .filter(pl.col("steps") >= MIN_TREND_STEPS)
         .with_columns(
-            fitted_first=pl.col("mean_y") + pl.col("slope") * (pl.col("first_step") - pl.col("mean_x")),
-            fitted_last=pl.col("mean_y") + pl.col("slope") * (pl.col("last_step") - pl.col("mean_x")))
+            fitted_first=pl.col("mean_y")
+            + pl.col("slope") * (pl.col("first_step") - pl.col("mean_x")),
+            fitted_last=pl.col("mean_y")
+            + pl.col("slope") * (pl.col("last_step") - pl.col("mean_x")),
+        )
         .with_columns(r=pl.col("r").fill_nan(None))
     )
 
 
 def skew_growth(instances: pl.DataFrame, min_lateness_us: float) -> pl.DataFrame:
-    t = _trend(instances.filter(pl.col("step").is_not_null()).with_columns(
-        pl.col("skew_ns").cast(pl.Float64)), ["name", "ordinal"], "skew_ns")
+    t = _trend(
+        instances.filter(pl.col("step").is_not_null()).with_columns(
+            pl.col("skew_ns").cast(pl.Float64)
+        ),
+        ["name", "ordinal"],
+        "skew_ns",
+    )
     return (
-        t.filter(pl.col("r") >= MIN_TREND_R,
-                 pl.col("fitted_last") - pl.col("fitted_first") >= min_lateness_us * 1e3,
-                 pl.col("fitted_last") >= 2 * pl.col("fitted_first"))
-        .select("name", "ordinal", "steps", "first_step", "last_step", "r",
-                first_skew_ns="fitted_first", last_skew_ns="fitted_last",
-                growth_ns_per_step="slope")
+        t.filter(
+            pl.col("r") >= MIN_TREND_R,
+            pl.col("fitted_last") - pl.col("fitted_first") >= min_lateness_us * 1e3,
+            pl.col("fitted_last") >= 2 * pl.col("fitted_first"),
+        )
+        .select(
+            "name",
+            "ordinal",
+            "steps",
+            "first_step",
+            "last_step",
+            "r",
+            first_skew_ns="fitted_first",
+            last_skew_ns="fitted_last",
+            growth_ns_per_step="slope",
+        )
         .sort(["growth_ns_per_step", "name", "ordinal"], descending=[True, False, False])
     )
 
 
 def step_drift(steps: pl.DataFrame) -> pl.DataFrame:
-    t = _trend(steps.drop_nulls("duration_ns").with_columns(
-        pl.col("duration_ns").cast(pl.Float64)), "rank", "duration_ns")
-    t = t.with_columns(drift_pct=100 * (pl.col("fitted_last") - pl.col("fitted_first"))
-                       / pl.col("median_y"))
+    t = _trend(
+        steps.drop_nulls("duration_ns").with_columns(pl.col("duration_ns").cast(pl.Float64)),
+        "rank",
+        "duration_ns",
+    )
+    t = t.with_columns(
+        drift_pct=100 * (pl.col("fitted_last") - pl.col("fitted_first")) / pl.col("median_y")
+    )
     if t.is_empty():
-        return t.select("rank", "steps", "r", "drift_pct", first_ns="fitted_first",
-                        last_ns="fitted_last").with_columns(relative_pct=pl.lit(None, pl.Float64))
+        return t.select(
+            "rank", "steps", "r", "drift_pct", first_ns="fitted_first", last_ns="fitted_last"
+        ).with_columns(relative_pct=pl.lit(None, pl.Float64))
     job_drift = t["drift_pct"].median()
     return (
         t.with_columns(relative_pct=pl.col("drift_pct") - job_drift)
         .filter(pl.col("r").abs() >= MIN_TREND_R, pl.col("relative_pct").abs() >= DRIFT_MIN_PCT)
-        .select("rank", "steps", "r", "drift_pct", "relative_pct", first_ns="fitted_first",
-                last_ns="fitted_last")
+        .select(
+            "rank",
+            "steps",
+            "r",
+            "drift_pct",
+            "relative_pct",
+            first_ns="fitted_first",
+            last_ns="fitted_last",
+        )
         .sort(["relative_pct", "rank"], descending=[True, False])
     )
 
@@ -216,20 +307,32 @@ def step_drift(steps: pl.DataFrame) -> pl.DataFrame:
 def rank_findings(findings: pl.DataFrame) -> pl.DataFrame:
     order = {"critical": 0, "warning": 1, "info": 2}
     if findings.is_empty():
-        return pl.DataFrame(schema={"slug": pl.String, "severity": pl.String, "ranks": pl.Int64,
-                                    "impact_ns": pl.Int64, "top_ranks": pl.List(pl.Int32)})
+        return pl.DataFrame(
+            schema={
+                "slug": pl.String,
+                "severity": pl.String,
+                "ranks": pl.Int64,
+                "impact_ns": pl.Int64,
+                "top_ranks": pl.List(pl.Int32),
+            }
+        )
     return (
         findings.with_columns(_sev=pl.col("severity").replace_strict(order, default=3))
         .sort(["impact_ns", "rank"], descending=[True, False])
-        .group_by("slug").agg(
-            severity=pl.col("severity").sort_by("_sev").first(), ranks=pl.col("rank").n_unique(),
-            impact_ns=pl.col("impact_ns").sum(), top_ranks=pl.col("rank").unique(maintain_order=True).head(5))
+        .group_by("slug")
+        .agg(
+            severity=pl.col("severity").sort_by("_sev").first(),
+            ranks=pl.col("rank").n_unique(),
+            impact_ns=pl.col("impact_ns").sum(),
+            top_ranks=pl.col("rank").unique(maintain_order=True).head(5),
+        )
         .sort(["ranks", "impact_ns", "slug"], descending=[True, True, False])
     )
 
 
-def scale_view(job: Any, steps: pl.DataFrame, findings: pl.DataFrame,
-               min_lateness_us: float) -> JobScale:
+def scale_view(
+    job: Any, steps: pl.DataFrame, findings: pl.DataFrame, min_lateness_us: float
+) -> JobScale:
     """The job at scale (module doc). ``steps``: rank, step, duration_ns; ``findings``: the
     per-rank findings (analysis.job_reduce.FINDING_SCHEMA)."""
     from traceanalyzer.report._common import fmt_ns
@@ -238,8 +341,11 @@ def scale_view(job: Any, steps: pl.DataFrame, findings: pl.DataFrame,
     spans = job.ranks.select("rank", "span_ns")
     stragglers = []
     out: list[dict[str, Any]] = []
-    host_of = dict(zip(job.ranks["rank"], job.ranks["host"], strict=True)) \
-        if "host" in job.ranks.columns else {}
+    host_of = (
+        dict(zip(job.ranks["rank"], job.ranks["host"], strict=True))
+        if "host" in job.ranks.columns
+        else {}
+    )
     for r in job.stragglers:
         stragglers.append(_straggler(job, [r], "rank", host_of.get(r), spans))
     late_host = _late_host(hosts, min_lateness_us)
@@ -247,46 +353,93 @@ def scale_view(job: Any, steps: pl.DataFrame, findings: pl.DataFrame,
         members = job.ranks.filter(pl.col("host") == late_host)["rank"].to_list()
         stragglers.append(_straggler(job, members, "host", late_host, spans))
     for s in stragglers:
-        who = (f"rank {s['ranks'][0]}" + (f" (host {s['host']})" if s["host"] else "")
-               if s["kind"] == "rank" else f"host {s['host']} ({len(s['ranks'])} ranks)")
+        who = (
+            f"rank {s['ranks'][0]}" + (f" (host {s['host']})" if s["host"] else "")
+            if s["kind"] == "rank"
+            else f"host {s['host']} ({len(s['ranks'])} ranks)"
+        )
         share = f"{100 * s['late_share']:.0f}%" if s["late_share"] is not None else "-"
         steps_txt = f", in {s['late_steps']} of {s['steps']} steps" if s["steps"] else ""
-        pct = (f", {s['cost_pct_of_span']:.1f}% of their span"
-               if s["cost_pct_of_span"] is not None else "")
-        out.append({
-            "kind": f"straggler-{s['kind']}",
-            "severity": "warning" if (s["cost_pct_of_span"] or 0) >= 1.0 else "info",
-            "message": (f"{who} starts last in {share} of the collectives{steps_txt}, "
-                        f"{fmt_ns(s['lateness_mean_ns'])} late on average; the other "
-                        f"{s['others']} ranks wait {fmt_ns(s['cost_per_rank_ns'])} each for it"
-                        f"{pct}"),
-            "ranks": s["ranks"], "host": s["host"], "impact_ns": int(s["cost_per_rank_ns"])})
+        pct = (
+            f", {s['cost_pct_of_span']:.1f}% of their span"
+            if s["cost_pct_of_span"] is not None
+            else ""
+        )
+        out.append(
+            {
+                "kind": f"straggler-{s['kind']}",
+                "severity": "warning" if (s["cost_pct_of_span"] or 0) >= 1.0 else "info",
+                "message": (
+                    f"{who} starts last in {share} of the collectives{steps_txt}, "
+                    f"{fmt_ns(s['lateness_mean_ns'])} late on average; the other "
+                    f"{s['others']} ranks wait {fmt_ns(s['cost_per_rank_ns'])} each for it"
+                    f"{pct}"
+                ),
+                "ranks": s["ranks"],
+                "host": s["host"],
+                "impact_ns": int(s["cost_per_rank_ns"]),
+            }
+        )
     growth = skew_growth(job.collectives, min_lateness_us)
     for g in growth.head(5).iter_rows(named=True):
-        out.append({
-            "kind": "skew-growth", "severity": "warning",
-            "message": (f"skew of {g['name'][:80]} #{g['ordinal']} grows from "
-                        f"{fmt_ns(g['first_skew_ns'])} to {fmt_ns(g['last_skew_ns'])} over steps "
-                        f"{g['first_step']}-{g['last_step']} (r = {g['r']:.2f})"),
-            "ranks": [], "host": None,
-            "impact_ns": int(g["last_skew_ns"] - g["first_skew_ns"])})
+        out.append(
+            {
+                "kind": "skew-growth",
+                "severity": "warning",
+                "message": (
+                    f"skew of {g['name'][:80]} #{g['ordinal']} grows from "
+                    f"{fmt_ns(g['first_skew_ns'])} to {fmt_ns(g['last_skew_ns'])} over steps "
+                    f"{g['first_step']}-{g['last_step']} (r = {g['r']:.2f})"
+                ),
+                "ranks": [],
+                "host": None,
+                "impact_ns": int(g["last_skew_ns"] - g["first_skew_ns"]),
+            }
+        )
     if growth.height > 5:
-        out.append({"kind": "skew-growth", "severity": "info", "ranks": [], "host": None,
-                    "message": f"{growth.height - 5} more collectives whose skew grows",
-                    "impact_ns": 0})
+        out.append(
+            {
+                "kind": "skew-growth",
+                "severity": "info",
+                "ranks": [],
+                "host": None,
+                "message": f"{growth.height - 5} more collectives whose skew grows",
+                "impact_ns": 0,
+            }
+        )
     drift = step_drift(steps)
     for d in drift.head(5).iter_rows(named=True):
-        out.append({
-            "kind": "step-drift", "severity": "warning",
-            "message": (f"rank {d['rank']}'s step time drifts from {fmt_ns(d['first_ns'])} to "
-                        f"{fmt_ns(d['last_ns'])} over {d['steps']} steps ({d['drift_pct']:+.0f}%, "
-                        f"{d['relative_pct']:+.0f} points more than the ranks' median)"),
-            "ranks": [d["rank"]], "host": host_of.get(d["rank"]),
-            "impact_ns": int(abs(d["last_ns"] - d["first_ns"]))})
+        out.append(
+            {
+                "kind": "step-drift",
+                "severity": "warning",
+                "message": (
+                    f"rank {d['rank']}'s step time drifts from {fmt_ns(d['first_ns'])} to "
+                    f"{fmt_ns(d['last_ns'])} over {d['steps']} steps ({d['drift_pct']:+.0f}%, "
+                    f"{d['relative_pct']:+.0f} points more than the ranks' median)"
+                ),
+                "ranks": [d["rank"]],
+                "host": host_of.get(d["rank"]),
+                "impact_ns": int(abs(d["last_ns"] - d["first_ns"])),
+            }
+        )
     if drift.height > 5:
-        out.append({"kind": "step-drift", "severity": "info", "ranks": [], "host": None,
-                    "message": f"{drift.height - 5} more ranks whose step time drifts",
-                    "impact_ns": 0})
-    return JobScale(distributions=distributions(job.ranks), hosts=hosts, stragglers=stragglers,
-                    skew_growth=growth, drift=drift, rank_findings=rank_findings(findings),
-                    findings=out)
+        out.append(
+            {
+                "kind": "step-drift",
+                "severity": "info",
+                "ranks": [],
+                "host": None,
+                "message": f"{drift.height - 5} more ranks whose step time drifts",
+                "impact_ns": 0,
+            }
+        )
+    return JobScale(
+        distributions=distributions(job.ranks),
+        hosts=hosts,
+        stragglers=stragglers,
+        skew_growth=growth,
+        drift=drift,
+        rank_findings=rank_findings(findings),
+        findings=out,
+    )

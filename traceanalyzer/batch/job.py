@@ -18,7 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from traceanalyzer.batch.task import Settings, _rule_config, config_hash, one_line, portable_rule_config
+from traceanalyzer.batch.task import (
+    Settings,
+    _rule_config,
+    config_hash,
+    one_line,
+    portable_rule_config,
+)
 from traceanalyzer.errors import InputError
 
 #: Dask retries of a task whose worker died (killed, out of memory), before the rank is failed.
@@ -44,35 +50,53 @@ def reduce_one(path: str, _prior_key: str | None, settings: Settings) -> dict[st
     as one line. Returns path, status ("ok" or "failed"), error, summary, seconds and the
     worker's peak RSS (KiB)."""
     started = time.perf_counter()
-    out: dict[str, Any] = {"path": path, "status": "failed", "error": None, "summary": None,
-                           "seconds": 0.0, "peak_rss_kb": None}
+    out: dict[str, Any] = {
+        "path": path,
+        "status": "failed",
+        "error": None,
+        "summary": None,
+        "seconds": 0.0,
+        "peak_rss_kb": None,
+    }
     try:
         from traceanalyzer.analysis.job_reduce import reduce_trace
         from traceanalyzer.analysis.window import choose_window
         from traceanalyzer.ingest import load
 
-        trace = choose_window(load(path, use_cache=settings.use_cache,
-                                   cache_dir=settings.cache_dir), settings.window)
-        out["summary"] = reduce_trace(trace, rules=settings.rules,
-                                      rule_config=_rule_config(settings))
+        trace = choose_window(
+            load(path, use_cache=settings.use_cache, cache_dir=settings.cache_dir), settings.window
+        )
+        out["summary"] = reduce_trace(
+            trace, rules=settings.rules, rule_config=_rule_config(settings)
+        )
         out["status"] = "ok"
     except MemoryError:
         out["error"] = f"{path}: out of memory while loading this trace"
     except Exception as exc:  # noqa: BLE001 - one bad rank must not stop the job
         from traceanalyzer.errors import TraceAnalyzerError
 
-        out["error"] = one_line(str(exc) if isinstance(exc, TraceAnalyzerError)
-                                else f"{path}: internal error: {exc!r}")
+        out["error"] = one_line(
+            str(exc) if isinstance(exc, TraceAnalyzerError) else f"{path}: internal error: {exc!r}"
+        )
     out["seconds"] = time.perf_counter() - started
     out["peak_rss_kb"] = peak_rss_kb()
     return out
 
 
-def run_job(paths: Sequence[str | os.PathLike[str]], *, workers: int | None = None,
-            dask: str | None = None, rules: bool = True, rule_config: Any = None,
-            window: str = "steps", use_cache: bool = True,
-            cache_dir: str | os.PathLike[str] | None = None, min_lateness_us: float | None = None,
-            progress: bool = False, stats: dict[str, Any] | None = None) -> Any:
+def run_job(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    dask: str | None = None,
+    rules: bool = True,
+    rule_config: Any = None,
+    window: str = "steps",
+    use_cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    min_lateness_us: float | None = None,
+    progress: bool = False,
+    stats: dict[str, Any] | None = None,
+) -> Any:
     """Analyze ``paths`` (one trace per rank, or traces of several ranks) as one job.
 
     ``workers`` local processes (default: one per CPU, at most one per trace; 1 runs the tasks in
@@ -88,9 +112,14 @@ def run_job(paths: Sequence[str | os.PathLike[str]], *, workers: int | None = No
     if not names:
         raise InputError("job", "no trace files given")
     workers = workers or default_workers(len(names))
-    settings = Settings(rules=rules, rule_config=portable_rule_config(rule_config),
-                        use_cache=use_cache, cache_dir=str(cache_dir) if cache_dir else None,
-                        window=window, config_hash=config_hash(rules, rule_config, window))
+    settings = Settings(
+        rules=rules,
+        rule_config=portable_rule_config(rule_config),
+        use_cache=use_cache,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        window=window,
+        config_hash=config_hash(rules, rule_config, window),
+    )
     tasks: list[tuple[str, str | None]] = [(p, None) for p in names]
     outcomes: dict[int, dict[str, Any]] = {}
     bar = Progress(len(tasks), progress)
@@ -103,8 +132,7 @@ def run_job(paths: Sequence[str | os.PathLike[str]], *, workers: int | None = No
         if dask:
             from traceanalyzer.batch.dask_runner import run_dask
 
-            run_dask(tasks, settings, dask, workers, on_done, fn=reduce_one,
-                     retries=DASK_RETRIES)
+            run_dask(tasks, settings, dask, workers, on_done, fn=reduce_one, retries=DASK_RETRIES)
         elif workers == 1:
             for index, (path, _) in enumerate(tasks):
                 on_done(index, reduce_one(path, None, settings))
@@ -126,6 +154,9 @@ def run_job(paths: Sequence[str | os.PathLike[str]], *, workers: int | None = No
             stats.setdefault("seconds", []).append(outcome.get("seconds"))
     outcomes.clear()
     if not summaries:
-        raise InputError(failed[0]["path"], "no trace of the job could be loaded ("
-                         f"{len(failed)} failed; first: {failed[0]['error']})")
+        raise InputError(
+            failed[0]["path"],
+            "no trace of the job could be loaded ("
+            f"{len(failed)} failed; first: {failed[0]['error']})",
+        )
     return analyze_summaries(summaries, failed=failed, min_lateness_us=min_lateness_us)
