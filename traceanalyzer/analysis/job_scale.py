@@ -12,7 +12,8 @@ lateness) and the per-step durations of every rank, :func:`scale_view` computes:
   matched collectives one of its ranks started last;
 - **stragglers**: each straggler rank, and a straggler host (a host whose ranks start last in
   at least half the collectives, late on average by at least ``min_lateness_us`` and twice any
-  other host's), with how consistently it is late (share of collectives, steps in which it
+  other host's, and holding no straggler rank, whose lateness it would only repeat), with how
+  consistently it is late (share of collectives, steps in which it
   started last in at least half the step's collectives) and its **cost** to the other ranks:
   per collective it started last, each other rank's wait, its start minus theirs;
 - **skew growth**: collectives (name, ordinal) matched in at least :data:`MIN_TREND_STEPS`
@@ -349,6 +350,8 @@ def scale_view(
     for r in job.stragglers:
         stragglers.append(_straggler(job, [r], "rank", host_of.get(r), spans))
     late_host = _late_host(hosts, min_lateness_us)
+    if late_host is not None and any(host_of.get(r) == late_host for r in job.stragglers):
+        late_host = None  # its lateness is its straggler rank's, already named
     if late_host is not None:
         members = job.ranks.filter(pl.col("host") == late_host)["rank"].to_list()
         stragglers.append(_straggler(job, members, "host", late_host, spans))
