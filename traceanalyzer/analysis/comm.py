@@ -50,12 +50,29 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     """
     kernels = launches.filter(pl.col("kind") == "kernel")
     is_comm = pl.col("category") == "communication"
-    comm = kernels.filter(is_comm, launched_in_trace())
-    if steps.height and "step" in comm.columns:
-        stepped = steps["rank"].unique().implode()
-        comm = comm.filter(pl.col("step").is_not_null() | ~pl.col("rank").is_in(stepped))
-    comm = _with_transfer(comm)
+    comm = flagged_comm_kernels(kernels)
     cover = kernels.filter(~is_comm).select("rank", "device", "start_ns", "end_ns")
+    stepped = steps["rank"].unique().to_list() if steps.height else []
+    return collectives_from(comm, cover, stepped)
+
+
+def flagged_comm_kernels(kernels: pl.DataFrame) -> pl.DataFrame:
+    """The communication kernels of ``kernels`` (a launches view filtered to kernels, every
+    kernel of each rank), with ``in_trace``: :func:`launched_in_trace`, judged on all of them."""
+    return kernels.with_columns(in_trace=launched_in_trace()).filter(
+        pl.col("category") == "communication")
+
+
+def collectives_from(comm: pl.DataFrame, cover: pl.DataFrame, stepped: list[int]) -> pl.DataFrame:
+    """:func:`step_collectives` from its parts: ``comm`` (:func:`flagged_comm_kernels`, every
+    rank's), ``cover`` (compute intervals by rank and device: the kernels themselves, or any part
+    of their union that holds the communication kernels' windows) and the ranks that mark steps.
+    A job's client runs this on the small frames its workers send (analysis.job_reduce)."""
+    comm = comm.filter(pl.col("in_trace")).drop("in_trace")
+    if stepped and "step" in comm.columns:
+        comm = comm.filter(pl.col("step").is_not_null()
+                           | ~pl.col("rank").is_in(pl.Series(stepped, dtype=pl.Int32).implode()))
+    comm = _with_transfer(comm)
     transfers = comm.with_columns(start_ns=pl.col("end_ns") - pl.col("transfer_ns"))
     covered = overlap_ns(transfers, cover, name="covered_ns")["covered_ns"]
     waits = comm.with_columns(end_ns=pl.col("start_ns") + pl.col("wait_ns"))

@@ -47,7 +47,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import launched_in_trace, numbered
+from traceanalyzer.analysis.comm import flagged_comm_kernels, numbered
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.model import FRAME_SCHEMAS, Trace, TraceMeta
 
@@ -62,7 +62,8 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 class JobResult:
     """One job: the combined analysis plus cross-rank tables."""
 
-    result: AnalysisResult
+    #: The combined trace's analysis (None when the ranks were reduced one by one).
+    result: AnalysisResult | None
     #: Per rank: the metrics of ``Metrics`` plus collectives, lateness_mean_ns, lateness_p50_ns,
     #: lateness_max_ns, late_count, late_share, hta_late_iterations, straggler, source, and the
     #: rule's exposed communication (:mod:`traceanalyzer.analysis.comm`): exposed_comm_ns,
@@ -77,6 +78,12 @@ class JobResult:
     #: Collectives seen on some ranks but not all (profiling windows that do not line up).
     unmatched_collectives: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: Per rank and matched collective: step, name, ordinal, rank, start_ns, lateness_ns.
+    per_rank: pl.DataFrame | None = None
+    #: The cross-rank view at scale (analysis.job_scale.JobScale); set by analyze_summaries.
+    scale: Any = None
+    #: Traces that could not be loaded: path and one-line error.
+    failed: list[dict[str, str]] = field(default_factory=list)
 
 
 def _rank_hint(path: str) -> int | None:
@@ -98,14 +105,18 @@ def assign_ranks(traces: list[Trace]) -> list[dict[int, int]]:
     torchrun case); otherwise ranks are numbered in order of the rank in the file name (if any),
     then the path, and a trace holding several ranks takes consecutive numbers.
     """
-    own = [_trace_ranks(t) for t in traces]
-    recorded = [t.meta.rank for t in traces]
-    if all(len(r) == 1 for r in own) and len(set(recorded)) == len(traces):
+    return assign_rank_maps([_trace_ranks(t) for t in traces], [t.meta.rank for t in traces],
+                            [t.meta.path for t in traces])
+
+
+def assign_rank_maps(own: list[list[int]], recorded: list[int],
+                     paths: list[str]) -> list[dict[int, int]]:
+    """:func:`assign_ranks` from each trace's own ranks, recorded rank and path."""
+    if all(len(r) == 1 for r in own) and len(set(recorded)) == len(own):
         return [{r[0]: rank} for r, rank in zip(own, recorded, strict=True)]
-    order = sorted(range(len(traces)), key=lambda i: (_rank_hint(traces[i].meta.path) is None,
-                                                      _rank_hint(traces[i].meta.path) or 0,
-                                                      traces[i].meta.path))
-    maps: list[dict[int, int]] = [{} for _ in traces]
+    order = sorted(range(len(own)), key=lambda i: (_rank_hint(paths[i]) is None,
+                                                   _rank_hint(paths[i]) or 0, paths[i]))
+    maps: list[dict[int, int]] = [{} for _ in own]
     next_rank = 0
     for i in order:
         for r in own[i]:
@@ -182,10 +193,15 @@ def collective_instances(launches: pl.DataFrame, n_ranks: int) -> tuple[pl.DataF
     per instance: the summary columns of :attr:`JobResult.collectives`; the number of instances
     missing on some rank).
     """
-    kernels = launches.filter(pl.col("kind") == "kernel")
-    flagged = kernels.with_columns(_before_profiler=~launched_in_trace())
+    return instances_from(flagged_comm_kernels(launches.filter(pl.col("kind") == "kernel")),
+                          n_ranks)
+
+
+def instances_from(flagged: pl.DataFrame, n_ranks: int) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """:func:`collective_instances` from every rank's communication kernels, flagged by
+    :func:`analysis.comm.flagged_comm_kernels` (what a job's workers send the client)."""
     comm = numbered(
-        _with_counterparts(flagged.filter(pl.col("category") == "communication"))
+        _with_counterparts(flagged.with_columns(_before_profiler=~pl.col("in_trace")))
         .select("rank", "step", "name", "stream", "start_ns", "end_ns")
         .with_columns(step=pl.col("step").fill_null(-1))
     )
@@ -251,20 +267,30 @@ def rank_lateness(per_rank: pl.DataFrame, instances: pl.DataFrame, ranks: list[i
 
 def hta_late_iterations(launches: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     """HTA's late-start straggler count per rank (top 1 per iteration); see the module doc."""
-    out_schema = {"rank": pl.Int32, "hta_late_iterations": pl.Int64}
     in_steps = launches.filter(pl.col("step").is_not_null())
-    if in_steps.is_empty():
+    extents = in_steps.group_by("rank", "step").agg(start_ns=pl.col("start_ns").min(),
+                                                    end_ns=pl.col("end_ns").max())
+    comm = in_steps.filter(pl.col("kind") == "kernel", pl.col("category") == "communication")
+    return hta_late_from(extents, comm, ranks)
+
+
+def hta_late_from(extents: pl.DataFrame, comm: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """:func:`hta_late_iterations` from its parts: per (rank, step) the extent of the GPU work
+    launched in the step (start_ns, end_ns) and the communication kernels (rank, stream, step,
+    name, start_ns, end_ns; those outside steps are ignored)."""
+    out_schema = {"rank": pl.Int32, "hta_late_iterations": pl.Int64}
+    if extents.is_empty():
         return pl.DataFrame({"rank": ranks, "hta_late_iterations": [None] * len(ranks)},
                             schema=out_schema)
-    n_iters = in_steps["step"].n_unique()
-    t_min = in_steps["start_ns"].min()
-    mean_iter = (in_steps["end_ns"].max() - t_min) / n_iters
-    long = in_steps.filter(
-        pl.col("kind") == "kernel", pl.col("category") == "communication", pl.col("step") > 0,
+    n_iters = extents["step"].n_unique()
+    t_min = extents["start_ns"].min()
+    mean_iter = (extents["end_ns"].max() - t_min) / n_iters  # type: ignore[operator]  # Polars: scalar typed for any dtype
+    long = comm.filter(
+        pl.col("step").is_not_null(), pl.col("step") > 0,
         (pl.col("end_ns") - pl.col("start_ns")) >= mean_iter * HTA_MIN_NORMALIZED_DURATION,
     )
     last = (
-        long.sort("start_ns")
+        long.sort("start_ns", "end_ns")
         .group_by("rank", "stream", "step", "name", maintain_order=True)
         .agg(start_ns=pl.col("start_ns").last(),
              duration=(pl.col("end_ns") - pl.col("start_ns")).last() / mean_iter)
@@ -311,55 +337,80 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     views = Views(trace)
     result = analyze_trace(trace, rule_config=rule_config, rules=rules)
     ranks = views.ranks
+    kernels = views.marked_launches.filter(pl.col("kind") == "kernel")
+    sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
+               for r in src["ranks"]}
+    sources = {r: sources.get(r, trace.meta.path) for r in ranks}
+    return job_from_parts(
+        ranks=ranks, metrics=rank_table(views.metrics_by_rank).cast({"rank": pl.Int32}),
+        comm=flagged_comm_kernels(kernels), exposed=views.exposed_comm,
+        hta=hta_late_iterations(views.marked_launches, ranks), sources=sources,
+        world_sizes=trace.meta.extra.get("job", {}).get("world_sizes", []),
+        min_lateness_us=min_lateness_us, result=result)
+
+
+def job_from_parts(*, ranks: list[int], metrics: pl.DataFrame, comm: pl.DataFrame,
+                   exposed: pl.DataFrame, hta: pl.DataFrame, sources: dict[int, str],
+                   world_sizes: list[int], min_lateness_us: float = MIN_LATENESS_US,
+                   result: AnalysisResult | None = None) -> JobResult:
+    """The job from every rank's metrics (:func:`analysis.rank_table`), flagged communication
+    kernels (:func:`analysis.comm.flagged_comm_kernels`), exposed transfer
+    (:func:`analysis.comm.exposed_by_rank`) and HTA late iterations: the one assembly of a
+    combined trace (:func:`analyze_job`) and of ranks reduced one by one
+    (:func:`analysis.job_reduce.analyze_summaries`)."""
     warnings: list[str] = []
     if len(ranks) < 2:
         warnings.append("only one rank found: there is nothing to compare across ranks")
-    per_rank, instances, unmatched = collective_instances(views.marked_launches, len(ranks))
+    with_comm = set(comm["rank"].unique().to_list())
+    silent = [r for r in ranks if r not in with_comm]
+    n_matched = len(ranks)
+    if silent and len(with_comm) >= 2:
+        # A rank with no collective at all (an empty trace, a profiler that missed the window)
+        # would leave every collective unmatched: match the others, and say so.
+        n_matched = len(with_comm)
+        listed = ", ".join(map(str, silent[:10])) + (", ..." if len(silent) > 10 else "")
+        warnings.append(f"{len(silent)} ranks have no communication kernels (rank {listed}); "
+                        "collectives are matched across the other ranks")
+    per_rank, instances, unmatched = instances_from(comm, n_matched)
     if unmatched:
         warnings.append(f"{unmatched} collectives were not found on every rank (profiled windows "
                         "that do not line up?); they are left out of lateness and skew")
     lateness = rank_lateness(per_rank, instances, ranks)
     stragglers = pick_stragglers(lateness, min_lateness_us)
-    if not _windows_overlap(views.metrics_by_rank):
+    if not windows_overlap(metrics):
         warnings.append("the ranks' GPU activity does not overlap in time: these traces are not "
                         "from one run, or their clocks disagree; lateness and skew are not "
                         "meaningful and no straggler is named")
         stragglers = []
-    sizes = set(trace.meta.extra.get("job", {}).get("world_sizes", []))
-    if len(sizes) > 1:
-        warnings.append(f"the traces record different world sizes ({sorted(sizes)})")
-    metrics = rank_table(views.metrics_by_rank).cast({"rank": pl.Int32})
-    sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
-               for r in src["ranks"]}
+    if len(set(world_sizes)) > 1:
+        warnings.append(f"the traces record different world sizes ({sorted(set(world_sizes))})")
     # The exposed communication the nccl-not-overlapped rule reports (steps only, when steps are
     # marked); the metrics' exposed_communication_ns stays the whole-trace HTA/TraceLens figure.
     # The figure the headline's metrics hold as exposed_transfer_ns (and comm_wait_ns).
-    exposed = views.exposed_comm.drop("comm_wait_ns")
     table = (
         metrics.join(lateness, on="rank", how="left")
-        .join(exposed, on="rank", how="left")
+        .join(exposed.drop("comm_wait_ns"), on="rank", how="left")
         .with_columns(pl.col("comm_wait_ns").fill_null(0))
         .with_columns(exposed_comm_pct=_of_span("exposed_comm_ns"),
                       comm_wait_pct=_of_span("comm_wait_ns"),
                       host_wait_pct=_of_span("idle_host_wait_ns"))
-        .join(hta_late_iterations(views.marked_launches, ranks), on="rank", how="left")
+        .join(hta, on="rank", how="left")
         .with_columns(straggler=pl.col("rank").is_in(stragglers),
                       source=pl.col("rank").replace_strict(
-                          list(sources), list(sources.values()), default=trace.meta.path,
+                          list(sources), list(sources.values()), default=None,
                           return_dtype=pl.String))
         .sort("rank")
     )
     return JobResult(result=result, ranks=table, collectives=instances, stragglers=stragglers,
-                     unmatched_collectives=unmatched, warnings=warnings)
+                     unmatched_collectives=unmatched, warnings=warnings, per_rank=per_rank)
 
 
-def _windows_overlap(by_rank: dict[int, Any]) -> bool:
+def windows_overlap(metrics: pl.DataFrame) -> bool:
     """True when some moment lies inside every rank's GPU window (or there is < 2 windows)."""
-    windows = [(m.window_start_ns, m.window_end_ns) for m in by_rank.values()
-               if m.window_start_ns is not None and m.window_end_ns is not None]
-    if len(windows) < 2:
+    w = metrics.select("window_start_ns", "window_end_ns").drop_nulls()
+    if w.height < 2:
         return True
-    return max(w[0] for w in windows) < min(w[1] for w in windows)
+    return bool(w["window_start_ns"].max() < w["window_end_ns"].min())  # type: ignore[operator]  # Polars: scalar typed for any dtype
 
 
 def _of_span(column: str) -> pl.Expr:
@@ -386,12 +437,13 @@ def exposed_note(ranks: pl.DataFrame) -> str:
             "file of every rank; analyze's 'exposed' counts whole collectives.")
 
 
-def job_to_dict(job: JobResult) -> dict[str, Any]:
+def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
     """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
     from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
 
     skew = job.collectives["skew_ns"]
-    return {
+    scale = job.scale
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "job",
         "ranks": [clean(r) for r in job.ranks.to_dicts()],
@@ -405,6 +457,22 @@ def job_to_dict(job: JobResult) -> dict[str, Any]:
             "skew_max_ns": clean(skew.max()) if len(skew) else None,
         },
         "collectives": frame_rows(job.collectives.head(1000), "collectives"),
+        "most_skewed": frame_rows(job.collectives.sort(["skew_ns", "first_start_ns"],
+                                                       descending=[True, False]).head(top),
+                                  "most_skewed"),
+        "failed": list(job.failed),
         "warnings": list(job.warnings),
-        "analysis": to_json_dict(job.result),
+        "analysis": to_json_dict(job.result) if job.result is not None else None,
     }
+    if scale is not None:
+        doc.update({
+            "distributions": [clean(r) for r in scale.distributions.to_dicts()],
+            "hosts": ([clean(r) for r in scale.hosts.to_dicts()]
+                      if scale.hosts is not None else None),
+            "straggler_detail": [clean(s) for s in scale.stragglers],
+            "job_findings": [clean(f) for f in scale.findings],
+            "skew_growth": [clean(r) for r in scale.skew_growth.to_dicts()],
+            "step_drift": [clean(r) for r in scale.drift.to_dicts()],
+            "rank_findings": [clean(r) for r in scale.rank_findings.to_dicts()],
+        })
+    return doc

@@ -12,8 +12,8 @@ import logging
 import os
 from typing import Any
 
-from traceanalyzer.batch.pool import OnDone, Tasks, failed_outcome
-from traceanalyzer.batch.task import Settings, analyze_one
+from traceanalyzer.batch.pool import OnDone, TaskFn, Tasks, failed_outcome
+from traceanalyzer.batch.task import analyze_one
 from traceanalyzer.errors import UsageError
 
 LOCAL = "local"
@@ -28,9 +28,11 @@ def _import_distributed() -> Any:
     return distributed
 
 
-def run_dask(tasks: Tasks, settings: Settings, address: str, workers: int,
-             on_done: OnDone) -> None:
-    """Submit every task to the cluster at ``address`` (or a new LocalCluster for "local")."""
+def run_dask(tasks: Tasks, settings: Any, address: str, workers: int,
+             on_done: OnDone, fn: TaskFn = analyze_one, retries: int = 0) -> None:
+    """Submit ``fn`` (:func:`analyze_one` by default) for every task to the cluster at
+    ``address`` (or a new LocalCluster for "local"). ``retries``: Dask's own, for a task whose
+    worker died (a bad trace is an outcome, never an exception)."""
     distributed = _import_distributed()
     cluster = None
     try:
@@ -52,22 +54,22 @@ def run_dask(tasks: Tasks, settings: Settings, address: str, workers: int,
             cluster.close()
         raise UsageError(f"--dask {address}: cannot connect to the scheduler ({exc})") from None
     try:
-        _submit_all(distributed, client, tasks, settings, on_done)
+        _submit_all(distributed, client, tasks, settings, on_done, fn, retries)
     finally:
         client.close()
         if cluster is not None:
             cluster.close()
 
 
-def _submit_all(distributed: Any, client: Any, tasks: Tasks, settings: Settings,
-                on_done: OnDone) -> None:
+def _submit_all(distributed: Any, client: Any, tasks: Tasks, settings: Any,
+                on_done: OnDone, fn: TaskFn = analyze_one, retries: int = 0) -> None:
     settings_future = client.scatter(settings, broadcast=True)
     index_of: dict[str, int] = {}
     futures = []
     for index, (path, prior) in enumerate(tasks):
         # pure=False: the same path must be analyzed again on a new run, never served from
         # the scheduler's memory of an earlier one.
-        fut = client.submit(analyze_one, path, prior, settings_future, pure=False,
+        fut = client.submit(fn, path, prior, settings_future, pure=False, retries=retries,
                             key=f"traceanalyzer-{index}-{os.urandom(6).hex()}")
         index_of[fut.key] = index
         futures.append(fut)

@@ -193,7 +193,8 @@ def _matches(pat: list[str], name: list[str]) -> bool:
 # -- what a batch leaves out ---------------------------------------------------------------------
 
 #: The files a batch writes at the top of its output folder (reports go under ``reports/``).
-BATCH_FILES = ("manifest.json", "index.html", "summary.csv", "summary.parquet", "job.json")
+BATCH_FILES = ("manifest.json", "index.html", "summary.csv", "summary.parquet", "job.json",
+               "job.html", "job_ranks.parquet")
 #: The gzip header's file name that ``--annotate`` writes into ``.json.gz`` copies.
 ANNOTATED_GZIP_NAME = b"traceanalyzer-annotated.json"
 #: The findings track's name, in every annotated copy (Chrome JSON and Perfetto).

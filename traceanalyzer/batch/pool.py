@@ -28,7 +28,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from traceanalyzer.batch.task import Settings, analyze_one
+from traceanalyzer.batch.task import analyze_one
 from traceanalyzer.cpus import usable_cpus
 from traceanalyzer.errors import TraceAnalyzerError
 
@@ -50,10 +50,15 @@ def _init_worker(started: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _pool_task(index: int, path: str, prior_key: str | None, settings: Settings) -> dict[str, Any]:
+#: What a task runs: (path, prior_key, settings) -> outcome dict with at least path and status.
+TaskFn = Callable[[str, "str | None", Any], dict[str, Any]]
+
+
+def _pool_task(fn: TaskFn, index: int, path: str, prior_key: str | None,
+               settings: Any) -> dict[str, Any]:
     if _started_queue is not None:
         _started_queue.put((index, os.getpid()))
-    return analyze_one(path, prior_key, settings)
+    return fn(path, prior_key, settings)
 
 
 @contextlib.contextmanager
@@ -87,10 +92,12 @@ def biggest_first(tasks: Tasks) -> list[int]:
 
 
 class PoolRunner:
-    """Runs :func:`analyze_one` for every task; calls ``on_done(index, outcome)`` in the parent."""
+    """Runs ``fn`` (:func:`analyze_one` by default; any picklable module-level function of the
+    same signature) for every task; calls ``on_done(index, outcome)`` in the parent."""
 
-    def __init__(self, tasks: Tasks, settings: Settings, workers: int, on_done: OnDone,
-                 timeout_s: float | None = None) -> None:
+    def __init__(self, tasks: Tasks, settings: Any, workers: int, on_done: OnDone,
+                 timeout_s: float | None = None, fn: TaskFn = analyze_one) -> None:
+        self.fn = fn
         self.tasks = tasks
         self.settings = settings
         self.workers = max(1, workers)
@@ -158,7 +165,8 @@ class PoolRunner:
                 while todo and len(inflight) < workers * _QUEUED_PER_WORKER:
                     index = todo.popleft()
                     path, prior = self.tasks[index]
-                    inflight[pool.submit(_pool_task, index, path, prior, self.settings)] = index
+                    inflight[pool.submit(_pool_task, self.fn, index, path, prior,
+                                           self.settings)] = index
                 done, _ = wait(inflight, timeout=_POLL_S, return_when=FIRST_COMPLETED)
                 self._drain(started_q, started)
                 for fut in done:

@@ -66,7 +66,7 @@ def check_batch_outputs(out: Path, paths: list[str], inputs: list[str | os.PathL
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: is not a folder")
-    files = [MANIFEST, "index.html", "summary.csv", "summary.parquet"] + (["job.json"] * job)
+    files = [MANIFEST, "index.html", "summary.csv", "summary.parquet"] + (["job.json", "job.html", "job_ranks.parquet"] * job)
     names = [report_name(p) for p in paths]
     outputs = [("--out", out / f) for f in files] + [
         ("--out", out / REPORTS / f"{n}.{ext}") for n in names for ext in ("json", "html")]
@@ -155,7 +155,7 @@ def run_batch(
     sections = list(index_sections or [])
     if job:
         sections.append(_job_section(out, result, rules, rule_config, use_cache, cache_dir,
-                                     window))
+                                     window, dask=dask, workers=workers))
     write_index(result.summary, out / "index.html", sections)
     result.seconds = time.monotonic() - t0
     return result
@@ -163,30 +163,33 @@ def run_batch(
 
 def _job_section(out: Path, result: BatchResult, rules: bool, rule_config: Any,
                  use_cache: bool, cache_dir: str | os.PathLike[str] | None,
-                 window: str = "steps") -> str:
-    """Analyze the batch's good traces as one multi-rank job: ``job.json`` and an index section.
+                 window: str = "steps", *, dask: str | None = None,
+                 workers: int | None = None) -> str:
+    """Analyze the batch's good traces as one multi-rank job: ``job.json``, ``job.html`` (the
+    sortable per-rank table), ``job_ranks.parquet`` and an index section.
 
-    Runs in this process after the batch, reading the traces through the cache the workers
-    filled, so the ranks can be compared side by side.
+    Runs on the same workers as the batch (the local pool or ``dask``): each reads its rank
+    through the cache the batch filled and sends back small frames (:mod:`.job`).
     """
-    from traceanalyzer.analysis.job import analyze_job, job_to_dict, load_job
-    from traceanalyzer.analysis.window import choose_window
     from traceanalyzer.batch.index import esc, job_section
+    from traceanalyzer.batch.job import run_job
+    from traceanalyzer.cli.job import write_job_outputs
     from traceanalyzer.errors import TraceAnalyzerError
-    from traceanalyzer.report._common import write_text_atomic
-    from traceanalyzer.report.jsonout import dumps
 
     ok = result.summary.filter(pl.col("status") == "ok")["path"].to_list()
     if not ok:
         return '<section id="job"><h2>Job</h2><p>No trace could be analyzed.</p></section>'
     try:
-        trace = choose_window(load_job(ok, use_cache=use_cache, cache_dir=cache_dir), window)
-        job = analyze_job(trace, rule_config=rule_config, rules=rules)
+        job = run_job(ok, workers=workers, dask=dask, rules=rules, rule_config=rule_config,
+                      window=window, use_cache=use_cache, cache_dir=cache_dir)
     except TraceAnalyzerError as exc:
         return f'<section id="job"><h2>Job</h2><p class="failed">{esc(exc)}</p></section>'
-    write_text_atomic(out / "job.json", dumps(job_to_dict(job)))
+    write_job_outputs(job, 10, json_path=out / "job.json", html_path=out / "job.html",
+                      parquet_path=out / "job_ranks.parquet", echo=False)
     result.job = job
-    return job_section(job)
+    from traceanalyzer.report.terminal import JOB_TABLE_MAX_RANKS
+
+    return job_section(job, rank_rows=job.ranks.height <= JOB_TABLE_MAX_RANKS, link="job.html")
 
 
 def _prior_key(out: Path, entry: dict[str, Any] | None, path: str) -> str | None:

@@ -245,13 +245,88 @@ def _share(part: int | None, whole: int) -> str:
 # -- a multi-rank job (``traceanalyzer job``, ``batch --job``) ------------------------------------
 
 
+#: Jobs of at most this many ranks print their per-rank table; larger ones print distributions
+#: (the full table is in the JSON, Parquet and HTML outputs).
+JOB_TABLE_MAX_RANKS = 16
+
+
 def render_job(result: JobResult, top: int = 5) -> str:
-    """The terminal view of a job: ranks side by side, stragglers, the ``top`` skewed
-    collectives."""
+    """The terminal view of a job: ranks side by side (small jobs) or the distributions of the
+    per-rank metrics, stragglers, hosts, the ``top`` skewed collectives and cross-rank
+    findings."""
+    ranks = result.ranks
+    scale = result.scale
+    hosts = scale.hosts if scale is not None else None
+    head = f"== job: {counted(ranks.height, 'rank')}"
+    if hosts is not None and hosts.height > 1:
+        head += f" on {counted(hosts.height, 'host')}"
+    if result.failed:
+        head += f"; {counted(len(result.failed), 'trace')} failed to load"
+    lines = [head]
+    if ranks.height <= JOB_TABLE_MAX_RANKS:
+        lines += _job_rank_table(result)
+    else:
+        lines += ["", f"(the per-rank table of {ranks.height:,} rows is in --json, --parquet and "
+                      "--html)"]
+    if scale is not None and scale.distributions.height and ranks.height > 2:
+        lines += ["", "Per-rank metrics over the ranks:", _distribution_table(scale.distributions)]
+    if result.stragglers:
+        lines.append("")
+        lines.append("Straggler: rank " + ", ".join(map(str, result.stragglers))
+                     + " (starts its collectives last; the other ranks wait for it)")
+    elif ranks.height > 1:
+        lines += ["", "Straggler: none stands out."]
+    if scale is not None:
+        lines += [f"  {safe(f['message'])}" for f in scale.findings
+                  if f["kind"].startswith("straggler")]
+    if hosts is not None and hosts.height > 1:
+        shown = hosts.head(top)
+        hrows = [[safe(h["host"] or "-", 40), str(h["ranks"]), str(h["first_rank"]),
+                  fmt_ns(h["lateness_mean_ns"]), f"{100 * h['late_share']:.0f}%",
+                  fmt_ns(h["step_time_mean_ns"]), fmt_pct(h["busy_pct"])]
+                 for h in shown.iter_rows(named=True)]
+        lines += ["", f"Hosts, latest first ({shown.height} of {hosts.height}):",
+                  table(hrows, ["host", "ranks", "first rank", "late mean", "started last",
+                                "step mean", "busy"], right=set(range(1, 7)))]
+    coll = result.collectives
+    if coll.height:
+        skew = coll["skew_ns"]
+        mean, p50, most = (cast("float | None", v)
+                           for v in (skew.mean(), skew.median(), skew.max()))
+        lines += ["", f"Collective skew over {coll.height} matched collectives: "
+                      f"mean {fmt_ns(mean)}, p50 {fmt_ns(p50)}, max {fmt_ns(most)}"]
+        worst = coll.sort(["skew_ns", "first_start_ns"], descending=[True, False]).head(top)
+        wrows = [["-" if w["step"] is None else str(w["step"]), safe(w["name"], 60),
+                  str(w["ordinal"]), fmt_ns(w["skew_ns"]), str(w["latest_rank"])]
+                 for w in worst.iter_rows(named=True)]
+        lines.append(table(wrows, ["step", "collective", "#", "skew", "last rank"],
+                           right={2, 3, 4}))
+    if scale is not None:
+        others = [f for f in scale.findings if not f["kind"].startswith("straggler")]
+        if others:
+            lines += ["", "Cross-rank findings:"]
+            lines += [f"  [{f['kind']}] {safe(f['message'])}" for f in others]
+        rf = scale.rank_findings
+        if rf.height:
+            frows = [[safe(f["slug"]), safe(f["severity"]), f"{f['ranks']:,}",
+                      fmt_ns(f["impact_ns"]), ", ".join(map(str, f["top_ranks"]))]
+                     for f in rf.head(10).iter_rows(named=True)]
+            lines += ["", "Per-rank findings (rules on each rank's trace):",
+                      table(frows, ["rule", "severity", "ranks", "impact (sum)", "worst ranks"],
+                            right={2, 3})]
+    for failed in result.failed[:10]:
+        lines.append(f"failed: {safe(failed['error'])}")
+    if len(result.failed) > 10:
+        lines.append(f"failed: ... and {len(result.failed) - 10} more (listed in --json)")
+    for warning in result.warnings:
+        lines.append(f"warning: {safe(warning)}")
+    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+def _job_rank_table(result: JobResult) -> list[str]:
     from traceanalyzer.analysis.job import exposed_note
 
     ranks = result.ranks
-    lines = [f"== job: {counted(ranks.height, 'rank')}"]
     rows = []
     for r in ranks.iter_rows(named=True):
         span = r["span_ns"] or 0
@@ -270,33 +345,37 @@ def render_job(result: JobResult, top: int = 5) -> str:
                                     if r["late_share"] is not None else ""),
             "-" if r["hta_late_iterations"] is None else str(r["hta_late_iterations"]),
         ])
-    lines += ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
-                               "exposed transfer", "exposed %", "waited", "step mean", "colls",
-                               "late mean", "late max", "started last", "HTA late iters"],
-                        right=set(range(2, 15)))]
-    lines.append(exposed_note(ranks))
-    if result.stragglers:
-        lines.append("")
-        lines.append("Straggler: rank " + ", ".join(map(str, result.stragglers))
-                     + " (starts its collectives last; the other ranks wait for it)")
-    elif ranks.height > 1:
-        lines += ["", "Straggler: none stands out."]
-    coll = result.collectives
-    if coll.height:
-        skew = coll["skew_ns"]
-        mean, p50, most = (cast("float | None", v)
-                           for v in (skew.mean(), skew.median(), skew.max()))
-        lines += ["", f"Collective skew over {coll.height} matched collectives: "
-                      f"mean {fmt_ns(mean)}, p50 {fmt_ns(p50)}, max {fmt_ns(most)}"]
-        worst = coll.sort(["skew_ns", "first_start_ns"], descending=[True, False]).head(top)
-        wrows = [["-" if w["step"] is None else str(w["step"]), safe(w["name"], 60),
-                  str(w["ordinal"]), fmt_ns(w["skew_ns"]), str(w["latest_rank"])]
-                 for w in worst.iter_rows(named=True)]
-        lines.append(table(wrows, ["step", "collective", "#", "skew", "last rank"],
-                           right={2, 3, 4}))
-    for warning in result.warnings:
-        lines.append(f"warning: {safe(warning)}")
-    return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+    return ["", table(rows, ["rank", "trace", "span", "busy", "host wait", "comm",
+                             "exposed transfer", "exposed %", "waited", "step mean", "colls",
+                             "late mean", "late max", "started last", "HTA late iters"],
+                      right=set(range(2, 15))), exposed_note(ranks)]
+
+
+def fmt_metric(value: Any, unit: str) -> str:
+    """A per-rank metric's value in its unit (analysis.job_scale.DISTRIBUTED)."""
+    if value is None:
+        return "-"
+    if unit == "ns":
+        return fmt_ns(value)
+    if unit == "pct":
+        return fmt_pct(value)
+    if unit == "share":
+        return f"{100 * value:.0f}%"
+    return f"{value:,.0f}"
+
+
+def _distribution_table(dist: pl.DataFrame) -> str:
+    rows = []
+    for d in dist.iter_rows(named=True):
+        unit = d["unit"]
+        listed = ", ".join(map(str, d["outlier_ranks"]))
+        more = d["outliers"] - len(d["outlier_ranks"])
+        outliers = (f"{d['outliers']}: {listed}" + (f", +{more}" if more > 0 else "")
+                    if d["outliers"] else "-")
+        rows.append([d["metric"], *(fmt_metric(d[k], unit) for k in ("min", "p50", "p95", "max")),
+                     outliers])
+    return table(rows, ["metric", "min", "p50", "p95", "max", "outlier ranks"],
+                 right={1, 2, 3, 4})
 
 
 # -- a batch (``traceanalyzer batch``) ------------------------------------------------------------

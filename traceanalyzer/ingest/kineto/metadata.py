@@ -38,11 +38,11 @@ def read_metadata(path: Path, scan: ScanResult) -> TraceMeta:
     base = top.get("baseTimeNanoseconds")
     extra = {k: top[k] for k in ("schemaVersion", "displayTimeUnit", "traceName", "cupti_version",
                                   "cuda_runtime_version", "roctracer_version",
-                                  "hip_runtime_version", "record_shapes", "with_stack")
+                                  "hip_runtime_version", "record_shapes", "with_stack", "hostname")
              if k in top and isinstance(top[k], (int, float, str, bool))}
     if dist:
         extra["distributed"] = {k: v for k, v in dist.items()
-                                if k in ("backend", "rank", "world_size", "nccl_version")}
+                                if k in ("backend", "rank", "world_size", "nccl_version", "hostname")}
     return TraceMeta(
         path=str(path),
         source_format="kineto",

@@ -33,6 +33,9 @@ def fill_meta(db: NsysDb, meta: TraceMeta, export: Mapping[str, str], ranks: pl.
     if env_rank is not None and ranks.height == 1:
         meta.rank, meta.world_size = env_rank
         processes[0]["rank"] = meta.rank
+    host = _hostname(db)
+    if host:
+        meta.extra["hostname"] = host
     meta.extra["nsys"] = {
         "product_version": export.get("EXPORT_PRODUCT_VERSION"),
         "schema_version": export.get("EXPORT_SCHEMA_VERSION"),
@@ -57,6 +60,17 @@ def _time_base(db: NsysDb, export: Mapping[str, str]) -> int | None:
     row = db.rows(f"SELECT utcEpochNs FROM {table}")
     # Anything but an integer within the time limit ('yesterday', 1e300) is no time base.
     return small_int(row[0][0], -TIME_LIMIT_NS + 1, TIME_LIMIT_NS - 1) if row else None
+
+
+def _hostname(db: NsysDb) -> str | None:
+    """The target's Hostname (TARGET_INFO_SYSTEM_ENV), printable, at most 255 characters."""
+    if "TARGET_INFO_SYSTEM_ENV" not in db.tables:
+        return None
+    rows = db.rows("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
+    if not rows or not isinstance(rows[0][0], str):
+        return None
+    host = "".join(ch for ch in rows[0][0].strip() if ch.isprintable())[:255]
+    return host or None
 
 
 def _env_rank(db: NsysDb) -> tuple[int, int] | None:
