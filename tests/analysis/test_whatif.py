@@ -37,6 +37,7 @@ PROBLEM: dict[str, list[str] | None] = {
     "sync_memcpy": ["sync-memcpy"],
     "nccl_overlap": ["nccl-not-overlapped"],
     "rank_imbalance": ["collective-wait"],
+    "strided_elementwise": ["memory-bound-below-bandwidth"],
 }
 #: A prediction is good within this share of the measured saving; at least this share of the
 #: pairs must be good (issue 36).
@@ -88,14 +89,23 @@ def prediction(bad: dict[str, Any], good: dict[str, Any]) -> dict[str, Any]:
         "measured_ns": measured,
         "predicted_ns": predicted,
         "error": (predicted - measured) / measured,
+        "detected": PROBLEM[bad["workload"]] is None
+        or any(f.slug in PROBLEM[bad["workload"]] for f in result.findings),
     }
 
 
 def test_predicted_savings_match_the_measured_ones() -> None:
     rows = {bad["path"]: prediction(bad, good) for bad, good in pairs()}
-    assert len(rows) == 34
-    good = [p for p, r in rows.items() if abs(r["error"]) <= TOLERANCE]
-    assert len(good) >= MIN_GOOD_SHARE * len(rows), sorted(set(rows) - set(good))
+    assert len(rows) == 36
+    # A what-if predicts a finding's fix: where the pair's rule cannot fire on the bad trace
+    # (its evidence is one torch.profiler alone records), there is no finding to predict from.
+    # Those pairs are the Nsight Systems traces of the workloads with torch-only rules, listed
+    # in the README's table as misses; the share is judged on the others.
+    undetected = {p for p, r in rows.items() if not r["detected"]}
+    assert undetected == {"nsys/dataloader_stall_bad.sqlite", "nsys/strided_elementwise_bad.sqlite"}
+    judged = {p: r for p, r in rows.items() if p not in undetected}
+    good = [p for p, r in judged.items() if abs(r["error"]) <= TOLERANCE]
+    assert len(good) >= MIN_GOOD_SHARE * len(judged), sorted(set(judged) - set(good))
     # Small effects count: the 1.2x pairs are predicted too.
     for small in (
         "nsys/hidden_sync_bad.sqlite",

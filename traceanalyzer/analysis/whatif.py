@@ -71,6 +71,9 @@ ASSUMES: dict[str, str] = {
     "odd-matmul-shape": "the unaligned GEMMs run as fast as aligned ones: the rule's own "
     "expected gain per kernel",
     "gemm-below-roofline": f"the slow GEMMs reach {ACHIEVABLE_COMPUTE:.0%} of their roofline",
+    "memory-bound-below-bandwidth": "the slow memory-bound operators' kernels move their bytes at "
+    "the reachable HBM bandwidth: each operator's kernels lose the rule's lost time, in "
+    "proportion to their durations",
     "nccl-not-overlapped": "each collective's exposed transfer overlaps compute (bucketed "
     "all-reduce during backward), without slowing it",
     "collective-wait": "the ranks are balanced: each collective's wait for the other ranks is gone",
@@ -518,6 +521,42 @@ def _below_roofline(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change
     return Change(g_dur=np.where(gemm, scaled, dur))
 
 
+def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
+    if ev is None or ev.is_empty() or not {"op", "shape", "lost_us"} <= set(ev.columns):
+        return None
+    from traceanalyzer.perfmodel.model import attributed_kernels
+
+    rank = ctx.graph.rank
+    kernels = attributed_kernels(
+        ctx.views.launches.filter(pl.col("rank") == rank),
+        ctx.views.cpu.filter(pl.col("rank") == rank),
+    )
+    if kernels.is_empty():
+        return None
+    # attributed_kernels keeps no start time: a kernel is told by its name, step and duration.
+    keys = ["name", "step", "dur_ns"]
+    slow = ev.group_by("op", "shape").agg(lost=pl.col("lost_us").sum() * 1e3)
+    rows = (
+        ctx.gpu.select("name", "step", dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+        .with_row_index("_i")
+        .join(
+            kernels.select(*keys, op="op_name", shape="input_dims").unique(keys, keep="first"),
+            on=keys, how="inner", nulls_equal=True,
+        )
+        .join(slow, on=["op", "shape"], how="inner")
+    )
+    if rows.is_empty():
+        return None
+    # Each operator's kernels lose its lost time in proportion to their durations.
+    rows = rows.with_columns(
+        factor=(1.0 - pl.col("lost") / pl.col("dur_ns").sum().over("op", "shape")).clip(0.0, 1.0)
+    )
+    dur = ctx.durations()
+    idx = rows["_i"].to_numpy().astype(np.int64)
+    dur[idx] = (dur[idx] * rows["factor"].to_numpy()).astype(np.int64)
+    return Change(g_dur=dur)
+
+
 def _nccl(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
     return _scale_rows(ctx, ev, 1.0 - pl.col("exposed_us") / pl.col("duration_us"))
 
@@ -570,6 +609,7 @@ MODELS: dict[str, Model] = {
     "small-batch-matmul": _small_batch,
     "odd-matmul-shape": _odd_shape,
     "gemm-below-roofline": _below_roofline,
+    "memory-bound-below-bandwidth": _memory_bound,
     "nccl-not-overlapped": _nccl,
     "collective-wait": _collective_wait,
     "gpus-take-turns": _take_turns,
