@@ -11,6 +11,7 @@ import pytest
 import traceanalyzer
 from tests.support.paths import PUBLIC, SAMPLES, public_kineto
 from tests.support.synth import Synth
+from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.analysis import critical_path as cp
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window, parse_window
@@ -140,3 +141,17 @@ def test_public_traces(path: Path | None) -> None:
     if views.launches.is_empty() or views.steps.is_empty():
         pytest.skip("no GPU work or no steps")
     _check_replay_and_path(views)
+
+
+def test_gpu_activity_without_host_calls_has_no_path() -> None:
+    """A GPU-only capture (an Nsight Compute report, a trace without the runtime API) launches
+    nothing the graph could follow: no path, and the analysis still completes."""
+    s = Synth()
+    for n in range(3):
+        s.kernel("sm90_gemm", n * 1000.0, 400)
+    trace = s.trace()
+    trace.cpu = trace.cpu.clear()
+    views = Views(trace)
+    assert cp.build_graph(views, 0) is None
+    result = analyze_trace(trace)
+    assert result.critical_path is None and result.what_if is None

@@ -189,7 +189,9 @@ class Replay:
 
 
 def build_graph(views: Views, rank: int) -> Graph | None:
-    """The graph of ``rank``'s window, or None when it has no GPU activity."""
+    """The graph of ``rank``'s window, or None when it has no GPU activity or no host calls (a
+    GPU-only capture, an Nsight Compute report: nothing launches the work, so there is no step
+    to explain beyond the streams themselves)."""
     gpu = views.launches.filter(pl.col("rank") == rank)
     if gpu.is_empty():
         return None
@@ -202,6 +204,8 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         .sort("start_ns", "end_ns")
         .with_row_index("_c")
     )
+    if calls.is_empty():
+        return None
     # The runtime call that launched each activity (launches view), by (correlation, start).
     launch_of = (
         calls.filter(pl.col("correlation").is_not_null())
@@ -885,9 +889,10 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
     )
     if frame.height > limit:
         frame = (
-            frame.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True)
+            frame.sort(pl.col("end_ns") - pl.col("start_ns"), "start_ns",
+                       descending=[True, False], maintain_order=True)
             .head(limit)
-            .sort("start_ns")
+            .sort("start_ns", maintain_order=True)
         )
     return frame
 

@@ -131,7 +131,7 @@ def _drawing(result: AnalysisResult) -> str:
     cp, seg = result.critical_path, result.critical_segments
     if cp is None or seg is None or seg.is_empty():
         return ""
-    ordered = cp.sort("duration_ns")
+    ordered = cp.sort("duration_ns", "start_ns", maintain_order=True)
     row = ordered.row(ordered.height // 2, named=True)
     lo, hi = int(row["start_ns"]), int(row["end_ns"])
     if hi <= lo:
@@ -187,7 +187,8 @@ def _coalesced(part: Any, span: int) -> Any:
     import polars as pl
 
     px = max(span // (W - LEFT - 10), 1)
-    part = part.sort("lane", "start_ns")
+    # Every order here breaks ties: a report drawn from the cache must be the same bytes.
+    part = part.sort("lane", "start_ns", "end_ns", maintain_order=True)
     brk = (
         (pl.col("lane") != pl.col("lane").shift(1))
         | (pl.col("category") != pl.col("category").shift(1))
@@ -195,7 +196,7 @@ def _coalesced(part: Any, span: int) -> Any:
     ).fill_null(True)
     out = (
         part.with_columns(_g=brk.cum_sum())
-        .group_by("_g")
+        .group_by("_g", maintain_order=True)
         .agg(
             pl.col("start_ns").min(),
             pl.col("end_ns").max(),
@@ -210,7 +211,10 @@ def _coalesced(part: Any, span: int) -> Any:
             .otherwise("name")
         )
     )
-    return out.sort(pl.col("end_ns") - pl.col("start_ns"), descending=True).head(MAX_RECTS)
+    return out.sort(
+        pl.col("end_ns") - pl.col("start_ns"), "start_ns", "lane", descending=[True, False, False],
+        maintain_order=True,
+    ).head(MAX_RECTS)
 
 
 def _ms(ns: Any) -> str:
