@@ -61,7 +61,7 @@ def kinds() -> list[tuple[str, str, Path]]:
     add("torch", "kineto", list((SAMPLES / "torch").glob("*_bad*.json.gz")))
     add("nsys", "nsys", list((SAMPLES / "nsys").glob("*_bad*.sqlite")))
     add("holdout-torch", "kineto", list((SAMPLES / "holdout" / "torch").glob("*.json.gz")))
-    add("holdout-nsys", "nsys", list((SAMPLES / "holdout" / "nsys").glob("*.sqlite")))
+    add("holdout-nsys", "nsys", list((SAMPLES / "holdout" / "nsys").glob("*.sqlite.gz")))
     add("programs-torch", "kineto", list((SAMPLES / "programs" / "torch").glob("*.json.gz")))
     add("programs-nsys", "nsys", list((SAMPLES / "programs" / "nsys").glob("*.sqlite")))
     if PUBLIC.is_dir():

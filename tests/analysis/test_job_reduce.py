@@ -53,7 +53,7 @@ def test_reduced_equals_combined(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "kind", ["torch/ddp_gpt_train_rank{}.json.gz", "nsys/ddp_gpt_train_rank{}.sqlite"]
+    "kind", ["torch/ddp_gpt_train_rank{}.json.gz", "nsys/ddp_gpt_train_rank{}.sqlite.gz"]
 )
 def test_reduced_equals_combined_on_real_ddp(kind: str) -> None:
     paths = [SAMPLES / "holdout" / kind.format(r) for r in (0, 1)]

@@ -38,7 +38,7 @@ def test_torch_profiler_with_stacks_gets_the_overhead_note_in_every_report():
 
 
 def test_no_overhead_note_under_nsight_or_when_the_gpu_is_busy():
-    assert not any("with_stack" in n for n in result("nsys/llama_compiled_train.sqlite").notes())
+    assert not any("with_stack" in n for n in result("nsys/llama_compiled_train.sqlite.gz").notes())
     # bert under torch.profiler with stacks: the GPU is busy 99% of the window
     bert = result("torch/bert_fp32_train.json.gz")
     assert bert.findings and not any("with_stack" in n for n in bert.notes())

@@ -23,7 +23,7 @@ GPT_BF16 = SAMPLES / "programs" / "torch" / "gpt_bf16_torch.json.gz"  # Profiler
 NSYS_WARMUP = SAMPLES / "nsys" / "unfused_attention_good.sqlite"  # NVTX ProfilerStep#, warm-up
 NSYS_2GPU = PUBLIC / "nsys" / "nsysai_2gpu_sendrecv_before.sqlite"  # two ranks, inferred steps
 DDP0 = SAMPLES / "holdout" / "torch" / "ddp_gpt_train_rank0.json.gz"
-NSYS_DDP0 = SAMPLES / "holdout" / "nsys" / "ddp_gpt_train_rank0.sqlite"
+NSYS_DDP0 = SAMPLES / "holdout" / "nsys" / "ddp_gpt_train_rank0.sqlite.gz"
 
 
 def _have(*paths):
@@ -182,7 +182,7 @@ def test_bert_window_names_the_first_steps_cpu_range_before_its_gpu_work():
 
 NSYS = SAMPLES / "nsys"
 NSYS_GPT = NSYS / "gpt_step_bad.sqlite"
-NSYS_NANOGPT = SAMPLES / "holdout" / "nsys" / "nanogpt_train.sqlite"
+NSYS_NANOGPT = SAMPLES / "holdout" / "nsys" / "nanogpt_train.sqlite.gz"
 NSYS_RTX = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"
 
 

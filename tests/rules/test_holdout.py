@@ -18,7 +18,7 @@ from traceanalyzer.rules import RuleConfig, evaluate
 HOLDOUT = REPO / "sample_traces" / "holdout"
 EXPECTED = yaml.safe_load((HOLDOUT / "expectations.yaml").read_text())["programs"]
 TRACES = [(program, HOLDOUT / name) for program, expected in EXPECTED.items()
-          for name in expected.get("files", [f"torch/{program}.json.gz", f"nsys/{program}.sqlite"])]
+          for name in expected.get("files", [f"torch/{program}.json.gz", f"nsys/{program}.sqlite.gz"])]
 
 pytestmark = pytest.mark.slow
 

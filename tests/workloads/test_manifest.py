@@ -159,5 +159,7 @@ def test_corpus_stays_small() -> None:
     assert max(p.stat().st_size for p in files) < 20 * 2**20
     # 42 MiB with the rank_imbalance traces (2026-11-30); 78 MiB with the steady-state, copy-bound
     # and memory recordings of programs/ and Nsight Compute's reports of kernel pairs in ncu/
-    # (2026-12-01), each a proof input of its issue; the clone should stay under 100 MiB
-    assert sum(p.stat().st_size for p in files) < 84 * 2**20
+    # (2026-12-01); 57 MiB once the .ncu-rep and held-out exports were gzipped (2026-12-02).
+    # The whole tracked tree must stay under the GPU machine's 64 MiB copy limit, or no
+    # recording can be made: gzip new exports (they are read as they are).
+    assert sum(p.stat().st_size for p in files) < 60 * 2**20
