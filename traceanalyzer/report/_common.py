@@ -121,6 +121,18 @@ def fmt_bytes(n: Any) -> str:
     return f"{int(x)} B"
 
 
+def fmt_flops(n: Any, unit: str = "FLOP") -> str:
+    """FLOPs (or FLOP/s with ``unit="FLOP/s"``) in decimal prefixes: 4.40 TFLOP, 651 MFLOP/s; a
+    small count keeps its digits instead of reading 0.00 TFLOP."""
+    x = finite(n)
+    if x is None:
+        return "–"
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.3g} {prefix}{unit}" if x / size < 100 else f"{x / size:.0f} {prefix}{unit}"
+    return f"{x:.0f} {unit}"
+
+
 def fmt_pct(p: Any, digits: int = 1) -> str:
     v = finite(p)
     return "–" if v is None else f"{v:.{digits}f}%"

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from traceanalyzer.model import shapes_hint
-from traceanalyzer.report._common import finite, fmt_ns, short_kernel_name
+from traceanalyzer.report._common import finite, fmt_flops, fmt_ns, short_kernel_name
 from traceanalyzer.report.charts import esc
 
 if TYPE_CHECKING:
@@ -41,12 +41,12 @@ def perf_rows(result: AnalysisResult) -> list[PerfRow]:
     rows = [
         PerfRow(
             "model FLOPs per step",
-            f"{m['flops_per_step'] / 1e12:.2f} TFLOP"
+            fmt_flops(m["flops_per_step"])
             + (" (--flops-per-step)" if m["flops_source"] == "--flops-per-step" else ""),
         )
     ]
     if m["achieved_tflops"] is not None:
-        rows.append(PerfRow("achieved", f"{m['achieved_tflops']:.1f} TFLOP/s"))
+        rows.append(PerfRow("achieved", fmt_flops(m["achieved_tflops"] * 1e12, "FLOP/s")))
     if m["mfu_pct"] is not None:
         rows.append(
             PerfRow(

@@ -198,7 +198,13 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append("Findings: none.")
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
     if skipped:
-        lines.append("Not applicable: " + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in skipped))
+        # Rules that lack the same input share one reason (the seven kernel rules without
+        # Nsight Compute metrics): said once, after their names, in the rules' order.
+        by_reason: dict[str, list[str]] = {}
+        for o in skipped:
+            by_reason.setdefault(o.reason or "", []).append(o.slug)
+        lines.append("Not applicable: " + "; ".join(
+            f"{', '.join(slugs)} ({safe(reason)})" for reason, slugs in by_reason.items()))
     errors = [o for o in result.rule_outcomes if o.status == "error"]
     if errors:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
