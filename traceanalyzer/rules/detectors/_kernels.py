@@ -4,11 +4,12 @@ and how their lost time becomes the timeline's impact and evidence."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.rules.detectors import NotApplicable
+from traceanalyzer.rules.detectors import Detection, NotApplicable
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -83,3 +84,19 @@ def fire(found: pl.DataFrame, views: Views, min_impact_pct: float) -> int | None
     if window and 100 * lost / window < min_impact_pct:
         return None
     return lost
+
+
+def kernel_detection(
+    found: pl.DataFrame, lost: int, ev: pl.DataFrame, top_fields: Callable[[dict[str, Any]], dict]
+) -> Detection:
+    """A kernel rule's detection: the kernels ``found``, their ``lost`` time, and the kernel that
+    loses the most (``top_kernel``) with the rule's own figures of it (``top_fields(top)``)."""
+    from traceanalyzer.rules.detectors._common import ms
+
+    top = found.sort("lost_ns", descending=True).row(0, named=True)
+    return Detection(
+        impact_ns=lost,
+        evidence=ev,
+        fields={"kernel_count": found.height, "lost_ms": ms(lost), "top_kernel": top["function"],
+                **top_fields(top)},
+    )

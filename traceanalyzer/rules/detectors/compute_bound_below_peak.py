@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -46,16 +45,8 @@ def compute_bound_below_peak(views: Views, p: Params) -> Detection | None:
         "sm_throughput_pct",
         "achieved_occupancy_pct",
     )
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_roofline_pct": float(top["roofline_pct"]),
-            "top_tflops": (top["flop_per_s"] or 0) / 1e12,
-            "top_sm_pct": float(top["sm_throughput_pct"] or 0.0),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_roofline_pct": float(top["roofline_pct"]),
+        "top_tflops": (top["flop_per_s"] or 0) / 1e12,
+        "top_sm_pct": float(top["sm_throughput_pct"] or 0.0),
+    })

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -66,17 +65,9 @@ def low_occupancy(views: Views, p: Params) -> Detection | None:
         "registers",
         "shared_mem",
     )
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_achieved_pct": float(top["achieved_occupancy_pct"]),
-            "top_theoretical_pct": float(top["theoretical_occupancy_pct"] or 0.0),
-            "top_limiter": top["limiter"],
-            "top_registers": int(top["registers"] or 0),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_achieved_pct": float(top["achieved_occupancy_pct"]),
+        "top_theoretical_pct": float(top["theoretical_occupancy_pct"] or 0.0),
+        "top_limiter": top["limiter"],
+        "top_registers": int(top["registers"] or 0),
+    })

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -38,16 +37,8 @@ def memory_bound_below_roofline(views: Views, p: Params) -> Detection | None:
         "l1_throughput_pct",
         "l2_throughput_pct",
     )
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_roofline_pct": float(top["roofline_pct"]),
-            "top_gbps": (top["dram_bytes_per_s"] or 0) / 1e9,
-            "peak_gbps": (top["dram_peak_bytes_per_s"] or 0) / 1e9,
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_roofline_pct": float(top["roofline_pct"]),
+        "top_gbps": (top["dram_bytes_per_s"] or 0) / 1e9,
+        "peak_gbps": (top["dram_peak_bytes_per_s"] or 0) / 1e9,
+    })

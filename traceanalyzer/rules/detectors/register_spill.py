@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -51,16 +50,8 @@ def register_spill(views: Views, p: Params) -> Detection | None:
     if lost is None:
         return None
     ev = evidence(found, "spill_pct", (c("local_bytes") / 1e6).alias("local_mb"), "registers")
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_spill_pct": float(top["spill_pct"]),
-            "top_local_mb": (top["local_bytes"] or 0) / 1e6,
-            "top_registers": int(top["registers"] or 0),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_spill_pct": float(top["spill_pct"]),
+        "top_local_mb": (top["local_bytes"] or 0) / 1e6,
+        "top_registers": int(top["registers"] or 0),
+    })

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -61,15 +60,7 @@ def shared_memory_bank_conflicts(views: Views, p: Params) -> Detection | None:
         c("shared_load_bank_conflicts"),
         c("shared_store_bank_conflicts"),
     )
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_conflict_pct": float(top["conflict_pct"]),
-            "top_ways": float(top["ways"] or 0.0),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_conflict_pct": float(top["conflict_pct"]),
+        "top_ways": float(top["ways"] or 0.0),
+    })

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -40,16 +39,8 @@ def tail_effect(views: Views, p: Params) -> Detection | None:
     if lost is None:
         return None
     ev = evidence(found, "waves", "blocks", "idle_pct", "sm_count")
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_waves": float(top["waves"]),
-            "top_blocks": int(top["blocks"]),
-            "top_idle_pct": float(top["idle_pct"]),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_waves": float(top["waves"]),
+        "top_blocks": int(top["blocks"]),
+        "top_idle_pct": float(top["idle_pct"]),
+    })

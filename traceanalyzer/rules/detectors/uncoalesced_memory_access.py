@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, Params, detector
-from traceanalyzer.rules.detectors._common import ms
-from traceanalyzer.rules.detectors._kernels import evidence, fire, needing
+from traceanalyzer.rules.detectors._kernels import evidence, fire, kernel_detection, needing
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -51,15 +50,7 @@ def uncoalesced_memory_access(views: Views, p: Params) -> Detection | None:
         c("global_load_sectors_per_request").alias("load_sectors_per_request"),
         c("global_store_sectors_per_request").alias("store_sectors_per_request"),
     )
-    top = found.sort("lost_ns", descending=True).row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        evidence=ev,
-        fields={
-            "kernel_count": found.height,
-            "lost_ms": ms(lost),
-            "top_kernel": top["function"],
-            "top_efficiency_pct": float(top["efficiency_pct"]),
-            "top_sectors_per_request": float(top["global_load_sectors_per_request"] or 0.0),
-        },
-    )
+    return kernel_detection(found, lost, ev, lambda top: {
+        "top_efficiency_pct": float(top["efficiency_pct"]),
+        "top_sectors_per_request": float(top["global_load_sectors_per_request"] or 0.0),
+    })
