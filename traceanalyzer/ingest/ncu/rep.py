@@ -16,7 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from traceanalyzer.errors import InputError, UsageError
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.external import timeout_from_env
 
 NCU_ENV = "TRACEANALYZER_NCU"
 TIMEOUT_ENV = "TRACEANALYZER_NCU_TIMEOUT"
@@ -45,16 +46,7 @@ def find_ncu() -> str | None:
 
 
 def import_timeout() -> float:
-    named = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not named:
-        return IMPORT_TIMEOUT_S
-    try:
-        value = float(named)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1e9:
-        raise UsageError(f"${TIMEOUT_ENV} must be a number of seconds, got {named[:40]!r}")
-    return value
+    return timeout_from_env(TIMEOUT_ENV, IMPORT_TIMEOUT_S)
 
 
 def export_pages(path: str | os.PathLike[str]) -> tuple[str, str | None]:

@@ -19,7 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from traceanalyzer.errors import InputError, UsageError
+from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.external import timeout_from_env
 from traceanalyzer.ingest.nsys.reader import read_nsys
 from traceanalyzer.model import Trace
 
@@ -64,16 +65,7 @@ def content_hash(path: Path) -> str:
 
 def export_timeout() -> float:
     """Seconds an export may take: $TRACEANALYZER_NSYS_TIMEOUT, else :data:`EXPORT_TIMEOUT_S`."""
-    named = os.environ.get(EXPORT_TIMEOUT_ENV, "").strip()
-    if not named:
-        return EXPORT_TIMEOUT_S
-    try:
-        value = float(named)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1e9:
-        raise UsageError(f"${EXPORT_TIMEOUT_ENV} must be a number of seconds, got {named[:40]!r}")
-    return value
+    return timeout_from_env(EXPORT_TIMEOUT_ENV, EXPORT_TIMEOUT_S)
 
 
 def export_sqlite(path: str | os.PathLike[str], use_cache: bool = True) -> Path:
