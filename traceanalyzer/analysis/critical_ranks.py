@@ -446,15 +446,12 @@ def replay(lk: Linked, change: LinkedChange | None = None) -> LinkedReplay:
 def _job_steps(lk: Linked, end: np.ndarray) -> pl.DataFrame:
     """The job's steps: a step ends when its last rank's step ends, and starts where the step
     before it ended (the first: at its ranks' earliest start, moved as the anchors moved)."""
-    a = lk.anchors
-    is_step = (a["kind"] == "step").to_numpy()
-    frame = pl.DataFrame(
-        {
-            "step": a["step"].to_numpy()[is_step],
-            "start": lk.start_ns[is_step] + (end - lk.end_ns)[is_step],
-            "end": end[is_step],
-        }
-    ).filter(pl.col("step").is_in(lk.steps))
+    shift = end - lk.end_ns
+    frame = (
+        lk.anchors.select("kind", "step")
+        .with_columns(start=pl.Series(lk.start_ns + shift), end=pl.Series(end))
+        .filter(pl.col("kind") == "step", pl.col("step").is_in(lk.steps))
+    )
     job = frame.group_by("step").agg(pl.col("start").min(), pl.col("end").max()).sort("step")
     return job.select(
         "step",
@@ -494,7 +491,7 @@ def critical_path(lk: Linked, rep: LinkedReplay) -> pl.DataFrame:
     binder = np.append(parent, n)
     is_step = (lk.anchors["kind"] == "step").to_numpy()
     last_step = int(st["step"][-1])
-    cand = np.nonzero(is_step & (lk.anchors["step"].to_numpy() == last_step))[0]
+    cand = np.nonzero(is_step & (lk.anchors["step"] == last_step).fill_null(False).to_numpy())[0]
     tail = int(cand[np.argmax(rep.end[cand])])
     nodes = _chain(binder, tail, n)[::-1]
     # Each node's segment: [its parent's end (or its via's start), via's arrival) local work on
@@ -563,33 +560,60 @@ ASSUMES = {
 
 def balanced(lk: Linked) -> LinkedChange:
     """The ranks balanced: in each step, every rank's own work (its local times) scaled so that
-    its own time in the step (the step's duration less its waits in the step's collectives for
-    the ranks that arrived after it) is the ranks' mean: what an even split of the same total
-    work gives. Anchors outside the steps every rank holds are left as they are."""
+    its own time in the step (the step's duration less the time it waited in collectives for
+    the ranks that arrived after it: the union of those waits inside the step) is the ranks'
+    mean: what an even split of the same total work gives. Anchors outside the steps every rank
+    holds are left as they are."""
+    from traceanalyzer.analysis.intervals import merge
+
     a = lk.anchors
     arrival = np.where(lk.is_coll, lk.start_ns, lk.end_ns)
     last = np.full(max(lk.n_inst, 1), np.iinfo(np.int64).min, np.int64)
     sel = lk.inst >= 0
     np.maximum.at(last, lk.inst[sel], arrival[sel])
-    wait = np.where(sel, np.maximum(last[np.maximum(lk.inst, 0)] - arrival, 0), 0)
     frame = pl.DataFrame(
         {
             "rank": a["rank"],
             "step": a["step"],
             "kind": a["kind"],
-            "wait": wait,
-            "dur": np.where(lk.is_coll, 0, lk.end_ns - lk.start_ns),
+            "start_ns": arrival,
+            "end_ns": np.where(sel, np.maximum(last[np.maximum(lk.inst, 0)], arrival), arrival),
+            "lo": lk.start_ns,
+            "hi": lk.end_ns,
             "local": lk.local_ns,
         }
     )
-    own = (
-        frame.filter(pl.col("step").is_in(lk.steps))
-        .group_by("rank", "step")
-        .agg(own=(pl.col("dur").sum() - pl.col("wait").sum()).clip(lower_bound=1))
-        .with_columns(scale=pl.col("own").mean().over("step") / pl.col("own"))
+    steps = frame.filter(pl.col("kind") == "step", pl.col("step").is_in(lk.steps)).select(
+        "rank", "step", "lo", "hi"
     )
+    waits = merge(frame.filter(pl.col("end_ns") > pl.col("start_ns")), ["rank"])
+    # Each wait inside each step of its rank (steps x waits of one rank: a range join).
+    inside = (
+        steps.join_where(
+            waits,
+            pl.col("rank") == pl.col("rank_right"),
+            pl.col("start_ns") < pl.col("hi"),
+            pl.col("end_ns") > pl.col("lo"),
+        )
+        .group_by("rank", "step")
+        .agg(waited=(pl.min_horizontal("end_ns", "hi") - pl.max_horizontal("start_ns", "lo")).sum())
+    )
+    own = (
+        steps.join(inside, on=["rank", "step"], how="left")
+        .with_columns(own=(pl.col("hi") - pl.col("lo") - pl.col("waited").fill_null(0)))
+        .filter(pl.col("own") > 0)
+        .with_columns(scale=pl.col("own").mean().over("step") / pl.col("own"))
+        .select("rank", "step", "scale", step_lo="lo")
+    )
+    # Only the part of a local time inside its step scales (a chain that reaches back to no
+    # collective can begin steps earlier).
+    at = pl.when(pl.col("kind") == "step").then("hi").otherwise("start_ns")
+    inside_step = pl.min_horizontal("local", (at - pl.col("step_lo")).clip(lower_bound=0))
     scaled = frame.join(own, on=["rank", "step"], how="left", maintain_order="left").select(
-        (pl.col("local") * pl.col("scale").fill_null(1.0)).round().cast(pl.Int64)
+        (pl.col("local") + (pl.col("scale") - 1.0) * inside_step)
+        .fill_null(pl.col("local"))
+        .round()
+        .cast(pl.Int64)
     )
     return LinkedChange(local_ns=scaled.to_series().to_numpy().astype(np.int64))
 
@@ -655,6 +679,45 @@ def to_dict(jc: JobCritical) -> dict[str, Any]:
     }
 
 
+#: Steps the terminal lists (the JSON has every one).
+TERMINAL_STEPS = 8
+_LABEL = {
+    "gpu_compute": "GPU compute",
+    "gpu_communication": "communication",
+    "gpu_copy": "copies",
+    "cpu": "CPU",
+    "launch": "launches",
+    "host_wait": "host waits",
+    "data_loading": "data loading",
+    "other": "other",
+}
+
+
+def render_lines(jc: JobCritical) -> list[str]:
+    """The terminal's lines: per step, the rank that sets it and what its path is made of; the
+    linked what-ifs."""
+
+    def ms(ns: float | None) -> str:
+        return "-" if ns is None else f"{ns / 1e6:.2f} ms"
+
+    lines = [f"Critical path across ranks ({jc.collectives} collectives linked):"]
+    for row in jc.steps.head(TERMINAL_STEPS).iter_rows(named=True):
+        dur = max(int(row["duration_ns"]), 1)
+        parts = sorted(((row[f"{c}_ns"], c) for c in CATEGORIES), reverse=True)
+        mix = ", ".join(f"{_LABEL[c]} {100 * v / dur:.0f}%" for v, c in parts[:3] if v > 0)
+        who = "no rank" if row["rank"] is None else f"rank {row['rank']} ({row['rank_pct']:.0f}%)"
+        lines.append(f"  step {row['step']}: {ms(row['duration_ns'])}, set by {who}: {mix}")
+    if jc.steps.height > TERMINAL_STEPS:
+        lines.append(f"  ... {jc.steps.height - TERMINAL_STEPS} more steps in --json")
+    base = jc.what_if["step_time_ns"]
+    for slug, fix in jc.what_if["fixes"].items():
+        lines.append(
+            f"  what-if {slug} (linked): {ms(base)} -> {ms(fix['step_time_ns'])} a step "
+            f"(saving {ms(fix['saving_ns'])}): {fix['assumes']}"
+        )
+    return lines
+
+
 __all__ = [
     "ANCHOR_SCHEMA",
     "JobCritical",
@@ -664,6 +727,7 @@ __all__ = [
     "critical_path",
     "link",
     "rank_anchors",
+    "render_lines",
     "replay",
     "to_dict",
     "views_anchors",

@@ -84,6 +84,9 @@ class JobResult:
     scale: Any = None
     #: Traces that could not be loaded: path and one-line error.
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: The critical path across ranks per step and the linked what-ifs
+    #: (analysis.critical_ranks.JobCritical); None without two linked ranks or common steps.
+    critical: Any = None
 
 
 def _rank_hint(path: str) -> int | None:
@@ -332,6 +335,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                 min_lateness_us: float = MIN_LATENESS_US) -> JobResult:
     """Analyze a combined multi-rank trace (see :func:`combine`) as one job."""
     from traceanalyzer.analysis import analyze_trace, rank_table
+    from traceanalyzer.analysis.critical_ranks import analyze_linked, views_anchors
     from traceanalyzer.analysis.views import Views
 
     views = Views(trace)
@@ -341,12 +345,15 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
                for r in src["ranks"]}
     sources = {r: sources.get(r, trace.meta.path) for r in ranks}
-    return job_from_parts(
+    job = job_from_parts(
         ranks=ranks, metrics=rank_table(views.metrics_by_rank).cast({"rank": pl.Int32}),
         comm=flagged_comm_kernels(kernels), exposed=views.exposed_comm,
         hta=hta_late_iterations(views.marked_launches, ranks), sources=sources,
         world_sizes=trace.meta.extra.get("job", {}).get("world_sizes", []),
         min_lateness_us=min_lateness_us, result=result)
+    if job.per_rank is not None and windows_overlap(job.ranks):
+        job.critical = analyze_linked(views_anchors(views), views.collectives, job.per_rank)
+    return job
 
 
 def job_from_parts(*, ranks: list[int], metrics: pl.DataFrame, comm: pl.DataFrame,
@@ -439,6 +446,7 @@ def exposed_note(ranks: pl.DataFrame) -> str:
 
 def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
     """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
+    from traceanalyzer.analysis.critical_ranks import to_dict as critical_dict
     from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
 
     skew = job.collectives["skew_ns"]
@@ -463,6 +471,7 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
         "failed": list(job.failed),
         "warnings": list(job.warnings),
         "analysis": to_json_dict(job.result) if job.result is not None else None,
+        "critical_path": clean(critical_dict(job.critical)) if job.critical is not None else None,
     }
     if scale is not None:
         doc.update({
