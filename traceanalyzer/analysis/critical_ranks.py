@@ -321,7 +321,8 @@ class Linked:
 
 def link(anchors: pl.DataFrame, collectives: pl.DataFrame, matched: pl.DataFrame) -> Linked | None:
     """The linked graph from every rank's anchors (one clock), ``comm``'s collectives
-    (:func:`analysis.comm.collectives_from`: rank, name, start_ns, transfer_ns, exposed_ns) and
+    (:func:`analysis.comm.collectives_from`: rank, name, start_ns, transfer_ns, exposed_ns,
+    exposed_wait_ns) and
     the job's matched collectives (:func:`analysis.job.instances_from`'s per-rank frame: rank,
     name, start_ns, step, ordinal). None without two ranks with anchors."""
     ranks = sorted(int(r) for r in anchors["rank"].unique().to_list())
@@ -329,7 +330,12 @@ def link(anchors: pl.DataFrame, collectives: pl.DataFrame, matched: pl.DataFrame
         return None
     keys = ["rank", "name", "start_ns"]
     tr = collectives.select(
-        pl.col("rank").cast(pl.Int32), "name", "start_ns", "transfer_ns", "exposed_ns"
+        pl.col("rank").cast(pl.Int32),
+        "name",
+        "start_ns",
+        "transfer_ns",
+        "exposed_ns",
+        "exposed_wait_ns",
     ).unique(keys, keep="first")
     inst = (
         matched.select(pl.col("rank").cast(pl.Int32), "name", "start_ns", "step", "ordinal")
@@ -445,11 +451,11 @@ def replay(lk: Linked, change: LinkedChange | None = None) -> LinkedReplay:
 
 def _job_steps(lk: Linked, end: np.ndarray) -> pl.DataFrame:
     """The job's steps: a step ends when its last rank's step ends, and starts where the step
-    before it ended (the first: at its ranks' earliest start, moved as the anchors moved)."""
-    shift = end - lk.end_ns
+    before it ended (the first: at its ranks' earliest recorded start; what comes before the
+    first step is not what a fix of the steps changes)."""
     frame = (
         lk.anchors.select("kind", "step")
-        .with_columns(start=pl.Series(lk.start_ns + shift), end=pl.Series(end))
+        .with_columns(start=pl.Series(lk.start_ns), end=pl.Series(end))
         .filter(pl.col("kind") == "step", pl.col("step").is_in(lk.steps))
     )
     job = frame.group_by("step").agg(pl.col("start").min(), pl.col("end").max()).sort("step")
@@ -512,7 +518,12 @@ def critical_path(lk: Linked, rep: LinkedReplay) -> pl.DataFrame:
     by_cat = np.einsum("ns,nc->sc", frac, cats * (cats_sum > 0)[:, None])
     by_cat[:, _CAT["gpu_communication"]] += ov_comm.sum(axis=0)
     dur = (s_hi - s_lo).astype(np.float64)
-    by_cat[:, _CAT["other"]] += np.maximum(dur - by_cat.sum(axis=1), 0)
+    # Whole ns, adding up to the step: what the path does not reach is other.
+    by_cat = np.floor(by_cat)
+    by_cat[:, _CAT["other"]] = 0
+    by_cat *= np.minimum(1.0, dur / np.maximum(by_cat.sum(axis=1), 1))[:, None]
+    by_cat = np.floor(by_cat)
+    by_cat[:, _CAT["other"]] = dur - by_cat.sum(axis=1)
     r_of = ranks[v]
     rank_ids = np.array(lk.ranks)
     pos = np.searchsorted(rank_ids, r_of)
@@ -551,8 +562,8 @@ def critical_path(lk: Linked, rep: LinkedReplay) -> pl.DataFrame:
 #: What the linked what-ifs assume (the job's JSON and terminal say it).
 ASSUMES = {
     "collective-wait": "the ranks are balanced: in each step, each rank's own work is scaled "
-    "so that its own time (the step less its waits for later ranks in the collectives) is the "
-    "ranks' mean, as an even split of the same work; the transfers stay",
+    "so that its own time (the step less the time its GPU only waited in collectives for the "
+    "other ranks) is the ranks' mean, as an even split of the same work; the transfers stay",
     "nccl-not-overlapped": "each collective's exposed transfer overlaps compute on every rank: "
     "the collective ends that much earlier, and what waited for it moves with it",
 }
@@ -560,55 +571,34 @@ ASSUMES = {
 
 def balanced(lk: Linked) -> LinkedChange:
     """The ranks balanced: in each step, every rank's own work (its local times) scaled so that
-    its own time in the step (the step's duration less the time it waited in collectives for
-    the ranks that arrived after it: the union of those waits inside the step) is the ranks'
-    mean: what an even split of the same total work gives. Anchors outside the steps every rank
-    holds are left as they are."""
-    from traceanalyzer.analysis.intervals import merge
-
+    its own time in the step (the step's duration less the time its GPU did nothing but wait in
+    collectives for the other ranks: rule collective-wait's figure, ``analysis.comm``'s
+    ``exposed_wait_ns``) is the ranks' mean: what an even split of the same total work gives.
+    Only the part of a local time inside its step scales (a chain that reaches back to no
+    collective can begin steps earlier); anchors outside the steps every rank holds stay."""
     a = lk.anchors
-    arrival = np.where(lk.is_coll, lk.start_ns, lk.end_ns)
-    last = np.full(max(lk.n_inst, 1), np.iinfo(np.int64).min, np.int64)
-    sel = lk.inst >= 0
-    np.maximum.at(last, lk.inst[sel], arrival[sel])
     frame = pl.DataFrame(
         {
             "rank": a["rank"],
             "step": a["step"],
             "kind": a["kind"],
-            "start_ns": arrival,
-            "end_ns": np.where(sel, np.maximum(last[np.maximum(lk.inst, 0)], arrival), arrival),
-            "lo": lk.start_ns,
-            "hi": lk.end_ns,
+            "at": np.where(lk.is_coll, lk.start_ns, lk.end_ns),
+            "dur": np.where(lk.is_coll, 0, lk.end_ns - lk.start_ns),
+            "waited": a["exposed_wait_ns"].fill_null(0),
             "local": lk.local_ns,
         }
     )
-    steps = frame.filter(pl.col("kind") == "step", pl.col("step").is_in(lk.steps)).select(
-        "rank", "step", "lo", "hi"
-    )
-    waits = merge(frame.filter(pl.col("end_ns") > pl.col("start_ns")), ["rank"])
-    # Each wait inside each step of its rank (steps x waits of one rank: a range join).
-    inside = (
-        steps.join_where(
-            waits,
-            pl.col("rank") == pl.col("rank_right"),
-            pl.col("start_ns") < pl.col("hi"),
-            pl.col("end_ns") > pl.col("lo"),
-        )
-        .group_by("rank", "step")
-        .agg(waited=(pl.min_horizontal("end_ns", "hi") - pl.max_horizontal("start_ns", "lo")).sum())
-    )
     own = (
-        steps.join(inside, on=["rank", "step"], how="left")
-        .with_columns(own=(pl.col("hi") - pl.col("lo") - pl.col("waited").fill_null(0)))
+        frame.filter(pl.col("step").is_in(lk.steps))
+        .group_by("rank", "step")
+        .agg(
+            own=pl.col("dur").sum() - pl.col("waited").sum(),
+            step_lo=(pl.col("at") - pl.col("dur")).filter(pl.col("kind") == "step").first(),
+        )
         .filter(pl.col("own") > 0)
         .with_columns(scale=pl.col("own").mean().over("step") / pl.col("own"))
-        .select("rank", "step", "scale", step_lo="lo")
     )
-    # Only the part of a local time inside its step scales (a chain that reaches back to no
-    # collective can begin steps earlier).
-    at = pl.when(pl.col("kind") == "step").then("hi").otherwise("start_ns")
-    inside_step = pl.min_horizontal("local", (at - pl.col("step_lo")).clip(lower_bound=0))
+    inside_step = pl.min_horizontal("local", (pl.col("at") - pl.col("step_lo")).clip(lower_bound=0))
     scaled = frame.join(own, on=["rank", "step"], how="left", maintain_order="left").select(
         (pl.col("local") + (pl.col("scale") - 1.0) * inside_step)
         .fill_null(pl.col("local"))
