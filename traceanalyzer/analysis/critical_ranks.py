@@ -313,10 +313,18 @@ class Linked:
     exposed_ns: np.ndarray
     ranks: list[int]
     steps: list[int]  # the steps every rank holds
+    _order: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def size(self) -> int:
         return len(self.pred)
+
+    @property
+    def order(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The replay's sweep order (:func:`_sweep_order`), found once."""
+        if self._order is None:
+            self._order = _sweep_order(self)
+        return self._order
 
 
 def link(anchors: pl.DataFrame, collectives: pl.DataFrame, matched: pl.DataFrame) -> Linked | None:
@@ -328,30 +336,31 @@ def link(anchors: pl.DataFrame, collectives: pl.DataFrame, matched: pl.DataFrame
     ranks = sorted(int(r) for r in anchors["rank"].unique().to_list())
     if len(ranks) < 2:
         return None
-    keys = ["rank", "name", "start_ns"]
+    # Joined on (rank, start, the name's hash): names are long kernel signatures.
+    keys = ["rank", "start_ns", "_h"]
     tr = collectives.select(
         pl.col("rank").cast(pl.Int32),
-        "name",
         "start_ns",
         "transfer_ns",
         "exposed_ns",
         "exposed_wait_ns",
+        _h=pl.col("name").hash(),
     ).unique(keys, keep="first")
-    inst = (
-        matched.select(pl.col("rank").cast(pl.Int32), "name", "start_ns", "step", "ordinal")
-        .rename({"step": "_mstep"})
-        .unique(keys, keep="first")
-    )
+    inst = matched.select(
+        pl.col("rank").cast(pl.Int32),
+        "start_ns",
+        "ordinal",
+        _h=pl.col("name").hash(),
+        _k=pl.struct("step", pl.col("name").hash(), "ordinal").hash(),
+    ).unique(keys, keep="first")
     a = (
         anchors.sort("rank", "idx")
         .with_row_index("_i")
+        .with_columns(_h=pl.col("name").hash())
         .join(tr, on=keys, how="left", maintain_order="left")
         .join(inst, on=keys, how="left", maintain_order="left")
-        .with_columns(
-            inst=pl.when(pl.col("ordinal").is_not_null())
-            .then(pl.struct("_mstep", "name", "ordinal").rank("dense") - 1)
-            .cast(pl.Int64)
-        )
+        .with_columns(inst=(pl.col("_k").rank("dense") - 1).cast(pl.Int64))
+        .drop("_h", "_k")
     )
     coll = (a["kind"] == "collective").to_numpy()
     inst_id = a["inst"].fill_null(-1).to_numpy().astype(np.int64)
@@ -375,7 +384,7 @@ def link(anchors: pl.DataFrame, collectives: pl.DataFrame, matched: pl.DataFrame
     steps_all = a.filter(pl.col("kind") == "step").group_by("step").agg(n=pl.col("rank").n_unique())
     steps = sorted(int(s) for s in steps_all.filter(pl.col("n") == len(ranks))["step"].to_list())
     return Linked(
-        anchors=a.drop("_i", "_b", "_mstep"),
+        anchors=a.drop("_i", "_b"),
         pred=pred,
         from_ns=a["from_ns"].to_numpy().astype(np.int64),
         local_ns=a["local_ns"].to_numpy().astype(np.int64),
@@ -409,26 +418,79 @@ class LinkedReplay:
     step_times: pl.DataFrame  # the job's steps: step, start_ns, end_ns, duration_ns
 
 
+def _sweep_order(lk: Linked) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The order the replay solves the collectives in: the matched ones instance by instance, by
+    the recorded time their last rank reached them; before each instance, the unmatched
+    collectives reached before it. Returns the members by instance position and their offsets,
+    the unmatched by position and theirs."""
+    sel = lk.inst >= 0
+    arrival = np.where(lk.is_coll, lk.start_ns, lk.end_ns)
+    n = max(lk.n_inst, 1)
+    ready = np.full(n, np.iinfo(np.int64).max, np.int64)
+    m = np.nonzero(sel)[0]
+    if len(m):
+        ms = m[np.argsort(lk.inst[m], kind="stable")]
+        heads = np.nonzero(np.r_[True, lk.inst[ms][1:] != lk.inst[ms][:-1]])[0]
+        ready[lk.inst[ms][heads]] = np.maximum.reduceat(arrival[ms], heads)
+    inst_pos = np.empty(n, np.int64)
+    inst_pos[np.argsort(ready, kind="stable")] = np.arange(n)
+    members = m[np.argsort(inst_pos[lk.inst[m]], kind="stable")]
+    m_off = np.searchsorted(inst_pos[lk.inst[members]], np.arange(n + 1))
+    loose = np.nonzero(lk.is_coll & ~sel)[0]
+    batch = np.searchsorted(np.sort(ready), arrival[loose], side="right")
+    loose = loose[np.lexsort((arrival[loose], batch))]
+    l_off = np.searchsorted(np.sort(batch), np.arange(n + 2))
+    return members, m_off, loose, l_off
+
+
 def replay(lk: Linked, change: LinkedChange | None = None) -> LinkedReplay:
-    """The anchors' times from the linked graph's edges (a fixed point of its max-plus
-    equations: each round re-solves every anchor from the last round's times; a round settles at
-    least the next collective of every chain, so it ends after as many rounds as the longest
-    chain of collectives). The unchanged graph gives back the recorded times."""
+    """The anchors' times from the linked graph's edges. One sweep solves the max-plus equations
+    in the order of :func:`_sweep_order` (one vectorised step per matched collective, over all
+    its ranks; Python loops over collectives, never over a rank's events), then rounds of every
+    anchor at once check that nothing moves (and fix what a clock skew put out of order). The
+    unchanged graph gives back the recorded times."""
     ch = change or LinkedChange()
     local = lk.local_ns if ch.local_ns is None else ch.local_ns
     cut = np.zeros(lk.size, np.int64) if ch.cut_ns is None else ch.cut_ns
     has_pred = lk.pred >= 0
     p = np.maximum(lk.pred, 0)
     sel = lk.inst >= 0
+    dur = lk.end_ns - lk.start_ns
     end = lk.end_ns.copy()
+    if change is not None:
+        members, m_off, loose, l_off = lk.order
+
+        def loose_batch(ix: np.ndarray) -> None:
+            for _ in range(MAX_ROUNDS):  # chains of unmatched collectives between two matched
+                a = np.where(has_pred[ix], end[p[ix]], lk.from_ns[ix]) + local[ix]
+                e = np.maximum(a + dur[ix] - cut[ix], a)
+                if np.array_equal(e, end[ix]):
+                    break
+                end[ix] = e
+
+        for pos in range(len(m_off) - 1):
+            if l_off[pos + 1] > l_off[pos]:
+                loose_batch(loose[l_off[pos] : l_off[pos + 1]])
+            ix = members[m_off[pos] : m_off[pos + 1]]
+            if len(ix):
+                a = np.where(has_pred[ix], end[p[ix]], lk.from_ns[ix]) + local[ix]
+                e = np.maximum(a + lk.transfer_ns[ix], a.max() + lk.after_ns[ix]) - cut[ix]
+                end[ix] = np.maximum(e, a)
+        if len(l_off) > len(m_off) and l_off[-1] > l_off[-2]:
+            loose_batch(loose[l_off[-2] : l_off[-1]])
     arrival = np.where(lk.is_coll, lk.start_ns, lk.end_ns)
     n_inst = max(lk.n_inst, 1)
     last = np.full(n_inst, np.iinfo(np.int64).min, np.int64)
+    # The matched collectives grouped by instance, for a segmented maximum per round.
+    by_inst = np.nonzero(sel)[0]
+    by_inst = by_inst[np.argsort(lk.inst[by_inst], kind="stable")]
+    inst_sorted = lk.inst[by_inst]
+    heads = np.nonzero(np.r_[True, inst_sorted[1:] != inst_sorted[:-1]])[0][: len(by_inst)]
     for _ in range(MAX_ROUNDS):
         arrival = np.where(has_pred, end[p], lk.from_ns) + local
-        last = np.full(n_inst, np.iinfo(np.int64).min, np.int64)
-        np.maximum.at(last, lk.inst[sel], arrival[sel])
-        own = arrival + np.where(sel, lk.transfer_ns, lk.end_ns - lk.start_ns)
+        if len(by_inst):
+            last[inst_sorted[heads]] = np.maximum.reduceat(arrival[by_inst], heads)
+        own = arrival + np.where(sel, lk.transfer_ns, dur)
         floor = np.where(sel, last[np.maximum(lk.inst, 0)] + lk.after_ns, own)
         new = np.where(lk.is_coll, np.maximum(np.maximum(own, floor) - cut, arrival), arrival)
         if np.array_equal(new, end):
