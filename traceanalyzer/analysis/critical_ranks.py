@@ -280,7 +280,8 @@ def _frame(
 
 
 def views_anchors(views: Views) -> pl.DataFrame:
-    """Every rank's anchors of a trace of one or several ranks (empty where none has a graph)."""
+    """Every rank's anchors of a trace of one or several ranks (empty where none has a graph);
+    step ends only of ranks whose trace marks its steps."""
     from traceanalyzer.analysis.critical_path import build_graph, replay
 
     frames = []
@@ -288,7 +289,11 @@ def views_anchors(views: Views) -> pl.DataFrame:
         g = build_graph(views, rank)
         if g is not None:
             frames.append(rank_anchors(g, replay(g)))
-    return pl.concat(frames) if frames else pl.DataFrame(schema=ANCHOR_SCHEMA)
+    out = pl.concat(frames) if frames else pl.DataFrame(schema=ANCHOR_SCHEMA)
+    # Steps inferred from a repeating kernel sequence need not line up from rank to rank:
+    # only marked steps make job steps.
+    marked = views.marked_steps["rank"].unique().to_list() if views.marked_steps.height else []
+    return out.filter((pl.col("kind") == "collective") | pl.col("rank").is_in(marked))
 
 
 # --- the job: the link ------------------------------------------------------------------------
