@@ -160,6 +160,19 @@ def test_unchanged_linked_graph_gives_back_the_trace(pair: tuple[str, str], vari
     _check_exact(*_linked(PAIRS[pair], variant))
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["holdout/torch/ddp_gpt_train_rank{1}.json.gz", "holdout/nsys/ddp_gpt_train_rank{1}.sqlite.gz"],
+)
+def test_held_out_ddp_job_gives_back_the_trace(pattern: str) -> None:
+    """A real DDP job (GPT, 2 ranks), CPU-bound: its path is host work, on one rank or the
+    other."""
+    lk, views = _linked(pattern, "")
+    _check_exact(lk, views)
+    path = cr.critical_path(lk, cr.replay(lk))
+    assert ((path["cpu_ns"] + path["launch_ns"]) > 0.6 * path["duration_ns"]).all()
+
+
 @pytest.mark.parametrize("profiler", ["torch", "nsys"])
 def test_path_follows_the_straggler(profiler: str) -> None:
     """rank_imbalance gives one rank in turn twice the rows: each step's path is on the rank the
