@@ -6,7 +6,7 @@ One rule per YAML file, flat keys (the semgrep / ruff model)::
     id: TA001
     severity: medium               # info | low | medium | high | critical
     title: GPU idle between kernels
-    message: "GPU idle {idle_pct:.1f}% of the window ..."   # named measured fields only
+    message: "GPU idle {idle_pct:.1f}% of the GPU's active span ..."   # named measured fields only
     quiet: "No GPU idle gap of {min_gap_us} µs or more."     # text when nothing is found
     rationale: ...
     fix: ...
