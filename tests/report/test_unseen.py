@@ -266,7 +266,7 @@ def test_reports_say_what_percentages_are_of_when_the_gpu_span_is_short(path):
     result = analyze(path, use_cache=False)
     assert result.metrics.span_ns < 0.9 * result.window.analyzed_ns
     for text in (render_summary(result), render_markdown(result)):
-        assert "the percentages, and each finding's share of the window, are of this span" in text
+        assert "every percentage, each finding's share included, is of the GPU's active span" in text
 
 
 WARNED = _have(NSYS_RTX, SAMPLES / "programs" / "torch" / "cudagraph_capture.json.gz")
@@ -302,7 +302,7 @@ def test_the_device_line_names_the_gpus_the_rank_used(path):
 def test_a_process_on_two_gpus_lists_both():
     result = analyze(NSYS / "naive_model_parallel_bad.sqlite", use_cache=False)
     line = next(ln for ln in render_summary(result).splitlines() if "device:" in ln)
-    assert line.strip() == "device: NVIDIA H200 (+1 more)"
+    assert line.strip() == "device: 2 × NVIDIA H200 (GPUs 0, 1)"
 
 
 GRAPH_LEVEL = NSYS / "launch_bound_good_graphlevel.sqlite"  # graphs traced whole
