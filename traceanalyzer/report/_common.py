@@ -327,7 +327,7 @@ def device_line(result: Any) -> str:
     shown = sorted((d for d in meta.devices if d.id in used), key=lambda d: d.id) \
         or list(meta.devices)
     if len(shown) == 1:
-        line = shown[0].name or f"device {shown[0].id}"
+        line = shown[0].name or f"GPU {shown[0].id} (its name not recorded)"
     else:
         groups: dict[str, list[int]] = {}
         for d in shown:

@@ -69,8 +69,8 @@ def render_markdown(result: AnalysisResult) -> str:
         facts.append(f"rank {meta.rank} of {meta.world_size}")
     facts.append(counted(m.step_count, "step") if m.step_count else "no steps found")
     lines += [" · ".join(facts), ""]
-    for note in header_notes(result):
-        lines += [f"**{note.title}:** {md_escape(note.text)}", ""]
+    for fact in header_notes(result):
+        lines += [f"**{fact.title}:** {md_escape(fact.text)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,

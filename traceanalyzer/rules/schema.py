@@ -547,9 +547,11 @@ _PLURAL_SPEC_RE = re.compile(r"^[^{}|]+\|[^{}|]+$")
 
 
 def _counted(value: Any, spec: str) -> str:
-    """``{n!p:copy|copies}``: "1 copy", "3 copies" (the count with the form of its noun)."""
+    """``{n!p:copy|copies}``: "1 copy", "3 copies", "1,280 copies" (the count, with thousands
+    separators, and the form of its noun)."""
     one, many = spec.split("|")
-    return f"{value} {one if value == 1 else many}"
+    count = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+    return f"{count} {one if value == 1 else many}"
 
 
 def render(template: str, values: dict[str, Any], where: str) -> str:
