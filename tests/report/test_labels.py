@@ -19,6 +19,7 @@ from traceanalyzer.report.html import render_html
 from traceanalyzer.report.jsonout import JSON_SCHEMA, to_json_dict, validate
 from traceanalyzer.report.markdown import render_markdown
 from traceanalyzer.report.terminal import render_summary
+from traceanalyzer.rules.schema import render
 
 NSYS = SAMPLES / "nsys"
 RTX = PUBLIC / "nsys" / "nsysai_rtx3080_small.sqlite"  # GPU span 22.5 ms of a 236 ms window
@@ -141,3 +142,18 @@ def test_a_rank_on_two_gpus_has_both_named_in_every_report():
     for name, text in _reports(result).items():
         assert named in text, name
     assert json.dumps(to_json_dict(result)["trace"]["devices"]).count("NVIDIA H200") == 2
+
+
+def test_counts_in_rule_messages_have_thousands_separators():
+    template = "{n!p:matrix multiply|matrix multiplies}, {m!p:copy|copies}"
+    assert render(template, {"n": 1280, "m": 1}, "test") == "1,280 matrix multiplies, 1 copy"
+
+
+@pytest.mark.skipif(not (PUBLIC / "nsys" / "nsysai_2gpu_sendrecv_before.sqlite").exists(),
+                    reason="public traces absent")
+def test_a_gpu_the_trace_does_not_name_is_said_so():
+    result = analyze(PUBLIC / "nsys" / "nsysai_2gpu_sendrecv_before.sqlite", use_cache=False)
+    assert not any(d.name for d in result.meta.devices)
+    device = next(n for n in header_notes(result) if n.label == "device")
+    assert device.text == ("GPU 0 (its name not recorded); the trace lists 1 more GPU that ran "
+                           "none of this rank's work")
