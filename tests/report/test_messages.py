@@ -80,8 +80,14 @@ def test_a_pointer_to_a_rule_that_did_not_fire_says_so():
 def test_terminal_fix_texts_are_cut_at_a_word_and_say_where_the_rest_is():
     result = analyze(PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz", use_cache=False)
     fixes = {f.slug: " ".join(f.fix.split()) for f in result.findings}
-    lines = [ln.split("; fix: ", 1)[1] for ln in render_summary(result).splitlines()
-             if "; fix: " in ln]
+    # The cost and fix line is wrapped at words, its continuation lines indented by 8 spaces.
+    joined: list[str] = []
+    for ln in render_summary(result).splitlines():
+        if ln.startswith("        ") and joined:
+            joined[-1] += " " + ln.strip()
+        else:
+            joined.append(ln)
+    lines = [ln.split("; fix: ", 1)[1] for ln in joined if "; fix: " in ln]
     assert len(lines) == len(fixes)
     cut = [ln for ln in lines if "…" in ln]
     assert cut  # the V100's FP16 fix (autocast, GradScaler) is longer than a line

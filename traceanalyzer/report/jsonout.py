@@ -184,7 +184,7 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
             for o in outcomes
         ],
         "steps": steps_rows(result),
-        "what_if": clean(result.what_if),
+        "what_if": what_if_dict(result),
         "kernels": frame_rows(result.kernels, "kernels"),
         "categories": frame_rows(result.categories, "categories"),
         "operators": frame_rows(result.operators, "operators"),
@@ -196,6 +196,16 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         # Nsight Compute's profiled launches with their verdicts (analysis.ncu.kernel_table)
         "kernel_metrics": frame_rows(result.kernel_verdicts, "kernel_metrics"),
     }
+
+
+def what_if_dict(result: AnalysisResult) -> dict[str, Any] | None:
+    """The what-if summary (analysis.whatif.predict) with ``ranking``: the findings in the
+    order the reports' what-if table ranks them, each with both figures (report/whatif_view.py)."""
+    if result.what_if is None:
+        return None
+    from traceanalyzer.report.whatif_view import ranking_dict
+
+    return clean({**result.what_if, "ranking": ranking_dict(result)})
 
 
 def steps_rows(result: AnalysisResult) -> list[dict[str, Any]]:

@@ -120,7 +120,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         lines.append(f"   device: {safe(devices)}")
     window = result.window
     if window is not None:
-        lines.append(f"   window: {safe(window.describe())}")
+        lines += wrapped(f"window: {safe(window.describe())}", "     ", "   ")
     if m.step_count:
         lines.append(f"   steps: {safe(step_numbering(result))}")
     if (span := span_note(result)) is not None:
@@ -128,7 +128,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if (note := graph_note(result)) is not None:
         lines.append(f"   kernels: {safe(note)}")
     for warning in meta.warnings:
-        lines.append(f"   warning: {safe(warning)}")
+        lines += wrapped(f"warning: {safe(warning)}", "     ", "   ")
     idle = m.idle_ns or 0
     rows = [
         ["GPU span", fmt_ns(m.span_ns), ""],
@@ -175,7 +175,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += _steps_table(result)
     lines += _memory_section(result)
     if not result.kernels.is_empty():
-        krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
+        krows = [[safe(r["name"], KERNEL_NAME_WIDTH), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
                  for r in result.kernels.head(top).iter_rows(named=True)]
         lines += ["", f"Top {counted(min(top, result.kernels.height), 'kernel')} of {result.kernels.height}:",
@@ -186,14 +186,18 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if result.findings:
         lines.append(f"Findings ({len(result.findings)}, by impact):")
         for f in result.findings:
-            lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
+            # Wrapped to WIDTH at words: a message's lines go on at 6 spaces, the cost and
+            # fix line's at 8, so a reader (or a script) tells where each begins.
+            lines += wrapped(f"[{f.severity}] {f.slug}: {safe(f.message)}", "      ", "  ")
             cost = (INFORMATIONAL if costs_nothing(f)
                     else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
             fix = _first_sentence(f.fix)
             if fix.endswith("…"):  # cut short: say where the whole text is
                 fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"
-            lines.append(f"      {cost}; fix: {safe(fix)}")
-        lines += [f"  Note: {note}" for note in result.notes()]
+            lines += wrapped(f"{cost}; fix: {safe(fix)}", "        ", "      ")
+        for note in result.notes():
+            lines += wrapped(f"Note: {note}", "    ", "  ")
+        lines += _whatif_section(result)
     elif result.rule_outcomes:
         lines.append("Findings: none.")
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
@@ -203,13 +207,52 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         by_reason: dict[str, list[str]] = {}
         for o in skipped:
             by_reason.setdefault(o.reason or "", []).append(o.slug)
-        lines.append("Not applicable: " + "; ".join(
-            f"{', '.join(slugs)} ({safe(reason)})" for reason, slugs in by_reason.items()))
+        lines += wrapped("Not applicable: " + "; ".join(
+            f"{', '.join(slugs)} ({safe(reason)})" for reason, slugs in by_reason.items()),
+            "  ", "")
     errors = [o for o in result.rule_outcomes if o.status == "error"]
     if errors:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
                      + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
     return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+#: The terminal's width: the header lines, the findings and the what-if wrap to it.
+WIDTH = 100
+#: Kernel names in the top-kernel table are cut to this (the table then fits WIDTH).
+KERNEL_NAME_WIDTH = 55
+
+
+def wrapped(text: str, indent: str, first: str | None = None, width: int = WIDTH) -> list[str]:
+    """``text`` wrapped at word boundaries to ``width`` columns (a word longer than a line, such
+    as a kernel name, stands on its own line, whole), the first line led by ``first``."""
+    import textwrap
+
+    lead = indent if first is None else first
+    return textwrap.wrap(text, width=width, initial_indent=lead, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [lead.rstrip()]
+
+
+def _whatif_section(result: AnalysisResult) -> list[str]:
+    """The what-if table (report/whatif_view.py): the same rows, figures and labels as the HTML
+    and Markdown reports, the assumptions listed under it."""
+    from traceanalyzer.report.whatif_view import TITLE, whatif_view
+
+    view = whatif_view(result)
+    if view is None:
+        return []
+    body = [[safe(c) for c in r.cells(view.multi_rank)] for r in [*view.rows, *view.totals]]
+    first = 1 if view.multi_rank else 0
+    right = set(range(first + 1, first + 4))
+    lines = ["", f"{TITLE}:", *wrapped(view.intro(), "  "),
+             *("  " + line for line in table(body, view.columns, right=right).splitlines())]
+    if (note := view.differs_note()):
+        lines += wrapped(note, "    ", "  ")
+    lines.append("  Assumes:")
+    for r in [*view.rows, *view.totals]:
+        who = r.label + (f" (rank {r.rank})" if view.multi_rank and r.rank is not None else "")
+        lines += wrapped(f"{who}: {safe(r.assumes)}", "      ", "    ")
+    return lines
 
 
 def _ncu_section(result: AnalysisResult) -> list[str]:
