@@ -116,8 +116,13 @@ WINDOWED = [p for p in (SAMPLES / "torch" / "small_grid_bad.json.gz",
 @pytest.mark.parametrize("path", WINDOWED, ids=lambda p: p.name)
 def test_the_window_sentence_adds_up(path):
     # captured = left out before + analyzed window + left out after, as the sentence reads
-    line = next(ln for ln in render_summary(analyze(path, use_cache=False)).splitlines()
-                if ln.strip().startswith("window:"))
+    lines = render_summary(analyze(path, use_cache=False)).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("window:"))
+    line = lines[at]
+    for more in lines[at + 1:]:  # wrapped at 100 columns: its lines go on at 5 spaces
+        if not more.startswith("     "):
+            break
+        line += " " + more.strip()
     captured = _ns(*re.search(_DUR + " captured", line).groups())
     window = re.search(r"of steps in a " + _DUR + " window", line)
     analyzed = _ns(*(window or re.search(r"analyzed steps [\d-]+, " + _DUR, line)).groups())

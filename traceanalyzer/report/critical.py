@@ -51,6 +51,7 @@ def section(result: AnalysisResult) -> str:
         '<section id="critical-path"><h2>Critical path and what-if</h2>'
         + _whatif_table(result)
         + _breakdown(result)
+        + _ranks(result)
         + _drawing(result)
         + "</section>"
     )
@@ -93,6 +94,20 @@ def _breakdown(result: AnalysisResult) -> str:
         f"<p>{legend}</p><table><thead><tr><th>step</th><th>time</th>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def _ranks(result: AnalysisResult) -> str:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs
+    (report/paths_view.py)."""
+    from traceanalyzer.report.paths_view import TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f"<h3>{esc(TITLE)}</h3><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _drawing(result: AnalysisResult) -> str:

@@ -126,6 +126,7 @@ def render_markdown(result: AnalysisResult) -> str:
                   f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
                   for r in steps]
         lines.append("")
+    lines += _paths_section(result)
     lines += _memory_section(result)
     findings = sorted_findings(result.findings)
     if findings:
@@ -165,6 +166,18 @@ def render_markdown(result: AnalysisResult) -> str:
         if len(meta.warnings) > MAX_WARNINGS:
             lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
+
+
+def _paths_section(result: AnalysisResult) -> list[str]:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs."""
+    from traceanalyzer.report.paths_view import GPU_LABEL, TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return []
+    align = ["---" if i == 3 or h == GPU_LABEL else "---:" for i, h in enumerate(heads)]
+    return [f"**{TITLE}**", "", "| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
 def _whatif_section(result: AnalysisResult) -> list[str]:

@@ -111,6 +111,18 @@ def _steps_table(result: AnalysisResult) -> list[str]:
                          "launches", "note"], right={0, 1, 2, 3, 4, 5, 6, 7})]
 
 
+def _paths_table(result: AnalysisResult) -> list[str]:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs
+    (report/paths_view.py)."""
+    from traceanalyzer.report.paths_view import GPU_LABEL, TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return []
+    right = {i for i, h in enumerate(heads) if i not in (0, 3) and h != GPU_LABEL}
+    return ["", f"{TITLE}:", table(rows, heads, right=right)]
+
+
 def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
@@ -173,6 +185,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += [f"  {safe(note)}" for note in perf_notes]
     lines += _ranks_table(result)
     lines += _steps_table(result)
+    lines += _paths_table(result)
     lines += _memory_section(result)
     if not result.kernels.is_empty():
         krows = [[safe(r["name"], KERNEL_NAME_WIDTH), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
@@ -317,6 +330,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
     else:
         lines += ["", f"(the per-rank table of {ranks.height:,} rows is in --json, --parquet and "
                       "--html)"]
+    lines += _job_paths(result)
     if scale is not None and scale.distributions.height and ranks.height > 2:
         lines += ["", "Per-rank metrics over the ranks:", _distribution_table(scale.distributions)]
     if result.stragglers:
@@ -370,6 +384,26 @@ def render_job(result: JobResult, top: int = 5) -> str:
     for warning in result.warnings:
         lines.append(f"warning: {safe(warning)}")
     return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+def _job_paths(result: JobResult) -> list[str]:
+    """Each rank's critical path (report/paths_view.py), for jobs of at most
+    JOB_TABLE_MAX_RANKS ranks; then the ranks' count by the kind their path is bound by."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+    from traceanalyzer.report.paths_view import GPU_LABEL, SHORT, TITLE, path_table
+
+    if result.paths is None or result.paths.is_empty():
+        return []
+    frame = per_rank(result.paths, result.path_gpus)
+    if frame.height > JOB_TABLE_MAX_RANKS:
+        counts = frame.group_by("bound_by").len().sort(["len", "bound_by"],
+                                                        descending=[True, False])
+        said = ", ".join(f"{SHORT[r['bound_by']]} on {counted(r['len'], 'rank')}"
+                         for r in counts.iter_rows(named=True))
+        return ["", f"Critical path bound by: {said} (per rank in --json)"]
+    heads, rows = path_table(frame)
+    right = {i for i, h in enumerate(heads) if i not in (0, 3) and h != GPU_LABEL}
+    return ["", f"{TITLE}:", table(rows, heads, right=right)]
 
 
 def _job_rank_table(result: JobResult) -> list[str]:
