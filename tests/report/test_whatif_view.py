@@ -186,3 +186,21 @@ def test_terminal_fits_its_width_and_fix_texts_end_at_words(reports: dict) -> No
         cut = rest.split(" …", 1)[0] if " …" in rest[: len(fix) + 2] else None
         if cut is not None:
             assert fix.startswith(cut) and fix[len(cut)] in " ,;:("
+
+
+def test_findings_of_several_ranks_get_a_rank_column() -> None:
+    from types import SimpleNamespace
+
+    a, b = _finding("a", 5, 3), _finding("b", 9, None)
+    a.rank, b.rank = 0, 1
+    b.what_if = None  # another rank's finding: the what-if is the headline's
+    result = SimpleNamespace(
+        findings=[a, b],
+        what_if={"rank": 0, "step_time_ns": 10, "all": None},
+        metrics=SimpleNamespace(rank=0),
+    )
+    view = whatif_view(result)  # type: ignore[arg-type]
+    assert view is not None and view.multi_rank and view.columns[0] == "rank"
+    assert [r.cells(True)[:2] for r in view.rows] == [["0", "a"], ["1", "b"]]
+    assert view.rows[1].ranked_by == BY_RULE and "rank" in view.rows[1].assumes
+    assert view.totals == []

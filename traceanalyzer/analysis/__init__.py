@@ -93,7 +93,6 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
     """The headline rank's critical path per step, and each finding's what-if
     (docs/critical-path.md)."""
     from traceanalyzer.analysis import critical_path, whatif
-
     from traceanalyzer.analysis.path_ranks import every_rank
 
     found = critical_path.analyze(views, result.metrics.rank)

@@ -28,8 +28,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
 from traceanalyzer.analysis import path_ranks
+from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
 from traceanalyzer.analysis.intervals import merge
 from traceanalyzer.model import Trace
 

@@ -26,21 +26,25 @@ if TYPE_CHECKING:
 MAX_RANKS = 64
 
 #: Columns of the per-(rank, step) breakdown.
-STEP_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
-    "rank": pl.Int32,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "duration_ns": pl.Int64,
-    **{f"{c}_ns": pl.Int64 for c in CATEGORIES},
-}
+STEP_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "duration_ns": pl.Int64,
+        **{f"{c}_ns": pl.Int64 for c in CATEGORIES},
+    }
+)
 #: Columns of the per-(rank, step, GPU) path time.
-GPU_SCHEMA: dict[str, type[pl.DataType] | pl.DataType] = {
-    "rank": pl.Int32,
-    "step": pl.Int64,
-    "device": pl.Int32,
-    "path_ns": pl.Int64,
-}
+GPU_SCHEMA = pl.Schema(
+    {
+        "rank": pl.Int32,
+        "step": pl.Int64,
+        "device": pl.Int32,
+        "path_ns": pl.Int64,
+    }
+)
 
 
 def gpu_shares(found: CriticalPath, rank: int) -> pl.DataFrame:

@@ -51,8 +51,11 @@ def path_table(frame: pl.DataFrame | None) -> tuple[list[str], list[list[str]]]:
         row = [str(r["rank"]), str(r["steps"]), fmt_ns(mean), SHORT[r["bound_by"]]]
         row += [_pct(r[f"{k}_ns"], mean) for k in kinds]
         if several:
-            row.append(", ".join(f"{g['device']}: {_pct(g['path_ns'], mean)}"
-                                 for g in r["gpu_path_ns"] or []))
+            row.append(
+                ", ".join(
+                    f"{g['device']}: {_pct(g['path_ns'], mean)}" for g in r["gpu_path_ns"] or []
+                )
+            )
         rows.append(row)
     return heads, rows
 

@@ -65,7 +65,7 @@ class Row:
 
 @dataclass(frozen=True)
 class WhatIfView:
-    """The table: ``rows`` in ranked order, then ``totals`` (one per rank with predictions)."""
+    """The table: ``rows`` in ranked order, then ``totals`` ("all of the above")."""
 
     now_ns: int | None
     rank: int
@@ -129,19 +129,12 @@ def ranked(findings: list[Finding]) -> list[Finding]:
     return sorted(findings, key=key)
 
 
-def _summaries(result: AnalysisResult) -> list[dict[str, Any]]:
-    summary = result.what_if or {}
-    ranks = summary.get("ranks")
-    return list(ranks) if isinstance(ranks, list) and ranks else [summary]
-
-
 def whatif_view(result: AnalysisResult) -> WhatIfView | None:
     """The what-if table of ``result``; None without findings or a step time to replay."""
     summary = result.what_if or {}
     now = summary.get("step_time_ns")
     if not result.findings or now is None:
         return None
-    summaries = _summaries(result)
     rows = []
     for f in ranked(result.findings):
         w = f.what_if or {}
@@ -162,7 +155,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
             )
         )
     totals = []
-    for s in summaries:
+    for s in [summary]:  # the headline rank's: the findings are its
         everything = s.get("all")
         if everything:
             totals.append(
@@ -177,7 +170,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
                     assumes=str(everything.get("assumes") or ""),
                 )
             )
-    multi = len(summaries) > 1 or len({f.rank for f in result.findings if f.rank is not None}) > 1
+    multi = len({f.rank for f in result.findings if f.rank is not None}) > 1
     return WhatIfView(
         now_ns=now,
         rank=int(summary.get("rank", result.metrics.rank)),
