@@ -35,11 +35,17 @@ def _have(*paths):
     return [p for p in paths if p.exists()]
 
 
+def _flat(text: str) -> str:
+    """Text with its line breaks and runs of spaces as one space (the terminal wraps lines)."""
+    return " ".join(text.split())
+
+
 def _reports(result) -> dict[str, str]:
-    # The text as a reader sees it: Markdown's escapes and HTML's entities taken out.
-    return {"terminal": render_summary(result),
-            "markdown": render_markdown(result).replace("\\", "").replace("\u200d", ""),
-            "html": html.unescape(render_html(result))}
+    # The text as a reader sees it: Markdown's escapes and HTML's entities taken out, the
+    # terminal's wrapping undone.
+    return {"terminal": _flat(render_summary(result)),
+            "markdown": _flat(render_markdown(result).replace("\\", "").replace("\u200d", "")),
+            "html": _flat(html.unescape(render_html(result)))}
 
 
 def test_no_rule_file_or_report_says_a_share_is_of_the_window():
@@ -74,7 +80,7 @@ def test_each_share_is_of_the_gpu_span_and_every_report_says_so(path):
         assert jf["impact"]["pct_of"] == SHARE_BASE
         if f.impact_ns:
             for name, text in reports.items():
-                assert impact_text(f) in text, (name, f.slug)
+                assert _flat(impact_text(f)) in text, (name, f.slug)
     for name, text in reports.items():
         assert not WINDOW_SHARE.search(text), (name, WINDOW_SHARE.search(text))
     idle = next(f for f in result.findings if f.slug == "gpu-idle-gaps")
@@ -121,9 +127,10 @@ def test_every_header_note_appears_in_all_three_reports(path):
     assert {"device", "window"} <= {n.label for n in notes}
     reports = _reports(result)
     for note in notes:
-        assert f"   {note.label}: {note.text}" in reports["terminal"]
-        assert f"**{note.title}:** {note.text}" in reports["markdown"]
-        assert note.text in reports["html"], (note.label, note.text)
+        text = _flat(note.text)
+        assert f"{note.label}: {text}" in reports["terminal"]
+        assert f"**{note.title}:** {text}" in reports["markdown"]
+        assert text in reports["html"], (note.label, text)
 
 
 @pytest.mark.skipif(len(NOTED) < 5, reason="traces absent")
