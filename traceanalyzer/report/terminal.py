@@ -125,8 +125,8 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
     lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    for note in header_notes(result):  # wrapped at words, as the window line always was
-        lines += wrapped(f"{note.label}: {safe(note.text)}", "     ", "   ")
+    for fact in header_notes(result):  # wrapped at words, as the window line always was
+        lines += wrapped(f"{fact.label}: {safe(fact.text)}", "     ", "   ")
     for warning in meta.warnings:
         lines += wrapped(f"warning: {safe(warning)}", "     ", "   ")
     idle = m.idle_ns or 0
