@@ -17,7 +17,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import WINDOW_KINDS
-from traceanalyzer.findings import OUTCOME_STATUSES, Finding
+from traceanalyzer.findings import OUTCOME_STATUSES, SHARE_BASE, Finding
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
 
@@ -79,7 +79,7 @@ def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
     m = result.metrics
     out = {k: clean(v) for k, v in m.to_dict().items()}
     span = m.span_ns
-    # Shares of the window, so readers need not re-derive them (and all agree on how).
+    # Shares of the GPU's active span, so readers need not re-derive them (and all agree on how).
     out["idle_pct"] = clean(pct_of(m.idle_ns, span))
     out["idle_host_wait_pct"] = clean(pct_of(m.idle_host_wait_ns, span))
     out["idle_kernel_wait_pct"] = clean(pct_of(m.idle_kernel_wait_ns, span))
@@ -140,6 +140,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "impact": {
             "ns": clean(int(f.impact_ns or 0)),
             "pct": clean(f.impact_pct),
+            "pct_of": SHARE_BASE,
             "per_step_ns": clean(f.impact_per_step_ns),
         },
         "rank": f.rank,
@@ -335,7 +336,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
             "severity": {"type": "string", "enum": ["info", "low", "medium", "high", "critical"]},
             "title": {"type": "string"},
             "message": {"type": "string"},
-            "impact": _obj({"ns": {"type": "integer"}, "pct": _NUM, "per_step_ns": _INT}),
+            "impact": _obj({"ns": {"type": "integer"}, "pct": _NUM, "pct_of": {"type": "string"},
+                            "per_step_ns": _INT}),
             "rank": _INT,
             "fix": {"type": "string"},
             "evidence": {"type": "array", "items": {"type": "object"}},

@@ -16,13 +16,12 @@ from traceanalyzer.report._common import (
     exposed_transfer,
     fmt_ns,
     fmt_pct,
-    graph_note,
+    header_notes,
+    impact_text,
     memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
-    span_note,
-    step_numbering,
     step_rows,
     write_text_atomic,
 )
@@ -65,22 +64,13 @@ def render_markdown(result: AnalysisResult) -> str:
     meta = result.meta
     name = PurePath(meta.path).name or meta.path
     lines = [f"### traceanalyzer: {md_escape(name)}", ""]
-    devices = ", ".join(sorted({md_escape(d.name) for d in meta.devices if d.name}))
     facts = [md_escape(meta.profiler or meta.source_format)]
-    if devices:
-        facts.append(devices)
     if meta.world_size > 1:
         facts.append(f"rank {meta.rank} of {meta.world_size}")
     facts.append(counted(m.step_count, "step") if m.step_count else "no steps found")
     lines += [" · ".join(facts), ""]
-    if result.window is not None:
-        lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
-    if m.step_count:
-        lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
-    if (span := span_note(result)) is not None:
-        lines += [f"**GPU span:** {md_escape(span)}", ""]
-    if (note := graph_note(result)) is not None:
-        lines += [f"**Kernels:** {md_escape(note)}", ""]
+    for fact in header_notes(result):
+        lines += [f"**{fact.title}:** {md_escape(fact.text)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -140,7 +130,7 @@ def render_markdown(result: AnalysisResult) -> str:
                 f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}` "
                 f"{md_escape(f.message)} — "
                 + (INFORMATIONAL if costs_nothing(f) else
-                   f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)")
+                   f"costs {impact_text(f)}")
                 + f". *Fix:* {md_escape(f.fix)}"
             )
         if len(findings) > MAX_FINDINGS:

@@ -16,14 +16,12 @@ from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
     counted,
-    device_line,
     exposed_transfer,
     fmt_ns,
-    graph_note,
+    header_notes,
+    impact_text,
     memory_lines,
     rank_rows,
-    span_note,
-    step_numbering,
     step_rows,
 )
 from traceanalyzer.report.perf import perf_rows
@@ -127,18 +125,8 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
     lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    devices = device_line(result)
-    if devices:
-        lines.append(f"   device: {safe(devices)}")
-    window = result.window
-    if window is not None:
-        lines += wrapped(f"window: {safe(window.describe())}", "     ", "   ")
-    if m.step_count:
-        lines.append(f"   steps: {safe(step_numbering(result))}")
-    if (span := span_note(result)) is not None:
-        lines.append(f"   GPU span: {safe(span)}")
-    if (note := graph_note(result)) is not None:
-        lines.append(f"   kernels: {safe(note)}")
+    for fact in header_notes(result):  # wrapped at words, as the window line always was
+        lines += wrapped(f"{fact.label}: {safe(fact.text)}", "     ", "   ")
     for warning in meta.warnings:
         lines += wrapped(f"warning: {safe(warning)}", "     ", "   ")
     idle = m.idle_ns or 0
@@ -203,7 +191,7 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
             # fix line's at 8, so a reader (or a script) tells where each begins.
             lines += wrapped(f"[{f.severity}] {f.slug}: {safe(f.message)}", "      ", "  ")
             cost = (INFORMATIONAL if costs_nothing(f)
-                    else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
+                    else f"impact {impact_text(f)}")
             fix = _first_sentence(f.fix)
             if fix.endswith("…"):  # cut short: say where the whole text is
                 fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"
