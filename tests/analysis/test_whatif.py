@@ -94,23 +94,30 @@ def prediction(bad: dict[str, Any], good: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: The pairs whose rule cannot fire on the bad trace, and why: a what-if predicts a finding's
+#: fix, so these are misses, counted as such (sample_traces/README.md says the same).
+UNSEEN = {
+    # Nsight Systems records no DataLoader span, and this workload marks its loading with no
+    # NVTX range: the 70 ms of loading a step are host time like any other, with no OS runtime
+    # call (the batches are made by numpy in the main thread) and no CUDA call to tell them by.
+    "nsys/dataloader_stall_bad.sqlite": "dataloader-stall: no data-loading range under Nsight",
+}
+
+
 def test_predicted_savings_match_the_measured_ones() -> None:
     rows = {bad["path"]: prediction(bad, good) for bad, good in pairs()}
     assert len(rows) == 36
-    # A what-if predicts a finding's fix: where the pair's rule cannot fire on the bad trace
-    # (its evidence is one torch.profiler alone records), there is no finding to predict from.
-    # Those pairs are the Nsight Systems traces of the workloads with torch-only rules, listed
-    # in the README's table as misses; the share is judged on the others.
     undetected = {p for p, r in rows.items() if not r["detected"]}
-    assert undetected == {"nsys/dataloader_stall_bad.sqlite", "nsys/strided_elementwise_bad.sqlite"}
-    judged = {p: r for p, r in rows.items() if p not in undetected}
-    good = [p for p, r in judged.items() if abs(r["error"]) <= TOLERANCE]
-    assert len(good) >= MIN_GOOD_SHARE * len(judged), sorted(set(judged) - set(good))
+    assert undetected == set(UNSEEN)
+    # Judged over all the pairs (issue 36): a pair without a finding is a miss.
+    good = [p for p, r in rows.items() if abs(r["error"]) <= TOLERANCE]
+    assert len(good) >= MIN_GOOD_SHARE * len(rows), sorted(set(rows) - set(good))
     # Small effects count: the 1.2x pairs are predicted too.
     for small in (
         "nsys/hidden_sync_bad.sqlite",
         "torch/rank_imbalance_bad_rank0.json.gz",
         "nsys/rank_imbalance_bad_rank1.sqlite",
+        "nsys/strided_elementwise_bad.sqlite",
     ):
         assert small in good
 
@@ -149,3 +156,30 @@ def test_a_symptom_gets_no_prediction_and_says_why() -> None:
         result.critical_path.select(pl.sum_horizontal(cats)).to_series()
         == result.critical_path["duration_ns"]
     ).all()
+
+
+def test_batched_gemms_drop_the_host_calls_that_issued_them() -> None:
+    """Decoding one request at a time under Nsight Systems (no shapes): before each small-M
+    GEMM's launch, cuBLAS asks the driver for the kernel's attributes, and the host's own work
+    (Python, dispatch) lies before that call, not before the launch. Batched, the other
+    requests' GEMMs are gone, and so is every call that issued them."""
+    s = Synth()
+    gemm = "nvjet_sm90_tst_128x8_64x12_2x1_v_bz_NNT"
+    for n in range(3):
+        t = n * 1000.0
+        s.step(n, t, 1000)
+        for k in range(8):  # 8 requests a step: 100 µs of host work, then the GEMM
+            c = t + 10 + 120 * k + 100
+            s.api("cuKernelGetAttribute", c, 2)
+            s.kernel(gemm, c + 8, 50, launch=c + 3, grid=(2, 64, 1), block=(384, 1, 1))
+    trace = choose_window(s.trace(), parse_window("steps"))
+    views = Views(trace)
+    result = analyze_trace(trace)
+    assert "small-batch-matmul" in [f.slug for f in result.findings]
+    graph = cp.build_graph(views, result.metrics.rank)
+    assert graph is not None
+    fixed = whatif.step_time_with(views, graph, result.findings, ["small-batch-matmul"])
+    assert fixed is not None
+    # One GEMM of 50 µs after one request's host work (about 110 µs), not 8 requests' host
+    # work less their launches (over 900 µs).
+    assert fixed < 250_000

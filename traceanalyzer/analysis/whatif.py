@@ -543,6 +543,21 @@ def _below_roofline(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change
 def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
     if ev is None or ev.is_empty() or not {"op", "shape", "lost_us"} <= set(ev.columns):
         return None
+    if "kernel" in ev.columns:  # judged without shapes: one kernel name and grid a row
+        keys = ["name", "grid_x", "block_x"]
+        factor = ev.select(
+            pl.col("kernel").alias("name"),
+            pl.col("grid_x").cast(pl.Int32),
+            pl.col("block_x").cast(pl.Int32),
+            factor=(1.0 - pl.col("lost_us") / pl.col("total_us")).clip(0.0, 1.0),
+        )
+        scale = (
+            ctx.gpu.select(keys)
+            .join(factor, on=keys, how="left", maintain_order="left")["factor"]
+            .fill_null(1.0)
+            .to_numpy()
+        )
+        return Change(g_dur=(ctx.durations() * scale).astype(np.int64))
     from traceanalyzer.perfmodel.model import attributed_kernels
 
     rank = ctx.graph.rank
@@ -560,7 +575,9 @@ def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change |
         .with_row_index("_i")
         .join(
             kernels.select(*keys, op="op_name", shape="input_dims").unique(keys, keep="first"),
-            on=keys, how="inner", nulls_equal=True,
+            on=keys,
+            how="inner",
+            nulls_equal=True,
         )
         .join(slow, on=["op", "shape"], how="inner")
     )
