@@ -119,6 +119,7 @@ def prediction(bad: dict[str, Any], good: dict[str, Any]) -> dict[str, Any]:
     bad_ns = float(result.steps["duration_ns"].mean())
     good_ns = float(good_result.steps["duration_ns"].mean())
     measured, predicted = bad_ns - good_ns, bad_ns - (fixed or bad_ns)
+    problem = PROBLEM[bad["workload"]]
     at_speed = None
     if bad["workload"] in SAME_GEMMS:
         m = measured + gemm_slowdown_ns(bad["path"], good["path"])
@@ -131,8 +132,7 @@ def prediction(bad: dict[str, Any], good: dict[str, Any]) -> dict[str, Any]:
         "predicted_ns": predicted,
         "error": (predicted - measured) / measured,
         "error_at_bad_speed": at_speed,
-        "detected": PROBLEM[bad["workload"]] is None
-        or any(f.slug in PROBLEM[bad["workload"]] for f in result.findings),
+        "detected": problem is None or any(f.slug in problem for f in result.findings),
     }
 
 
