@@ -125,14 +125,25 @@ def build_unshaped(kernel_us: float, name: str = STRIDED_ADD) -> Synth:
     return s
 
 
-def test_without_shapes_a_strided_kernel_is_judged_by_its_grid():
+#: The same kernel as torch.profiler's CUPTI demangles it.
+STRIDED_ADD_KINETO = (
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+    "CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<"
+    "c10::BFloat16> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<"
+    "at::native::CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, at::native::"
+    "CUDAFunctor_add<c10::BFloat16> const&)::{lambda(int)#1})"
+)
+
+
+@pytest.mark.parametrize("name", [STRIDED_ADD, STRIDED_ADD_KINETO], ids=["nsys", "kineto"])
+def test_without_shapes_a_strided_kernel_is_judged_by_its_grid(name: str) -> None:
     # The same bytes as the shaped test: 3 operands of 64 Mi bf16 elements.
-    findings, _ = run(build_unshaped(600))
+    findings, _ = run(build_unshaped(600, name))
     f = findings["memory-bound-below-bandwidth"]
     assert f.impact_ns == pytest.approx(8 * (600 - AT_BANDWIDTH_US) * US, rel=1e-6)
     assert f.evidence[0]["op"] == "CUDAFunctor_add<c10::BFloat16> (strided elementwise kernel)"
     assert f.evidence[0]["mbytes"] == pytest.approx(8 * BYTES / 1e6)
-    assert "memory-bound-below-bandwidth" not in run(build_unshaped(100))[0]
+    assert "memory-bound-below-bandwidth" not in run(build_unshaped(100, name))[0]
 
 
 def test_without_shapes_unknown_functors_and_vectorized_kernels_are_not_judged():

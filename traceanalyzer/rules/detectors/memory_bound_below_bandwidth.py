@@ -92,10 +92,12 @@ def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
 #: broadcast) or need 64-bit offsets: ``elementwise_kernel<NT, VT, gpu_kernel_impl<F>>``, NT
 #: threads a block, each doing VT elements, so the grid holds grid x NT x VT elements
 #: (aten/src/ATen/native/cuda/CUDALoops.cuh, ``launch_legacy_kernel``). Contiguous operands get
-#: ``vectorized_elementwise_kernel`` instead, which streams near the HBM bandwidth.
+#: ``vectorized_elementwise_kernel`` instead, which streams near the HBM bandwidth. Nsight
+#: Systems and CUPTI in torch.profiler demangle it differently (``(int)128`` or ``128``,
+#: ``>>(`` or ``> >(``); both are read.
 STRIDED_KERNEL = (
     r"^void at::native::elementwise_kernel<(?:\(int\))?(\d+), (?:\(int\))?(\d+), "
-    r"void at::native::gpu_kernel_impl(?:_nocast)?<(.*)>\(at::TensorIteratorBase"
+    r"(?:void )?at::native::gpu_kernel_impl(?:_nocast)?<(.*?) ?>\(at::TensorIteratorBase"
 )
 #: The operator a kernel runs, by its functor: tensors it reads and writes (out included) and
 #: where the element type is. Functors not listed are not judged: their operand count is not
