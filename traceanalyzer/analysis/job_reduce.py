@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis import path_ranks
 from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
 from traceanalyzer.analysis.intervals import merge
 from traceanalyzer.model import Trace
@@ -67,6 +68,8 @@ FINDING_SCHEMA = pl.Schema(
         "impact_pct": pl.Float64,
     }
 )
+PATH_STEPS = path_ranks.STEP_SCHEMA
+PATH_GPUS = path_ranks.GPU_SCHEMA
 #: tensorboard_trace_handler's file names: ``{hostname}_{pid}.{time}.pt.trace.json``.
 _TB_NAME = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})_\d+\.\d+\.pt\.trace\.json")
 
@@ -93,9 +96,14 @@ class RankSummary:
     extents: pl.DataFrame
     findings: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    #: Per (rank, step) the rank's critical path by kind, and per (rank, step, GPU) its time on
+    #: that GPU (analysis.path_ranks): a few rows per step.
+    paths: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_STEPS))
+    path_gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_GPUS))
 
     def nbytes(self) -> int:
-        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings)
+        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings, self.paths,
+                  self.path_gpus)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -173,7 +181,10 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
             ],
             schema=FINDING_SCHEMA,
         )
+    paths, path_gpus = path_ranks.every_rank(views, views.metrics.rank, None)
     return RankSummary(
+        paths=paths,
+        path_gpus=path_gpus,
         path=trace.meta.path,
         own_ranks=list(views.ranks),
         recorded_rank=trace.meta.rank,
@@ -241,6 +252,8 @@ class Combined:
     stepped: list[int]
     extents: pl.DataFrame
     findings: pl.DataFrame
+    paths: pl.DataFrame
+    path_gpus: pl.DataFrame
     #: Per job rank: source path and host.
     sources: dict[int, str]
     hosts: dict[int, str | None]
@@ -261,7 +274,7 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
     shift_all = all(b is not None for b in bases) and len(summaries) > 1
     origin = min(b for b in bases if b is not None) if shift_all else 0
     parts: dict[str, list[pl.DataFrame]] = {
-        k: [] for k in ("metrics", "comm", "cover", "extents", "findings")
+        k: [] for k in ("metrics", "comm", "cover", "extents", "findings", "paths", "path_gpus")
     }
     stepped: list[int] = []
     sources: dict[int, str] = {}
@@ -276,7 +289,7 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
                 ["window_start_ns", "window_end_ns"]
                 if name == "metrics"
                 else []
-                if name == "findings"
+                if name in ("findings", "path_gpus")
                 else ["start_ns", "end_ns"]
             )
             parts[name].append(_renumber(frame, rank_map, shift, times))
@@ -380,6 +393,8 @@ def analyze_summaries(
         .join(counts, on="rank", how="left")
         .with_columns(pl.col("findings").fill_null(0))
     )
+    job.paths = c.paths.sort("rank", "step")
+    job.path_gpus = c.path_gpus.sort("rank", "step", "device")
     job.failed = list(failed or [])
     if job.failed:
         job.warnings.append(

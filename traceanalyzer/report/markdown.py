@@ -126,6 +126,7 @@ def render_markdown(result: AnalysisResult) -> str:
                   f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
                   for r in steps]
         lines.append("")
+    lines += _paths_section(result)
     lines += _memory_section(result)
     findings = sorted_findings(result.findings)
     if findings:
@@ -144,6 +145,7 @@ def render_markdown(result: AnalysisResult) -> str:
             )
         if len(findings) > MAX_FINDINGS:
             lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")
+        lines += _whatif_section(result)
     else:
         lines.append("**No findings.**")
     errors = [o for o in result.rule_outcomes if o.status == "error"]
@@ -164,6 +166,43 @@ def render_markdown(result: AnalysisResult) -> str:
         if len(meta.warnings) > MAX_WARNINGS:
             lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
+
+
+def _paths_section(result: AnalysisResult) -> list[str]:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs."""
+    from traceanalyzer.report.paths_view import GPU_LABEL, TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return []
+    align = ["---" if i == 3 or h == GPU_LABEL else "---:" for i, h in enumerate(heads)]
+    return [f"**{TITLE}**", "", "| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def _whatif_section(result: AnalysisResult) -> list[str]:
+    """The what-if table (report/whatif_view.py): the HTML's rows, figures and labels."""
+    from traceanalyzer.report.whatif_view import ASSUMES_LABEL, TITLE, whatif_view
+
+    view = whatif_view(result)
+    if view is None:
+        return []
+    cols = [*view.columns, ASSUMES_LABEL]
+    first = 1 if view.multi_rank else 0
+    numeric = {*range(first + 1, first + 4), *([0] if view.multi_rank else [])}
+    align = ["---:" if i in numeric else "---" for i in range(len(cols))]
+    out = ["", f"**{TITLE}**", "", md_escape(view.intro()), "",
+           "| " + " | ".join(md_escape(c) for c in cols) + " |", "|" + "|".join(align) + "|"]
+    for r in [*view.rows, *view.totals]:
+        # The figures are the tool's own text ("12.021 ms *"), written as they are; the label
+        # (a rule's slug) as code.
+        cells = [c.replace("*", "\\*") for c in r.cells(view.multi_rank)]
+        label = f"`{_code(r.label)}`" if r.finding is not None else f"**{md_escape(r.label)}**"
+        cells[first] = label
+        out.append("| " + " | ".join([*cells, md_escape(r.assumes)]) + " |")
+    if (note := view.differs_note()):
+        out += ["", md_escape(note)]
+    return out
 
 
 def _ncu_section(result: AnalysisResult) -> list[str]:
