@@ -279,13 +279,20 @@ def _frame(
     ).with_columns(step=pl.when(pl.col("step") != none).then(pl.col("step")))
 
 
-def views_anchors(views: Views) -> pl.DataFrame:
+def views_anchors(views: Views, found: dict[int, Any] | None = None) -> pl.DataFrame:
     """Every rank's anchors of a trace of one or several ranks (empty where none has a graph);
-    step ends only of ranks whose trace marks its steps."""
+    step ends only of ranks whose trace marks its steps. ``found``: ranks whose graph and replay
+    were built already (``critical_path.CriticalPath``; None where a rank has none)."""
     from traceanalyzer.analysis.critical_path import build_graph, replay
 
+    found = found or {}
     frames = []
-    for rank in views.ranks:
+    for rank in views.ranks:  # a loop over ranks, not events
+        if rank in found:
+            cp = found[rank]
+            if cp is not None:
+                frames.append(rank_anchors(cp.graph, cp.replay))
+            continue
         g = build_graph(views, rank)
         if g is not None:
             frames.append(rank_anchors(g, replay(g)))

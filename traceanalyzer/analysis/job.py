@@ -84,6 +84,10 @@ class JobResult:
     scale: Any = None
     #: Traces that could not be loaded: path and one-line error.
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: Every rank's critical path per step, on its own graph, and its time per GPU
+    #: (analysis.path_ranks.STEP_SCHEMA, GPU_SCHEMA); None where not computed.
+    paths: pl.DataFrame | None = None
+    path_gpus: pl.DataFrame | None = None
     #: The critical path across ranks per step and the linked what-ifs
     #: (analysis.critical_ranks.JobCritical); None without two linked ranks or common steps.
     critical: Any = None
@@ -351,6 +355,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
         hta=hta_late_iterations(views.marked_launches, ranks), sources=sources,
         world_sizes=trace.meta.extra.get("job", {}).get("world_sizes", []),
         min_lateness_us=min_lateness_us, result=result)
+    job.paths, job.path_gpus = result.critical_path_ranks, result.critical_path_gpus
     if job.per_rank is not None and windows_overlap(job.ranks):
         job.critical = analyze_linked(views_anchors(views), views.collectives, job.per_rank)
     return job
@@ -471,6 +476,7 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
         "failed": list(job.failed),
         "warnings": list(job.warnings),
         "analysis": to_json_dict(job.result) if job.result is not None else None,
+        "critical_path_by_rank": _paths_by_rank(job),
         "critical_path": clean(critical_dict(job.critical)) if job.critical is not None else None,
     }
     if scale is not None:
@@ -485,3 +491,14 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
             "rank_findings": [clean(r) for r in scale.rank_findings.to_dicts()],
         })
     return doc
+
+
+def _paths_by_rank(job: JobResult) -> list[dict[str, Any]]:
+    """Per rank, its critical path (analysis.path_ranks.per_rank): mean per step by kind, the
+    kind it is bound by, and its time on each GPU."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+    from traceanalyzer.report.jsonout import clean
+
+    if job.paths is None:
+        return []
+    return [clean(r) for r in per_rank(job.paths, job.path_gpus).to_dicts()]

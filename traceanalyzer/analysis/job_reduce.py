@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis import path_ranks
 from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
 from traceanalyzer.analysis.critical_ranks import ANCHOR_SCHEMA, views_anchors
 from traceanalyzer.analysis.intervals import merge
@@ -70,6 +71,8 @@ FINDING_SCHEMA = pl.Schema(
         "impact_pct": pl.Float64,
     }
 )
+PATH_STEPS = path_ranks.STEP_SCHEMA
+PATH_GPUS = path_ranks.GPU_SCHEMA
 #: tensorboard_trace_handler's file names: ``{hostname}_{pid}.{time}.pt.trace.json``.
 _TB_NAME = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})_\d+\.\d+\.pt\.trace\.json")
 
@@ -96,11 +99,16 @@ class RankSummary:
     extents: pl.DataFrame
     findings: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    #: Per (rank, step) the rank's critical path by kind, and per (rank, step, GPU) its time on
+    #: that GPU (analysis.path_ranks): a few rows per step.
+    paths: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_STEPS))
+    path_gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_GPUS))
     #: The rank's anchors for the cross-rank critical path (analysis.critical_ranks).
     anchors: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ANCHOR_SCHEMA))
 
     def nbytes(self) -> int:
-        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings, self.anchors)
+        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings, self.paths,
+                  self.path_gpus, self.anchors)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -178,7 +186,14 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
             ],
             schema=FINDING_SCHEMA,
         )
+    from traceanalyzer.analysis.critical_path import analyze as critical_path_of
+
+    headline = views.metrics.rank
+    own_path = critical_path_of(views, headline)  # one graph for the path and the anchors
+    paths, path_gpus = path_ranks.every_rank(views, headline, own_path)
     return RankSummary(
+        paths=paths,
+        path_gpus=path_gpus,
         path=trace.meta.path,
         own_ranks=list(views.ranks),
         recorded_rank=trace.meta.rank,
@@ -193,7 +208,7 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
         extents=extents,
         findings=findings,
         warnings=list(trace.meta.warnings),
-        anchors=views_anchors(views),
+        anchors=views_anchors(views, {headline: own_path}),
     )
 
 
@@ -247,6 +262,8 @@ class Combined:
     stepped: list[int]
     extents: pl.DataFrame
     findings: pl.DataFrame
+    paths: pl.DataFrame
+    path_gpus: pl.DataFrame
     anchors: pl.DataFrame
     #: Per job rank: source path and host.
     sources: dict[int, str]
@@ -268,7 +285,8 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
     shift_all = all(b is not None for b in bases) and len(summaries) > 1
     origin = min(b for b in bases if b is not None) if shift_all else 0
     parts: dict[str, list[pl.DataFrame]] = {
-        k: [] for k in ("metrics", "comm", "cover", "extents", "findings", "anchors")
+        k: []
+        for k in ("metrics", "comm", "cover", "extents", "findings", "paths", "path_gpus", "anchors")
     }
     stepped: list[int] = []
     sources: dict[int, str] = {}
@@ -283,7 +301,7 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
                 ["window_start_ns", "window_end_ns"]
                 if name == "metrics"
                 else []
-                if name == "findings"
+                if name in ("findings", "path_gpus")
                 else ["start_ns", "end_ns", "from_ns"]
             )
             parts[name].append(_renumber(frame, rank_map, shift, times))
@@ -392,6 +410,8 @@ def analyze_summaries(
         .join(counts, on="rank", how="left")
         .with_columns(pl.col("findings").fill_null(0))
     )
+    job.paths = c.paths.sort("rank", "step")
+    job.path_gpus = c.path_gpus.sort("rank", "step", "device")
     job.failed = list(failed or [])
     if job.failed:
         job.warnings.append(
