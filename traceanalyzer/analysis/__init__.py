@@ -134,20 +134,23 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     rows = []
+    # The columns read, before any filter: a filter of the launches copies every column.
+    launches = views.launches.select("rank", "kind", "step", "start_ns", "end_ns")
     for rank, rank_steps in steps.group_by("rank", maintain_order=True):
-        acts = views.launches.filter(pl.col("rank") == rank[0])
+        acts = launches.filter(pl.col("rank") == rank[0])
         merged = intervals.merge(acts)
         busy = intervals.covered_between(merged, rank_steps["start_ns"].to_numpy(),
                                          rank_steps["end_ns"].to_numpy())
         rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64)))
     frame = pl.concat(rows)
     gaps = (
-        views.gpu_idle_gaps.filter(pl.col("step").is_not_null())
+        views.gpu_idle_gaps.lazy().filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(idle_by_cause())
+        .collect()
     )
     kernels = (
-        views.launches.filter(pl.col("step").is_not_null())
+        launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )
