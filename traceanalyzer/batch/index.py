@@ -33,6 +33,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .failed{color:#b42318}.muted{color:#57606a}
 .sev-critical,.sev-high{color:#b42318;font-weight:600}.sev-medium{color:#9a6700}
 code{font-size:12px;word-break:break-all}
+#job-critical-whatif td.n,#job-critical-whatif code{white-space:nowrap;word-break:normal}
 """
 
 
