@@ -95,16 +95,26 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
     from traceanalyzer.analysis import critical_path, whatif
     from traceanalyzer.analysis.path_ranks import every_rank
 
-    found = critical_path.analyze(views, result.metrics.rank)
+    headline = result.metrics.rank
+    found = critical_path.analyze(views, headline)
     if found is not None:
         result.critical_path = found.steps
         result.critical_segments = found.segments
-        evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
-        result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
-    # Every rank's path (the headline's reused), and each GPU's share of it (path_ranks.py).
+    # Every rank's path (the headline's reused), each GPU's share of it (path_ranks.py), and
+    # the what-if of each rank's findings on that rank's own graph (whatif.py).
+    summaries: dict[int, dict[str, Any]] = {}
+
+    def predict(rank: int, path: critical_path.CriticalPath) -> None:
+        if rank == headline or whatif.has_findings(result.findings, rank, headline):
+            summaries[rank] = whatif.predict(views, path.graph, result.findings, None, headline)
+
     result.critical_path_ranks, result.critical_path_gpus = every_rank(
-        views, result.metrics.rank, found
+        views, headline, found, on_path=predict
     )
+    if headline in summaries:
+        result.what_if = dict(summaries[headline])
+        if len(summaries) > 1:  # "all of the above" of every rank with findings
+            result.what_if["ranks"] = [summaries[r] for r in sorted(summaries)]
 
 
 def _add_memory(result: AnalysisResult, views: Views) -> None:
