@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analysis import intervals, memory
-from traceanalyzer.analysis.idle import idle_by_cause
+from traceanalyzer.analysis.idle import IDLE_CAUSES, idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
@@ -144,26 +144,35 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     rows = []
-    for rank, rank_steps in steps.group_by("rank", maintain_order=True):
+    gaps = views.gpu_idle_gaps
+    for rank, rank_steps in steps.group_by("rank", maintain_order=True):  # per rank, not event
         acts = views.launches.filter(pl.col("rank") == rank[0])
         merged = intervals.merge(acts)
-        busy = intervals.covered_between(merged, rank_steps["start_ns"].to_numpy(),
-                                         rank_steps["end_ns"].to_numpy())
-        rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64)))
+        lo, hi = rank_steps["start_ns"].to_numpy(), rank_steps["end_ns"].to_numpy()
+        busy = intervals.covered_between(merged, lo, hi)
+        # Each gap's time inside each step's wall-clock range: a gap that runs from one step
+        # into the next is shared between them, not charged whole to the one it began in.
+        by_cause = {}
+        rank_gaps = gaps.filter(pl.col("rank") == rank[0])
+        for cause in IDLE_CAUSES:
+            part = rank_gaps.filter(pl.col("cause") == cause).select("start_ns", "end_ns")
+            by_cause[cause] = intervals.covered_between(part.sort("start_ns"), lo, hi)
+        # The rest of a step's idle lies before the rank's first GPU activity or after its
+        # last (no gap ends there): no work was queued, so the GPU waited for the host.
+        rest = (hi - lo) - busy - sum(by_cause.values())
+        by_cause["host_wait"] = by_cause["host_wait"] + np.maximum(rest, 0)
+        rows.append(rank_steps.with_columns(
+            busy_ns=pl.Series(busy, dtype=pl.Int64),
+            **{f"idle_{c}_ns": pl.Series(v, dtype=pl.Int64) for c, v in by_cause.items()},
+        ))
     frame = pl.concat(rows)
-    gaps = (
-        views.gpu_idle_gaps.filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(idle_by_cause())
-    )
     kernels = (
         views.launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )
     return (
-        frame.join(gaps, on=["rank", "step"], how="left")
-        .join(kernels, on=["rank", "step"], how="left")
+        frame.join(kernels, on=["rank", "step"], how="left")
         .with_columns(
             duration_ns=pl.col("end_ns") - pl.col("start_ns"),
             idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),
