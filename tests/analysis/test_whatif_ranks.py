@@ -106,3 +106,32 @@ def test_a_file_of_several_gpus_or_ranks_predicts_every_finding(path: Path) -> N
     assert all(f.what_if is not None for f in result.findings)
     assert all(f.what_if["assumes"] != NO_RANK_PATH for f in result.findings)  # type: ignore[index]
     assert any(f.what_if["saving_ns"] for f in result.findings)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_a_job_reduced_rank_by_rank_gives_each_ranks_what_if(name: str) -> None:
+    from traceanalyzer.analysis.job import job_to_dict
+    from traceanalyzer.analysis.job_reduce import analyze_summaries, reduce_trace
+
+    if not all(p.exists() for p in _files(name)):
+        pytest.skip("sample traces absent")
+    traces = [choose_window(load(p, use_cache=False), "steps") for p in _files(name)]
+    job = analyze_summaries([reduce_trace(t, rules=True) for t in traces])
+    doc = job_to_dict(job)
+    json.dumps(doc, allow_nan=False)
+    got = {
+        (row["slug"], w["rank"]): (w["step_time_ns"], w["saving_ns"])
+        for row in doc["rank_findings"]
+        for w in row["what_if_by_rank"]
+    }
+    # Each file analyzed alone predicts the same on its rank's graph.
+    want = {}
+    for t in traces:
+        for f in analyze_trace(t).findings:
+            w = f.what_if or {}
+            want[(f.slug, f.rank)] = (w.get("step_time_ns"), w.get("saving_ns"))
+    assert got == want
+    assert any(saving for _, saving in got.values())
+    for row in doc["rank_findings"]:
+        savings = [w["saving_ns"] for w in row["what_if_by_rank"] if w["saving_ns"] is not None]
+        assert row["what_if_saving_ns"] == (sum(savings) if savings else None)
