@@ -16,10 +16,17 @@ from traceanalyzer.analysis.job import combine
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window
 from traceanalyzer.ingest import load
+from traceanalyzer.report.html import render_html
 from traceanalyzer.report.jsonout import dumps, to_json_dict, validate
 from traceanalyzer.report.markdown import render_markdown
-from traceanalyzer.report.terminal import render_summary
-from traceanalyzer.report.whatif_view import ALL_LABEL, NO_RANK_PATH, whatif_view
+from traceanalyzer.report.terminal import render_job, render_summary
+from traceanalyzer.report.whatif_view import (
+    ALL_LABEL,
+    JOB_SAVING_LABEL,
+    NO_RANK_PATH,
+    job_savings,
+    whatif_view,
+)
 
 PAIRS = ["rank_imbalance_bad", "nccl_overlap_bad"]
 
@@ -75,6 +82,7 @@ def test_another_ranks_findings_are_predicted_on_its_own_graph(name: str) -> Non
         now = by_rank[r]["step_time_ns"] / 1e6
         assert f"{now:,.3f} ms on rank {r}" in text
     assert md.count(ALL_LABEL) >= 2
+    assert render_html(result).count(ALL_LABEL) >= 2
 
 
 @pytest.mark.parametrize("name", PAIRS)
@@ -135,3 +143,8 @@ def test_a_job_reduced_rank_by_rank_gives_each_ranks_what_if(name: str) -> None:
     for row in doc["rank_findings"]:
         savings = [w["saving_ns"] for w in row["what_if_by_rank"] if w["saving_ns"] is not None]
         assert row["what_if_saving_ns"] == (sum(savings) if savings else None)
+    # The job's terminal report says each rank's saving beside the rule.
+    text = render_job(job)
+    assert JOB_SAVING_LABEL in text
+    for row in doc["rank_findings"]:
+        assert job_savings(row["what_if_by_rank"]) in text
