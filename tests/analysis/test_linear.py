@@ -183,6 +183,35 @@ def _training_step(s: Synth, ids: _Clock, step: int, t: float) -> float:
     return t + 5
 
 
+#: Kernels of the run outside every step, per step of the trace (see _whole_program_tail).
+TAIL_KERNELS_PER_STEP = 6
+
+
+def _whole_program_tail(s: Synth, ids: _Clock, steps: int, t: float) -> None:
+    """What a whole-program capture (``nsys profile python train.py``) adds after the loop: GPU
+    work outside every step, here evaluation-like runs of short elementwise kernels between
+    GEMMs, then one back-to-back run of same-sized elementwise kernels whose length grows with
+    the trace (``TAIL_KERNELS_PER_STEP`` x steps). In the steps every run has a fixed length, so
+    a detector that pairs the kernels of one run (a join on the run, the stream or a null step,
+    filtered afterwards) grows linearly there; on this run it grows with the square of the
+    trace, and the join checks below catch it."""
+    t += 2000
+    for i in range(steps):  # runs of 1-3 elementwise kernels between GEMMs: most runs are short
+        for j in range(1 + i % 3):
+            ext = ids.next_ext()
+            _op(s, "aten::mul", t - 8, 6, ext=ext, dims=[[512, 512], [512, 512]],
+                types=["c10::BFloat16", "c10::BFloat16"])
+            s.kernel(f"vectorized_elementwise_kernel<op{j}>", t, 8, launch=t - 6, ext=ext,
+                     op="aten::mul")
+            t += 9
+        s.kernel("ampere_bf16_s16816gemm_bf16_128x64", t, 30, launch=t - 6)
+        t += 31
+    t += 2000
+    for _ in range(TAIL_KERNELS_PER_STEP * steps):
+        s.kernel("vectorized_elementwise_kernel<add>", t, 5, launch=t - 4)
+        t += 6
+
+
 def build(steps: int) -> Trace:
     s = Synth(memory_bytes=150 * 2**30)
     s.devices.append(s.devices[0].__class__(id=1, name="NVIDIA H200", sm_count=132,
@@ -192,6 +221,7 @@ def build(steps: int) -> Trace:
     t = 0.0
     for step in range(steps):
         t = _training_step(s, ids, step, t)
+    _whole_program_tail(s, ids, steps, t)
     trace = s.trace()
     # The kernel rules read Nsight Compute's metrics: the committed pages' launches (each kernel
     # rule's bad kernel among them), one of them under a name the timeline has.

@@ -144,9 +144,11 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     rows = []
-    gaps = views.gpu_idle_gaps
+    # The columns read, before any filter: a filter of the launches copies every column.
+    launches = views.launches.select("rank", "kind", "step", "start_ns", "end_ns")
+    gaps = views.gpu_idle_gaps.select("rank", "cause", "start_ns", "end_ns")
     for rank, rank_steps in steps.group_by("rank", maintain_order=True):  # per rank, not event
-        acts = views.launches.filter(pl.col("rank") == rank[0])
+        acts = launches.filter(pl.col("rank") == rank[0])
         merged = intervals.merge(acts)
         lo, hi = rank_steps["start_ns"].to_numpy(), rank_steps["end_ns"].to_numpy()
         busy = intervals.covered_between(merged, lo, hi)
@@ -167,7 +169,7 @@ def step_breakdown(views: Views) -> pl.DataFrame:
         ))
     frame = pl.concat(rows)
     kernels = (
-        views.launches.filter(pl.col("step").is_not_null())
+        launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )

@@ -39,17 +39,26 @@ def idle_gaps(launches: pl.DataFrame, steps: pl.DataFrame | None = None,
     whose durations add up to exactly span - busy.
     """
     keys = keys or STREAM_KEYS
+    # Only numbers go through the sort (a row number stands for each activity); the names of
+    # the activities on either side of a gap are gathered for the gaps alone. Sorting the names
+    # and operators of every activity held a copy of them for the sort's length.
+    numbers = [*dict.fromkeys([*keys, *STREAM_KEYS, "start_ns", "end_ns", "correlation",
+                               "launch_start_ns"])]
     gaps = (
         launches.lazy()
-        .sort([*keys, "start_ns"])
+        .select(numbers)
+        .with_row_index("_row")
+        .sort([*keys, "start_ns"], maintain_order=True)
         .with_columns(
             prev_end=pl.col("end_ns").cum_max().shift(1).over(keys),
-            prev_name=pl.col("name").shift(1).over(keys),
+            _prev_row=pl.col("_row").shift(1).over(keys),
         )
         .filter(pl.col("prev_end").is_not_null(), pl.col("start_ns") > pl.col("prev_end"))
         .select(
             *keys,
             *(pl.col(c) for c in STREAM_KEYS if c not in keys),
+            "_row",
+            "_prev_row",
             start_ns="prev_end",
             end_ns="start_ns",
             duration_ns=pl.col("start_ns") - pl.col("prev_end"),
@@ -58,13 +67,19 @@ def idle_gaps(launches: pl.DataFrame, steps: pl.DataFrame | None = None,
             .when(pl.col("start_ns") - pl.col("prev_end") < kernel_wait_threshold_ns)
             .then(pl.lit("kernel_wait"))
             .otherwise(pl.lit("other")),
-            prev_name="prev_name",
-            next_name="name",
             next_correlation="correlation",
             next_launch_start_ns="launch_start_ns",
-            next_op_name="op_name",
         )
         .collect(engine=COLLECT_ENGINE)
+    )
+    rows, prev_rows = gaps["_row"], gaps["_prev_row"]
+    gaps = gaps.select(
+        pl.exclude("_row", "_prev_row", "next_correlation", "next_launch_start_ns"),
+        launches["name"].gather(prev_rows).alias("prev_name"),
+        launches["name"].gather(rows).alias("next_name"),
+        "next_correlation",
+        "next_launch_start_ns",
+        launches["op_name"].gather(rows).alias("next_op_name"),
     )
     return assign_steps(gaps, steps)
 

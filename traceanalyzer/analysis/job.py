@@ -88,6 +88,9 @@ class JobResult:
     #: (analysis.path_ranks.STEP_SCHEMA, GPU_SCHEMA); None where not computed.
     paths: pl.DataFrame | None = None
     path_gpus: pl.DataFrame | None = None
+    #: The critical path across ranks per step and the linked what-ifs
+    #: (analysis.critical_ranks.JobCritical); None without two linked ranks or common steps.
+    critical: Any = None
 
 
 def _rank_hint(path: str) -> int | None:
@@ -336,6 +339,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                 min_lateness_us: float = MIN_LATENESS_US) -> JobResult:
     """Analyze a combined multi-rank trace (see :func:`combine`) as one job."""
     from traceanalyzer.analysis import analyze_trace, rank_table
+    from traceanalyzer.analysis.critical_ranks import analyze_linked, views_anchors
     from traceanalyzer.analysis.views import Views
 
     views = Views(trace)
@@ -352,6 +356,8 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
         world_sizes=trace.meta.extra.get("job", {}).get("world_sizes", []),
         min_lateness_us=min_lateness_us, result=result)
     job.paths, job.path_gpus = result.critical_path_ranks, result.critical_path_gpus
+    if job.per_rank is not None and windows_overlap(job.ranks):
+        job.critical = analyze_linked(views_anchors(views), views.collectives, job.per_rank)
     return job
 
 
@@ -445,6 +451,7 @@ def exposed_note(ranks: pl.DataFrame) -> str:
 
 def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
     """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
+    from traceanalyzer.analysis.critical_ranks import to_dict as critical_dict
     from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
 
     skew = job.collectives["skew_ns"]
@@ -470,6 +477,7 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
         "warnings": list(job.warnings),
         "analysis": to_json_dict(job.result) if job.result is not None else None,
         "critical_path_by_rank": _paths_by_rank(job),
+        "critical_path": clean(critical_dict(job.critical)) if job.critical is not None else None,
     }
     if scale is not None:
         doc.update({

@@ -10,6 +10,8 @@ and keeps only what the cross-rank analysis of :mod:`analysis.job` reads:
   that the exposed-transfer figure ever measures, :func:`analysis.comm.collectives_from`);
 - per marked step, the extent of the GPU work launched in it (HTA's mean iteration time) and
   the step's duration;
+- its anchors for the job's critical path (:func:`analysis.critical_ranks.rank_anchors`: one
+  row per communication kernel and per step, with the rank's own work before it);
 - its findings, when rules run.
 
 :func:`combine_summaries` on the client renumbers the ranks (:func:`analysis.job.assign_ranks`'s
@@ -30,6 +32,7 @@ import polars as pl
 
 from traceanalyzer.analysis import path_ranks
 from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
+from traceanalyzer.analysis.critical_ranks import ANCHOR_SCHEMA, views_anchors
 from traceanalyzer.analysis.intervals import merge
 from traceanalyzer.model import Trace
 
@@ -103,10 +106,12 @@ class RankSummary:
     #: that GPU (analysis.path_ranks): a few rows per step.
     paths: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_STEPS))
     path_gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_GPUS))
+    #: The rank's anchors for the cross-rank critical path (analysis.critical_ranks).
+    anchors: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ANCHOR_SCHEMA))
 
     def nbytes(self) -> int:
         frames = (self.metrics, self.comm, self.cover, self.extents, self.findings, self.paths,
-                  self.path_gpus)
+                  self.path_gpus, self.anchors)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -171,6 +176,7 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
         found, _ = evaluate(views, rule_config)
     # Each finding's what-if on its rank's graph, while every_rank has the graph at hand.
     from traceanalyzer.analysis import whatif
+    from traceanalyzer.analysis.critical_path import analyze as critical_path_of
 
     owner = trace.meta.rank  # of a finding that names no rank, as in the frame below
 
@@ -178,7 +184,9 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
         if whatif.has_findings(found, rank, owner):
             whatif.predict(views, path.graph, found, None, owner)
 
-    paths, path_gpus = path_ranks.every_rank(views, views.metrics.rank, None, on_path=predict)
+    headline = views.metrics.rank
+    own_path = critical_path_of(views, headline)  # one graph for the path and the anchors
+    paths, path_gpus = path_ranks.every_rank(views, headline, own_path, on_path=predict)
     findings = pl.DataFrame(
         [
             {
@@ -213,6 +221,7 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
         extents=extents,
         findings=findings,
         warnings=list(trace.meta.warnings),
+        anchors=views_anchors(views, {headline: own_path}),
     )
 
 
@@ -268,6 +277,7 @@ class Combined:
     findings: pl.DataFrame
     paths: pl.DataFrame
     path_gpus: pl.DataFrame
+    anchors: pl.DataFrame
     #: Per job rank: source path and host.
     sources: dict[int, str]
     hosts: dict[int, str | None]
@@ -288,7 +298,8 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
     shift_all = all(b is not None for b in bases) and len(summaries) > 1
     origin = min(b for b in bases if b is not None) if shift_all else 0
     parts: dict[str, list[pl.DataFrame]] = {
-        k: [] for k in ("metrics", "comm", "cover", "extents", "findings", "paths", "path_gpus")
+        k: []
+        for k in ("metrics", "comm", "cover", "extents", "findings", "paths", "path_gpus", "anchors")
     }
     stepped: list[int] = []
     sources: dict[int, str] = {}
@@ -304,7 +315,7 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
                 if name == "metrics"
                 else []
                 if name in ("findings", "path_gpus")
-                else ["start_ns", "end_ns"]
+                else ["start_ns", "end_ns", "from_ns"]
             )
             parts[name].append(_renumber(frame, rank_map, shift, times))
         stepped += [rank_map[r] for r in s.stepped if r in rank_map]
@@ -340,9 +351,11 @@ def _renumber(
     return frame.with_columns(exprs)
 
 
-def exposed_from(c: Combined) -> pl.DataFrame:
-    """Per rank, exposed transfer and wait over every rank's collectives (Views.exposed_comm)."""
-    collectives = collectives_from(c.comm, c.cover, c.stepped)
+def exposed_from(c: Combined, collectives: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per rank, exposed transfer and wait over every rank's collectives (Views.exposed_comm);
+    ``collectives``: :func:`analysis.comm.collectives_from` of ``c``, where already computed."""
+    if collectives is None:
+        collectives = collectives_from(c.comm, c.cover, c.stepped)
     steps = pl.DataFrame({"rank": c.stepped}, schema={"rank": pl.Int32})
     return exposed_by_rank(collectives, steps, c.ranks)
 
@@ -380,8 +393,11 @@ def analyze_summaries(
     from traceanalyzer.analysis.job_scale import scale_view
 
     lateness_us = MIN_LATENESS_US if min_lateness_us is None else min_lateness_us
+    from traceanalyzer.analysis.critical_ranks import analyze_linked
+
     c = combine_summaries(summaries)
-    exposed = exposed_from(c)
+    collectives = collectives_from(c.comm, c.cover, c.stepped)
+    exposed = exposed_from(c, collectives)
     hta = hta_late_from(
         c.extents.filter(pl.col("start_ns").is_not_null()),
         c.comm.filter(pl.col("step").is_not_null()),
@@ -418,7 +434,16 @@ def analyze_summaries(
     job.scale = scale_view(
         job, c.extents.select("rank", "step", "duration_ns"), c.findings, lateness_us
     )
+    if job.per_rank is not None and windows_ok(job):
+        job.critical = analyze_linked(c.anchors, collectives, job.per_rank)
     return job
+
+
+def windows_ok(job: Any) -> bool:
+    """Whether the ranks' times can be linked: their GPU windows overlap (one run, one clock)."""
+    from traceanalyzer.analysis.job import windows_overlap
+
+    return windows_overlap(job.ranks)
 
 
 def summary_size(summaries: list[RankSummary]) -> int:

@@ -352,6 +352,10 @@ def render_job(result: JobResult, top: int = 5) -> str:
                  for w in worst.iter_rows(named=True)]
         lines.append(table(wrows, ["step", "collective", "#", "skew", "last rank"],
                            right={2, 3, 4}))
+    if result.critical is not None:
+        from traceanalyzer.analysis.critical_ranks import render_lines
+
+        lines += [""] + [safe(line, 400) for line in render_lines(result.critical)]
     if scale is not None:
         others = [f for f in scale.findings if not f["kind"].startswith("straggler")]
         if others:

@@ -3,6 +3,7 @@ them out): their host ranges, or without ranges the per-parameter Adam kernels."
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -21,8 +22,22 @@ ADAM_KERNEL = r"(?i)lerp|addcdiv|addcmul"
 BATCHED_OPTIMIZER_KERNEL = r"(?i)multi_tensor_apply|foreach|fused_adam|fusedadam|fused_sgd|_fused_|fused.*(adam|sgd|lamb)"
 
 
+#: Per views: two rules and the what-if ask for the same ranges and regions, each a regular
+#: expression over every host call's or kernel's name (1-3 CPU-s each at 1 GB).
+_RANGES: weakref.WeakKeyDictionary[Views, pl.DataFrame] = weakref.WeakKeyDictionary()
+_REGIONS: weakref.WeakKeyDictionary[Views, tuple[pl.DataFrame | None, pl.DataFrame]] = (
+    weakref.WeakKeyDictionary())
+
+
 def optimizer_ranges(views: Views) -> pl.DataFrame:
-    """Host ranges of optimizer steps: rank, tid, name, start_ns, end_ns."""
+    """Host ranges of optimizer steps: rank, tid, name, start_ns, end_ns (once per views)."""
+    cached = _RANGES.get(views)
+    if cached is None:
+        cached = _RANGES[views] = _optimizer_ranges(views)
+    return cached
+
+
+def _optimizer_ranges(views: Views) -> pl.DataFrame:
     ann = views.annotations.filter(
         pl.col("kind").is_in(["user", "nvtx"]), pl.col("name").str.contains(OPTIMIZER_RANGE)
     ).select("rank", "tid", "name", "start_ns", "end_ns")
@@ -57,7 +72,14 @@ def in_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame, tag: str) -> pl.DataF
 def adam_regions(views: Views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
     """Without optimizer ranges (e.g. an Nsight Systems trace without NVTX for them): the GPU span,
     per step, from the first to the last per-parameter Adam kernel (lerp, addcmul, addcdiv), and
-    every kernel inside it, tagged as ``_opt`` like :func:`in_ranges` does."""
+    every kernel inside it, tagged as ``_opt`` like :func:`in_ranges` does (once per views)."""
+    cached = _REGIONS.get(views)
+    if cached is None:
+        cached = _REGIONS[views] = _adam_regions(views)
+    return cached
+
+
+def _adam_regions(views: Views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
     kernels = kernels_of(views)
     has_steps = views.steps.height > 0
     step = pl.col("step") if has_steps else pl.lit(0, pl.Int64).alias("step")

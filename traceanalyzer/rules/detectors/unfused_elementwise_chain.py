@@ -79,15 +79,20 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
     prev_numel = before("_numel")
     generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
         "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
-    k = (  # lazy: the sort moves only the columns the chains read (not stacks, other names)
-        kernels.lazy()
-        .sort(*keys, "start_ns")
-        .with_columns(
-            _same=same.fill_null(False),
-            _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
-            & ~generated,
-            _threads=threads,
-        )
+    # Only numbers go through the sort and the chain search (a row number stands for the
+    # kernel): the names are gathered for the rows of long-enough runs only, which are a few
+    # percent of the kernels. Sorting and aggregating the texts of every kernel, most of them in
+    # runs of one, was most of this rule's time and memory on whole-program traces.
+    numbers = kernels.select(
+        *keys, "start_ns", "end_ns", "dur", "step", "external_id", "_numel", "_passes",
+        _ew=pl.col("category").is_in(["elementwise", "norm"]) & pl.col("_opt").is_null()
+        & ~generated,
+        _threads=threads,
+    ).with_row_index("_row")
+    k = (
+        numbers.lazy()
+        .sort(*keys, "start_ns", maintain_order=True)
+        .with_columns(_same=same.fill_null(False))
         .with_columns(_gap=pl.col("start_ns") - before("end_ns"))
         .with_columns(
             _break=~pl.col("_ew")
@@ -103,7 +108,16 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
         # chain numbers unique over the whole frame: a stream's first row always breaks
         .with_columns(_chain=pl.col("_break").fill_null(True).cast(pl.Int64).cum_sum())
         .filter("_ew")
+        # runs shorter than min_chain_count (most of them: one kernel) leave before the texts
+        .filter(pl.len().over("_chain") >= p["min_chain_count"])
+        .select(*keys, "_chain", "_row", "dur", "start_ns", "end_ns", "step", "external_id",
+                "_passes")
         .collect(engine=COLLECT_ENGINE)
+    )
+    rows = k["_row"]
+    k = k.with_columns(
+        name=kernels["name"].gather(rows).str.slice(0, 60),
+        op_name=kernels["op_name"].gather(rows),
     )
     chains = (
         k.group_by(*keys, "_chain")
@@ -112,10 +126,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
             end_ns=pl.col("end_ns").max(), step=pl.col("step").first(),
             first_ext=pl.col("external_id").first(),
             passes=pl.col("_passes").fill_null(DEFAULT_PASSES).sum(),
-            kernels=pl.col("name").str.slice(0, 60).str.join(" | "),
+            kernels=pl.col("name").str.join(" | "),
             ops=pl.col("op_name").drop_nulls().unique(maintain_order=True).str.join(", "),
         )
-        .filter(pl.col("n") >= p["min_chain_count"])
         .with_columns(
             saved=pl.min_horizontal(2.0 * (pl.col("n") - 1), pl.col("passes") - 2).clip(lower_bound=0)
         )

@@ -56,7 +56,9 @@ def unfused_optimizer(views: Views, p: Params) -> Detection | None:
                                   pl.col("gpu_last") - pl.col("gpu_first")),
     ).with_columns(lost_ns=(pl.col("wall_ns") - pl.col("run_ns")).clip(lower_bound=0))
     names = ranges.filter(pl.col("start_ns").is_in(flagged["_opt"].implode()))
-    evidence = flagged.sort("lost_ns", descending=True).select(
+    # ties (a tiled or very regular trace has many equal steps) broken by time: group_by order
+    # is arbitrary, and the report must not change from one run to the next
+    evidence = flagged.sort(["lost_ns", "_opt"], descending=[True, False]).select(
         pl.col("_opt").alias("start_ns"), pl.max_horizontal("range_end", "gpu_last").alias("end_ns"),
         "step", "kernels", pl.col("batched").alias("batched_kernels"),
         (pl.col("run_ns") / NS_PER_US).alias("kernel_run_us"),
