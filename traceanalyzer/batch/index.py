@@ -19,6 +19,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.report._common import write_text_atomic
 from traceanalyzer.report.charts import esc
+from traceanalyzer.report.whatif_view import JOB_SAVING_LABEL, job_savings
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; " \
       "form-action 'none'"
@@ -192,11 +193,12 @@ def job_section(job: Any, top: int = 10, rank_rows: bool = True, link: str | Non
             body = "".join(
                 f"<tr><td>{esc(f['slug'])}</td><td>{esc(f['severity'])}</td>"
                 f"<td class=n>{esc(f['ranks'])}</td><td class=n>{_ms(f['impact_ns'])}</td>"
-                f"<td>{esc(', '.join(map(str, f['top_ranks'])))}</td></tr>"
+                f"<td>{esc(', '.join(map(str, f['top_ranks'])))}</td>"
+                f"<td>{esc(job_savings(f.get('what_if_by_rank')))}</td></tr>"
                 for f in scale.rank_findings.iter_rows(named=True))
             parts.append("<h3>Per-rank findings</h3><table><tr><th>rule</th><th>severity</th>"
                          "<th class=n>ranks</th><th class=n>impact (sum)</th><th>worst ranks</th>"
-                         f"</tr>{body}</table>")
+                         f"<th>{esc(JOB_SAVING_LABEL)}</th></tr>{body}</table>")
     parts.append(_job_paths(job))
     parts.append(_job_critical(job))
     if job.failed:
