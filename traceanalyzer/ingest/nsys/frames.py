@@ -261,14 +261,16 @@ def cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         .then(pl.lit("driver", CPU_KIND)).otherwise(pl.lit("runtime", CPU_KIND)),
     )
     name_id = pl.col("nameId")
+    every_kind = not calls["kind"].null_count()
     cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
+    del calls  # its columns are the CPU frame's: the sort frees each once it is sorted
     cpu = sorted_by(cpu, "start").with_columns(
         name=name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
         # A process that launched no GPU work shares rank 0 with the real rank 0; its
         # correlation ids would join that rank's kernels by accident, so drop them.
         correlation=pl.when(_known(ranks)).then(pl.col("correlationId")),
         # Where every call has its eventClass (nsys >= 2023), the names are not needed.
-        kind=pl.col("kind") if not calls["kind"].null_count() else pl.coalesce(
+        kind=pl.col("kind") if every_kind else pl.coalesce(
             "kind",
             name_id.replace_strict(names["id"], names["kind"], default=None,
                                    return_dtype=CPU_KIND),

@@ -54,6 +54,7 @@ from traceanalyzer.ingest.nsys.tables import (
     SYNC,
     ExportDb,
     TableReader,
+    release_freed,
     sqlite_problem,
 )
 from traceanalyzer.ingest.unpack import unpacked
@@ -122,6 +123,7 @@ def _read(db: ExportDb) -> Trace:
         narrowed = sum(beyond_int32(f) for f in raw)
         gpu_raw = gpu_rows(strings, *raw)
         del raw
+        release_freed()  # the raw kernel table's Arrow buffers (the C heap's)
         ranks = rank_map(gpu_raw)
         gpu = gpu_frame(gpu_raw, ranks)
         del gpu_raw
@@ -134,6 +136,7 @@ def _read(db: ExportDb) -> Trace:
         syn = sync_frame(syncs, cpu, ranks)
         mem = memory_frame(usage, cpu, ranks)
         del syncs, usage
+        release_freed()  # the raw runtime table's
         unreadable = {**db.unreadable, **reader.db.unreadable}
     cpu = with_parent_op(cpu, ops)
     del ops

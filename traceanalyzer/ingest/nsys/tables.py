@@ -8,6 +8,9 @@ thread while the frames of those already read are built.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -226,12 +229,46 @@ def sqlite_problem(exc: Exception) -> str:
 
 
 def sorted_by(frame: pl.DataFrame, col: str) -> pl.DataFrame:
-    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap."""
+    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap.
+
+    Where a sort is needed, ``frame`` is consumed: its columns are moved out of it one at a
+    time (it is left empty), so that each column of the input is freed as soon as its sorted
+    copy exists. Every caller owns the frame it sorts and drops it afterwards."""
     if frame.height < 2 or frame.select((pl.col(col).diff().drop_nulls() >= 0).all()).item():
         return frame
-    # The order from the key alone, then each column gathered in turn: a sort of the whole
-    # frame holds the frame, a one-chunk copy of it and the sorted copy at once (the peak of a
-    # 1 GB export's ingest). Each column is made one chunk first: gathers from many chunks (one
-    # per connectorx batch) cost twice as much as a copy into one chunk and a gather from it.
+    # The order from the key alone, then each column gathered in turn and the input's column
+    # dropped: a sort of the whole frame holds the frame, a one-chunk copy of it and the sorted
+    # copy at once, and even a gather per column holds the input and the sorted copy (the
+    # peak of an export's ingest: bench/NOTES.md, nsys memory). Each column is made one chunk
+    # first: gathers from many chunks (one per connectorx batch) cost twice as much as a copy
+    # into one chunk and a gather from it.
     order = frame.select(pl.arg_sort_by(col, maintain_order=True)).to_series()
-    return pl.DataFrame([frame.get_column(c).rechunk().gather(order) for c in frame.columns])
+    out = []
+    for name in frame.columns:
+        column = frame.drop_in_place(name).rechunk()
+        out.append(column.gather(order))
+        del column
+    return pl.DataFrame(out)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_freed() -> None:
+    """Give the C heap's free pages back to the system. connectorx builds its Arrow buffers
+    with the C library's malloc, and glibc keeps what is freed of them: after the raw kernel
+    table of a 300 MB export is dropped, 140 MiB of the process's RSS is such free memory,
+    which the next table's read would not reuse (bench/NOTES.md, nsys memory). A few
+    milliseconds; called where a raw table of millions of rows has just been dropped."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
