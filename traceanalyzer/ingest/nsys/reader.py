@@ -28,12 +28,14 @@ from traceanalyzer.ingest.nsys.frames import (
     annotation_frame,
     beyond_int32,
     cpu_frame,
+    driver_rows,
     gpu_frame,
     gpu_rows,
     memory_frame,
     nvtx_rows,
     operator_ranges,
     rank_map,
+    runtime_rows,
     sync_frame,
     with_parent_op,
 )
@@ -117,8 +119,9 @@ def _read(db: ExportDb) -> Trace:
             NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
             sort_by="start", prepare=nvtx_rows,
         )
-        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
-        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC, MEMORY_USAGE)}
+        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start", prepare=runtime_rows)
+        tables[DRIVER] = reader.submit(DRIVER, prepare=driver_rows)
+        tables |= {t: reader.submit(t) for t in (SYNC, MEMORY_USAGE)}
         raw = [tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)]
         narrowed = sum(beyond_int32(f) for f in raw)
         gpu_raw = gpu_rows(strings, *raw)

@@ -185,6 +185,10 @@ class ExportDb:
             return []
 
 
+#: Tables of this many rows or more give the C heap's free pages back once read.
+TRIM_ROWS = 100_000
+
+
 class TableReader:
     """Reads tables on one background thread, through a connection of its own, in the order
     they were submitted. On exit, reads not yet started are cancelled and the rest awaited."""
@@ -208,7 +212,11 @@ class TableReader:
             return None
         if prepare is not None:
             frame = prepare(frame)
-        return frame if sort_by is None else sorted_by(frame, sort_by)
+        if sort_by is not None:
+            frame = sorted_by(frame, sort_by)
+        if frame.height >= TRIM_ROWS:
+            release_freed()  # what the read, ``prepare`` and the sort dropped
+        return frame
 
     def __enter__(self) -> TableReader:
         return self
@@ -244,10 +252,13 @@ def sorted_by(frame: pl.DataFrame, col: str) -> pl.DataFrame:
     # into one chunk and a gather from it.
     order = frame.select(pl.arg_sort_by(col, maintain_order=True)).to_series()
     out = []
+    big = frame.height >= TRIM_ROWS
     for name in frame.columns:
         column = frame.drop_in_place(name).rechunk()
         out.append(column.gather(order))
         del column
+        if big:  # the column's buffers, where the C heap holds them (connectorx's)
+            release_freed()
     return pl.DataFrame(out)
 
 
