@@ -235,22 +235,34 @@ def nvtx_rows(nvtx: pl.DataFrame) -> pl.DataFrame:
 
 
 
+def runtime_rows(runtime: pl.DataFrame) -> pl.DataFrame:
+    """The runtime calls as the CPU frame keeps them: pid and tid out of ``globalTid``, the
+    kind out of ``eventClass`` (one byte). Run on the reader thread, so that the raw columns
+    are freed before the CPU frame is built, when the GPU frame is already held (the ingest's
+    peak: bench/NOTES.md, nsys memory)."""
+    # eventClass says runtime or driver; without it, the name does (see cpu_frame).
+    return _call_rows(runtime, pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER)
+                      .then(pl.lit("driver", CPU_KIND))
+                      .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime", CPU_KIND)))
+
+
+def driver_rows(driver: pl.DataFrame) -> pl.DataFrame:
+    """The driver calls (``CUPTI_ACTIVITY_KIND_DRIVER``), as :func:`runtime_rows`."""
+    return _call_rows(driver, pl.lit("driver", CPU_KIND))
+
+
+def _call_rows(calls: pl.DataFrame, kind: pl.Expr) -> pl.DataFrame:
+    return calls.select("start", "end", "correlationId", "nameId", pid=_pid("globalTid"),
+                        tid=_tid("globalTid"), kind=kind)
+
+
 def cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
                strings: pl.DataFrame, ranks: pl.DataFrame) -> pl.DataFrame:
-    parts = []
-    if runtime is not None:
-        # eventClass says runtime or driver; without it, the name does (see below).
-        parts.append(runtime.select(
-            "start", "end", "correlationId", "globalTid", "nameId",
-            kind=pl.when(pl.col("eventClass") == EVENT_CLASS_DRIVER).then(pl.lit("driver", CPU_KIND))
-            .when(pl.col("eventClass").is_not_null()).then(pl.lit("runtime", CPU_KIND)),
-        ))
-    if driver is not None:
-        parts.append(driver.select("start", "end", "correlationId", "globalTid", "nameId",
-                                   kind=pl.lit("driver", CPU_KIND)))
+    """The CPU frame of the calls of :func:`runtime_rows` and :func:`driver_rows`."""
+    parts = [f for f in (runtime, driver) if f is not None]
     if not parts:
         return empty_frame("cpu")
-    calls = pl.concat(parts)
+    calls = pl.concat(parts) if len(parts) > 1 else parts[0]
     del parts, runtime, driver
     # Per distinct name, not per call: the version-free name, and driver-or-runtime by name
     # for exports whose rows carry no eventClass; mapped onto the calls through small tables.
@@ -261,14 +273,20 @@ def cpu_frame(runtime: pl.DataFrame | None, driver: pl.DataFrame | None,
         .then(pl.lit("driver", CPU_KIND)).otherwise(pl.lit("runtime", CPU_KIND)),
     )
     name_id = pl.col("nameId")
-    cpu = _with_rank(calls.with_columns(pid=_pid("globalTid"), tid=_tid("globalTid")), ranks)
-    cpu = sorted_by(cpu, "start").with_columns(
+    every_kind = not calls["kind"].null_count()
+    cpu = _with_rank(calls, ranks)
+    del calls  # its columns are the CPU frame's: the sort frees each once it is sorted
+    cpu = sorted_by(cpu, "start")
+    # A process that launched no GPU work shares rank 0 with the real rank 0; its
+    # correlation ids would join that rank's kernels by accident, so drop them. Where every
+    # call is of a rank (the usual case) the column is kept as it is, not copied.
+    every_known = cpu.select(_known(ranks).all()).item()
+    cpu = cpu.with_columns(
         name=name_id.replace_strict(names["id"], names["name"], default=None, return_dtype=STR),
-        # A process that launched no GPU work shares rank 0 with the real rank 0; its
-        # correlation ids would join that rank's kernels by accident, so drop them.
-        correlation=pl.when(_known(ranks)).then(pl.col("correlationId")),
+        correlation=pl.col("correlationId") if every_known
+        else pl.when(_known(ranks)).then(pl.col("correlationId")),
         # Where every call has its eventClass (nsys >= 2023), the names are not needed.
-        kind=pl.col("kind") if not calls["kind"].null_count() else pl.coalesce(
+        kind=pl.col("kind") if every_kind else pl.coalesce(
             "kind",
             name_id.replace_strict(names["id"], names["kind"], default=None,
                                    return_dtype=CPU_KIND),

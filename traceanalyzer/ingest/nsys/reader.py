@@ -28,12 +28,14 @@ from traceanalyzer.ingest.nsys.frames import (
     annotation_frame,
     beyond_int32,
     cpu_frame,
+    driver_rows,
     gpu_frame,
     gpu_rows,
     memory_frame,
     nvtx_rows,
     operator_ranges,
     rank_map,
+    runtime_rows,
     sync_frame,
     with_parent_op,
 )
@@ -54,6 +56,7 @@ from traceanalyzer.ingest.nsys.tables import (
     SYNC,
     ExportDb,
     TableReader,
+    release_freed,
     sqlite_problem,
 )
 from traceanalyzer.ingest.unpack import unpacked
@@ -116,12 +119,14 @@ def _read(db: ExportDb) -> Trace:
             NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
             sort_by="start", prepare=nvtx_rows,
         )
-        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start")
-        tables |= {t: reader.submit(t) for t in (DRIVER, SYNC, MEMORY_USAGE)}
+        tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start", prepare=runtime_rows)
+        tables[DRIVER] = reader.submit(DRIVER, prepare=driver_rows)
+        tables |= {t: reader.submit(t) for t in (SYNC, MEMORY_USAGE)}
         raw = [tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)]
         narrowed = sum(beyond_int32(f) for f in raw)
         gpu_raw = gpu_rows(strings, *raw)
         del raw
+        release_freed()  # the raw kernel table's Arrow buffers (the C heap's)
         ranks = rank_map(gpu_raw)
         gpu = gpu_frame(gpu_raw, ranks)
         del gpu_raw
@@ -134,6 +139,7 @@ def _read(db: ExportDb) -> Trace:
         syn = sync_frame(syncs, cpu, ranks)
         mem = memory_frame(usage, cpu, ranks)
         del syncs, usage
+        release_freed()  # the raw runtime table's
         unreadable = {**db.unreadable, **reader.db.unreadable}
     cpu = with_parent_op(cpu, ops)
     del ops

@@ -8,6 +8,9 @@ thread while the frames of those already read are built.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -182,6 +185,10 @@ class ExportDb:
             return []
 
 
+#: Tables of this many rows or more give the C heap's free pages back once read.
+TRIM_ROWS = 100_000
+
+
 class TableReader:
     """Reads tables on one background thread, through a connection of its own, in the order
     they were submitted. On exit, reads not yet started are cancelled and the rest awaited."""
@@ -205,7 +212,11 @@ class TableReader:
             return None
         if prepare is not None:
             frame = prepare(frame)
-        return frame if sort_by is None else sorted_by(frame, sort_by)
+        if sort_by is not None:
+            frame = sorted_by(frame, sort_by)
+        if frame.height >= TRIM_ROWS:
+            release_freed()  # what the read, ``prepare`` and the sort dropped
+        return frame
 
     def __enter__(self) -> TableReader:
         return self
@@ -226,12 +237,49 @@ def sqlite_problem(exc: Exception) -> str:
 
 
 def sorted_by(frame: pl.DataFrame, col: str) -> pl.DataFrame:
-    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap."""
+    """``frame`` sorted by ``col``; exports are mostly in order already, and a check is cheap.
+
+    Where a sort is needed, ``frame`` is consumed: its columns are moved out of it one at a
+    time (it is left empty), so that each column of the input is freed as soon as its sorted
+    copy exists. Every caller owns the frame it sorts and drops it afterwards."""
     if frame.height < 2 or frame.select((pl.col(col).diff().drop_nulls() >= 0).all()).item():
         return frame
-    # The order from the key alone, then each column gathered in turn: a sort of the whole
-    # frame holds the frame, a one-chunk copy of it and the sorted copy at once (the peak of a
-    # 1 GB export's ingest). Each column is made one chunk first: gathers from many chunks (one
-    # per connectorx batch) cost twice as much as a copy into one chunk and a gather from it.
+    # The order from the key alone, then each column gathered in turn and the input's column
+    # dropped: a sort of the whole frame holds the frame, a one-chunk copy of it and the sorted
+    # copy at once, and even a gather per column holds the input and the sorted copy (the
+    # peak of an export's ingest: bench/NOTES.md, nsys memory). Each column is made one chunk
+    # first: gathers from many chunks (one per connectorx batch) cost twice as much as a copy
+    # into one chunk and a gather from it.
     order = frame.select(pl.arg_sort_by(col, maintain_order=True)).to_series()
-    return pl.DataFrame([frame.get_column(c).rechunk().gather(order) for c in frame.columns])
+    out = []
+    big = frame.height >= TRIM_ROWS
+    for name in frame.columns:
+        column = frame.drop_in_place(name).rechunk()
+        out.append(column.gather(order))
+        del column
+        if big:  # the column's buffers, where the C heap holds them (connectorx's)
+            release_freed()
+    return pl.DataFrame(out)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def release_freed() -> None:
+    """Give the C heap's free pages back to the system. connectorx builds its Arrow buffers
+    with the C library's malloc, and glibc keeps what is freed of them: after the raw kernel
+    table of a 300 MB export is dropped, 140 MiB of the process's RSS is such free memory,
+    which the next table's read would not reuse (bench/NOTES.md, nsys memory). A few
+    milliseconds; called where a raw table of millions of rows has just been dropped."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
