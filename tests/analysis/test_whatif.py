@@ -175,6 +175,7 @@ def table() -> list[str]:
 def test_the_readme_table_is_the_one_computed() -> None:
     text = (SAMPLES / "README.md").read_text()
     section = text.split("## What-if predictions against the measured savings", 1)[1]
+    section = section.split("### Linked across ranks", 1)[0]  # that table has its own test
     shown = [ln for ln in section.splitlines() if ln.startswith(("| `nsys/", "| `torch/"))]
     assert shown == table(), "regenerate it: python -m tests.analysis.test_whatif"
 
