@@ -101,6 +101,8 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
         result.critical_segments = found.segments
         evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
         result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
+        # Which steps the path and the what-if judged (all, unless over the graph's budget).
+        result.what_if["judged_steps"] = found.graph.judged
     # Every rank's path (the headline's reused), and each GPU's share of it (path_ranks.py).
     result.critical_path_ranks, result.critical_path_gpus = every_rank(
         views, result.metrics.rank, found
