@@ -77,7 +77,6 @@ UNREAD_COLUMNS = (
     "external_id",
     "registers",
     "shared_mem",
-    "graph_launched",
     "mangled_name",
     "block_y",
     "block_z",
