@@ -230,6 +230,54 @@ def test_linked_what_if_against_the_measured_savings() -> None:
     assert 0 < errors[("nccl_overlap", "torch")] < 1, errors
 
 
+#: The heading of the linked table in sample_traces/README.md's what-if proof section.
+LINKED_HEADING = "### Linked across ranks"
+
+
+def linked_table() -> list[str]:
+    """The linked table of sample_traces/README.md (what-if proof section), one line a pair:
+    the job step times of the bad and good pairs (each job step ends when its last rank's step
+    ends, as recorded: the unchanged linked replay gives them back), the measured saving
+    (bad - good), the linked prediction of the pair's fix and its error, and each rank's own
+    prediction's error (the per-rank table above it: tests/analysis/test_whatif.py).
+    ``python -m tests.analysis.test_critical_ranks`` prints it."""
+    from tests.analysis.test_whatif import pairs, prediction
+
+    per_rank = {
+        (bad["workload"], bad["profiler"], bad["rank"]): prediction(bad, good)["error"]
+        for bad, good in pairs()
+        if bad["workload"] in FIX
+    }
+    lines = []
+    for (workload, profiler), pattern in PAIRS.items():
+        bad, _ = _linked(pattern, "bad")
+        good, _ = _linked(pattern, "good")
+        now, fixed = cr.step_time_ns(cr.replay(bad)), cr.step_time_ns(cr.replay(good))
+        assert now is not None and fixed is not None
+        measured = now - fixed
+        predicted = cr.what_if(bad)["fixes"][FIX[workload]]["saving_ns"]
+        ranks = ", ".join(
+            f"{per_rank[(workload, profiler, r)] * 100:+.0f}% (rank {r})" for r in (0, 1)
+        )
+        cells = [
+            f"`{profiler}/{workload}`",
+            f"`{FIX[workload]}`",
+            *(f"{v / 1e6:.2f}" for v in (now, fixed, measured, predicted)),
+            f"{(predicted / measured - 1) * 100:+.0f}%",
+            ranks,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def test_the_readme_linked_table_is_the_one_computed() -> None:
+    text = (SAMPLES / "README.md").read_text()
+    section = text.split("## What-if predictions against the measured savings", 1)[1]
+    section = section.split(LINKED_HEADING, 1)[1].split("\n#", 1)[0]
+    shown = [ln for ln in section.splitlines() if ln.startswith(("| `nsys/", "| `torch/"))]
+    assert shown == linked_table(), "regenerate it: python -m tests.analysis.test_critical_ranks"
+
+
 def test_job_reduced_rank_by_rank_equals_the_combined_trace() -> None:
     paths = [SAMPLES / PAIRS[("rank_imbalance", "nsys")].format("bad", r) for r in (0, 1)]
     if not all(p.is_file() for p in paths):
@@ -269,3 +317,7 @@ def test_public_trace_of_two_processes(name: str) -> None:
     assert lk.steps == []
     per_rank, _ = _instances(views)
     assert cr.analyze_linked(cr.views_anchors(views), views.collectives, per_rank) is None
+
+
+if __name__ == "__main__":
+    print("\n".join(linked_table()))

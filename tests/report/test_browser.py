@@ -254,6 +254,35 @@ def test_diff_report_renders(browser, tmp_path):
     browser.screenshot(ARTIFACTS / "diff.png")
 
 
+def test_job_page_renders_the_critical_path_across_ranks(browser, tmp_path):
+    """The job page of the rank_imbalance pair (torch.profiler, 2 ranks): the section on the
+    critical path across ranks shows a row a job step and the two linked what-ifs, and the
+    page's one script (the table sorter) runs without error or request."""
+    from traceanalyzer.analysis.job_reduce import analyze_summaries, reduce_trace
+    from traceanalyzer.analysis.window import choose_window
+    from traceanalyzer.batch.index import render_job_page
+    from traceanalyzer.ingest import load
+
+    ranks = [
+        REPO / "sample_traces" / "torch" / f"rank_imbalance_bad_rank{r}.json.gz" for r in (0, 1)
+    ]
+    if not all(p.is_file() for p in ranks):
+        pytest.skip("sample traces missing")
+    job = analyze_summaries([reduce_trace(choose_window(load(p), "steps")) for p in ranks])
+    report = tmp_path / "job.html"
+    report.write_text(render_job_page(job), encoding="utf-8")
+    browser.open(report)
+    browser.evaluate("document.querySelector('table.sortable th').click()")
+    browser.drain(0.2)
+    assert problems(browser, report) == []
+    rows = "document.querySelectorAll('#job-critical-steps tr').length"
+    assert browser.evaluate(rows) == 1 + job.critical.steps.height
+    assert browser.evaluate("document.querySelectorAll('#job-critical-whatif tr').length") == 3
+    assert "set by" in browser.evaluate("document.getElementById('job-critical-steps').textContent")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.screenshot(ARTIFACTS / "job.png")
+
+
 def test_screenshot_tool(tmp_path):
     """tools/screenshot.py, run as a script the way docs/report.md says."""
     if not find_browser():

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analysis import intervals, memory
-from traceanalyzer.analysis.idle import idle_by_cause
+from traceanalyzer.analysis.idle import IDLE_CAUSES, idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
@@ -95,18 +95,28 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
     from traceanalyzer.analysis import critical_path, whatif
     from traceanalyzer.analysis.path_ranks import every_rank
 
-    found = critical_path.analyze(views, result.metrics.rank)
+    headline = result.metrics.rank
+    found = critical_path.analyze(views, headline)
     if found is not None:
         result.critical_path = found.steps
         result.critical_segments = found.segments
-        evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
-        result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
-        # Which steps the path and the what-if judged (all, unless over the graph's budget).
-        result.what_if["judged_steps"] = found.graph.judged
-    # Every rank's path (the headline's reused), and each GPU's share of it (path_ranks.py).
+    # Every rank's path (the headline's reused), each GPU's share of it (path_ranks.py), and
+    # the what-if of each rank's findings on that rank's own graph (whatif.py).
+    summaries: dict[int, dict[str, Any]] = {}
+
+    def predict(rank: int, path: critical_path.CriticalPath) -> None:
+        if rank == headline or whatif.has_findings(result.findings, rank, headline):
+            summaries[rank] = whatif.predict(views, path.graph, result.findings, None, headline)
+
     result.critical_path_ranks, result.critical_path_gpus = every_rank(
-        views, result.metrics.rank, found
+        views, headline, found, on_path=predict
     )
+    if headline in summaries:
+        result.what_if = dict(summaries[headline])
+        # Which steps the path and the what-if judged (all, unless over the graph's budget).
+        result.what_if["judged_steps"] = found.graph.judged if found is not None else None
+        if len(summaries) > 1:  # "all of the above" of every rank with findings
+            result.what_if["ranks"] = [summaries[r] for r in sorted(summaries)]
 
 
 def _add_memory(result: AnalysisResult, views: Views) -> None:
@@ -138,27 +148,35 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     rows = []
     # The columns read, before any filter: a filter of the launches copies every column.
     launches = views.launches.select("rank", "kind", "step", "start_ns", "end_ns")
-    for rank, rank_steps in steps.group_by("rank", maintain_order=True):
+    gaps = views.gpu_idle_gaps.select("rank", "cause", "start_ns", "end_ns")
+    for rank, rank_steps in steps.group_by("rank", maintain_order=True):  # per rank, not event
         acts = launches.filter(pl.col("rank") == rank[0])
         merged = intervals.merge(acts)
-        busy = intervals.covered_between(merged, rank_steps["start_ns"].to_numpy(),
-                                         rank_steps["end_ns"].to_numpy())
-        rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64)))
+        lo, hi = rank_steps["start_ns"].to_numpy(), rank_steps["end_ns"].to_numpy()
+        busy = intervals.covered_between(merged, lo, hi)
+        # Each gap's time inside each step's wall-clock range: a gap that runs from one step
+        # into the next is shared between them, not charged whole to the one it began in.
+        by_cause = {}
+        rank_gaps = gaps.filter(pl.col("rank") == rank[0])
+        for cause in IDLE_CAUSES:
+            part = rank_gaps.filter(pl.col("cause") == cause).select("start_ns", "end_ns")
+            by_cause[cause] = intervals.covered_between(part.sort("start_ns"), lo, hi)
+        # The rest of a step's idle lies before the rank's first GPU activity or after its
+        # last (no gap ends there): no work was queued, so the GPU waited for the host.
+        rest = (hi - lo) - busy - sum(by_cause.values())
+        by_cause["host_wait"] = by_cause["host_wait"] + np.maximum(rest, 0)
+        rows.append(rank_steps.with_columns(
+            busy_ns=pl.Series(busy, dtype=pl.Int64),
+            **{f"idle_{c}_ns": pl.Series(v, dtype=pl.Int64) for c, v in by_cause.items()},
+        ))
     frame = pl.concat(rows)
-    gaps = (
-        views.gpu_idle_gaps.lazy().filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(idle_by_cause())
-        .collect()
-    )
     kernels = (
         launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )
     return (
-        frame.join(gaps, on=["rank", "step"], how="left")
-        .join(kernels, on=["rank", "step"], how="left")
+        frame.join(kernels, on=["rank", "step"], how="left")
         .with_columns(
             duration_ns=pl.col("end_ns") - pl.col("start_ns"),
             idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),

@@ -745,7 +745,8 @@ def to_dict(jc: JobCritical) -> dict[str, Any]:
 
 #: Steps the terminal lists (the JSON has every one).
 TERMINAL_STEPS = 8
-_LABEL = {
+#: Each category's label in the reports.
+LABEL = {
     "gpu_compute": "GPU compute",
     "gpu_communication": "communication",
     "gpu_copy": "copies",
@@ -757,33 +758,87 @@ _LABEL = {
 }
 
 
-def render_lines(jc: JobCritical) -> list[str]:
-    """The terminal's lines: per step, the rank that sets it and what its path is made of; the
-    linked what-ifs."""
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f} ms"
 
-    def ms(ns: float | None) -> str:
-        return "-" if ns is None else f"{ns / 1e6:.2f} ms"
 
-    lines = [f"Critical path across ranks ({jc.collectives} collectives linked):"]
-    for row in jc.steps.head(TERMINAL_STEPS).iter_rows(named=True):
+@dataclass(frozen=True)
+class StepView:
+    """One job step as every report shows it (terminal, HTML): its figures already formatted."""
+
+    step: int
+    duration: str  # "9.87 ms"
+    rank: int | None  # the rank that sets it (None: the path reaches no rank)
+    who: str  # "rank 0 (97%)", "no rank"
+    shares: dict[str, str]  # category -> its share of the step ("97%"), every category
+    mix: list[tuple[str, str]]  # (label, share) of the non-zero categories, largest first
+
+
+@dataclass(frozen=True)
+class FixView:
+    """One linked what-if as every report shows it."""
+
+    slug: str
+    now: str
+    fixed: str
+    saving: str
+    assumes: str
+
+
+def steps_view(jc: JobCritical, limit: int | None = None) -> list[StepView]:
+    """The job steps' rows (the first ``limit``): the rank that sets each and its path's
+    breakdown by category, from the JSON's figures (``critical_path.steps``)."""
+    frame = jc.steps if limit is None else jc.steps.head(limit)
+    out = []
+    for row in frame.iter_rows(named=True):
         dur = max(int(row["duration_ns"]), 1)
+        shares = {c: f"{100 * row[f'{c}_ns'] / dur:.0f}%" for c in CATEGORIES}
         parts = sorted(((row[f"{c}_ns"], c) for c in CATEGORIES), reverse=True)
-        mix = ", ".join(f"{_LABEL[c]} {100 * v / dur:.0f}%" for v, c in parts[:3] if v > 0)
-        who = "no rank" if row["rank"] is None else f"rank {row['rank']} ({row['rank_pct']:.0f}%)"
-        lines.append(f"  step {row['step']}: {ms(row['duration_ns'])}, set by {who}: {mix}")
+        rank = row["rank"]
+        out.append(
+            StepView(
+                step=int(row["step"]),
+                duration=_ms(row["duration_ns"]),
+                rank=rank,
+                who="no rank" if rank is None else f"rank {rank} ({row['rank_pct']:.0f}%)",
+                shares=shares,
+                mix=[(LABEL[c], shares[c]) for v, c in parts if v > 0],
+            )
+        )
+    return out
+
+
+def fixes_view(jc: JobCritical) -> list[FixView]:
+    """The linked what-ifs' rows: the job's mean step now, with the fix, the saving and what the
+    fix assumes (``critical_path.what_if``)."""
+    base = jc.what_if["step_time_ns"]
+    return [
+        FixView(slug, _ms(base), _ms(fix["step_time_ns"]), _ms(fix["saving_ns"]), fix["assumes"])
+        for slug, fix in jc.what_if["fixes"].items()
+    ]
+
+
+def render_lines(jc: JobCritical) -> list[str]:
+    """The terminal's lines: per step, the rank that sets it and the three largest parts of its
+    path (:func:`steps_view`); the linked what-ifs (:func:`fixes_view`)."""
+    lines = [f"Critical path across ranks ({jc.collectives} collectives linked):"]
+    for sv in steps_view(jc, TERMINAL_STEPS):
+        mix = ", ".join(f"{label} {share}" for label, share in sv.mix[:3])
+        lines.append(f"  step {sv.step}: {sv.duration}, set by {sv.who}: {mix}")
     if jc.steps.height > TERMINAL_STEPS:
         lines.append(f"  ... {jc.steps.height - TERMINAL_STEPS} more steps in --json")
-    base = jc.what_if["step_time_ns"]
-    for slug, fix in jc.what_if["fixes"].items():
+    for fx in fixes_view(jc):
         lines.append(
-            f"  what-if {slug} (linked): {ms(base)} -> {ms(fix['step_time_ns'])} a step "
-            f"(saving {ms(fix['saving_ns'])}): {fix['assumes']}"
+            f"  what-if {fx.slug} (linked): {fx.now} -> {fx.fixed} a step "
+            f"(saving {fx.saving}): {fx.assumes}"
         )
     return lines
 
 
 __all__ = [
     "ANCHOR_SCHEMA",
+    "LABEL",
+    "FixView",
     "JobCritical",
     "Linked",
     "LinkedChange",
@@ -793,6 +848,9 @@ __all__ = [
     "rank_anchors",
     "render_lines",
     "replay",
+    "StepView",
+    "fixes_view",
+    "steps_view",
     "to_dict",
     "views_anchors",
     "what_if",

@@ -69,6 +69,9 @@ FINDING_SCHEMA = pl.Schema(
         "title": pl.String,
         "impact_ns": pl.Int64,
         "impact_pct": pl.Float64,
+        # The finding's what-if on its rank's graph (analysis.whatif; null without a model).
+        "what_if_step_time_ns": pl.Int64,
+        "what_if_saving_ns": pl.Int64,
     }
 )
 PATH_STEPS = path_ranks.STEP_SCHEMA
@@ -166,31 +169,41 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
     else:
         extents = extents.with_columns(duration_ns=pl.lit(None, pl.Int64))
     extents = extents.select(list(EXTENT_SCHEMA)).cast(EXTENT_SCHEMA).sort("rank", "step")
-    findings = pl.DataFrame(schema=FINDING_SCHEMA)
+    found: list[Any] = []
     if rules:
         from traceanalyzer.rules.engine import evaluate
 
         found, _ = evaluate(views, rule_config)
-        findings = pl.DataFrame(
-            [
-                {
-                    "rank": f.rank if f.rank is not None else trace.meta.rank,
-                    "slug": f.slug,
-                    "rule_id": f.rule_id,
-                    "severity": f.severity,
-                    "title": f.title,
-                    "impact_ns": int(f.impact_ns),
-                    "impact_pct": float(f.impact_pct),
-                }
-                for f in found
-            ],
-            schema=FINDING_SCHEMA,
-        )
+    # Each finding's what-if on its rank's graph, while every_rank has the graph at hand.
+    from traceanalyzer.analysis import whatif
     from traceanalyzer.analysis.critical_path import analyze as critical_path_of
+
+    owner = trace.meta.rank  # of a finding that names no rank, as in the frame below
+
+    def predict(rank: int, path: Any) -> None:
+        if whatif.has_findings(found, rank, owner):
+            whatif.predict(views, path.graph, found, None, owner)
 
     headline = views.metrics.rank
     own_path = critical_path_of(views, headline)  # one graph for the path and the anchors
-    paths, path_gpus = path_ranks.every_rank(views, headline, own_path)
+    paths, path_gpus = path_ranks.every_rank(views, headline, own_path, on_path=predict)
+    findings = pl.DataFrame(
+        [
+            {
+                "rank": f.rank if f.rank is not None else trace.meta.rank,
+                "slug": f.slug,
+                "rule_id": f.rule_id,
+                "severity": f.severity,
+                "title": f.title,
+                "impact_ns": int(f.impact_ns),
+                "impact_pct": float(f.impact_pct),
+                "what_if_step_time_ns": (f.what_if or {}).get("step_time_ns"),
+                "what_if_saving_ns": (f.what_if or {}).get("saving_ns"),
+            }
+            for f in found
+        ],
+        schema=FINDING_SCHEMA,
+    )
     return RankSummary(
         paths=paths,
         path_gpus=path_gpus,

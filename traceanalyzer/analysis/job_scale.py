@@ -306,6 +306,12 @@ def step_drift(steps: pl.DataFrame) -> pl.DataFrame:
 
 
 def rank_findings(findings: pl.DataFrame) -> pl.DataFrame:
+    """Per rule: its worst severity, ranks, summed impact, the summed what-if saving per step
+    (null where no rank's finding has a prediction) and each rank's what-if, and the top
+    ranks."""
+    for c in ("what_if_step_time_ns", "what_if_saving_ns"):  # summaries made before them
+        if c not in findings.columns:
+            findings = findings.with_columns(pl.lit(None, pl.Int64).alias(c))
     order = {"critical": 0, "warning": 1, "info": 2}
     if findings.is_empty():
         return pl.DataFrame(
@@ -314,6 +320,10 @@ def rank_findings(findings: pl.DataFrame) -> pl.DataFrame:
                 "severity": pl.String,
                 "ranks": pl.Int64,
                 "impact_ns": pl.Int64,
+                "what_if_saving_ns": pl.Int64,
+                "what_if_by_rank": pl.List(
+                    pl.Struct({"rank": pl.Int32, "step_time_ns": pl.Int64, "saving_ns": pl.Int64})
+                ),
                 "top_ranks": pl.List(pl.Int32),
             }
         )
@@ -325,6 +335,16 @@ def rank_findings(findings: pl.DataFrame) -> pl.DataFrame:
             severity=pl.col("severity").sort_by("_sev").first(),
             ranks=pl.col("rank").n_unique(),
             impact_ns=pl.col("impact_ns").sum(),
+            # Each rank's predicted saving per step on its own graph, summed (null: no model).
+            what_if_saving_ns=pl.when(pl.col("what_if_saving_ns").is_not_null().any()).then(
+                pl.col("what_if_saving_ns").sum()
+            ),
+            # Per rank (by impact): its step time with the fix and the saving, on its graph.
+            what_if_by_rank=pl.struct(
+                "rank",
+                step_time_ns="what_if_step_time_ns",
+                saving_ns="what_if_saving_ns",
+            ),
             top_ranks=pl.col("rank").unique(maintain_order=True).head(5),
         )
         .sort(["ranks", "impact_ns", "slug"], descending=[True, True, False])

@@ -9,6 +9,7 @@ show.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
 
 #: Ranks of one trace whose critical path is computed at most (the headline's first, then the
-#: lowest): each costs a graph and a replay. A job's ranks are each their own trace.
+#: lowest): each costs a graph and a replay. A job's ranks are each their own trace. The same
+#: bound holds for the what-ifs of the ranks' findings (:func:`every_rank`'s ``on_path``).
 MAX_RANKS = 64
 
 #: Columns of the per-(rank, step) breakdown.
@@ -82,10 +84,15 @@ def with_rank(steps: pl.DataFrame, rank: int) -> pl.DataFrame:
 
 
 def every_rank(
-    views: Views, headline: int, found: CriticalPath | None
+    views: Views,
+    headline: int,
+    found: CriticalPath | None,
+    on_path: Callable[[int, CriticalPath], None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Every rank's per-step breakdown and per-GPU path time (the headline's from ``found``
-    where it was computed already), at most :data:`MAX_RANKS` ranks."""
+    where it was computed already), at most :data:`MAX_RANKS` ranks. ``on_path(rank, path)``
+    is called with each rank's path while its graph is at hand (the what-if of the rank's
+    findings, analysis.whatif.predict), so that no graph is built twice or kept."""
     from traceanalyzer.analysis import critical_path
 
     ranks = [headline] + [r for r in views.ranks if r != headline]
@@ -95,6 +102,8 @@ def every_rank(
         path = path or critical_path.analyze(views, rank)
         if path is None:
             continue
+        if on_path is not None:
+            on_path(rank, path)
         steps.append(with_rank(path.steps, rank))
         gpus.append(gpu_shares(path, rank))
     if not steps:

@@ -652,16 +652,30 @@ MODELS: dict[str, Model] = {
 }
 
 
+def owns(f: Finding, rank: int, headline: int | None) -> bool:
+    """Whether finding ``f`` is rank ``rank``'s: its own rank, or the headline's where it names
+    none (a finding of the whole trace is judged on the headline rank)."""
+    owner = f.rank if f.rank is not None else headline
+    return owner is None or owner == rank
+
+
 def predict(
-    views: Views, graph: Graph, findings: list[Finding], evidence: dict[str, pl.DataFrame | None]
+    views: Views,
+    graph: Graph,
+    findings: list[Finding],
+    evidence: dict[str, pl.DataFrame | None] | None = None,
+    headline: int | None = None,
 ) -> dict[str, Any]:
-    """Set ``what_if`` on each finding of the graph's rank, and return the summary: the step
-    time now, and with every modelled fix at once ("all of the above")."""
+    """Set ``what_if`` on each finding of the graph's rank (:func:`owns`), and return the
+    summary: the step time now, and with every modelled fix of the rank at once ("all of the
+    above"). A finding's evidence is its own (``evidence_frame``); ``evidence`` by slug is the
+    fallback for findings made without one."""
     ctx = Context(graph=graph, views=views)
     base = step_time_ns(replay(graph))
     changes: list[Change] = []
+    evidence = evidence or {}
     for f in findings:
-        if f.rank is not None and f.rank != graph.rank:
+        if not owns(f, graph.rank, headline):
             continue
         model = MODELS.get(f.slug)
         if model is None:
@@ -672,7 +686,8 @@ def predict(
             }
             continue
         try:
-            change = model(ctx, f, evidence.get(f.slug))
+            ev = getattr(f, "evidence_frame", None)
+            change = model(ctx, f, ev if ev is not None else evidence.get(f.slug))
         except Exception as exc:  # noqa: BLE001 - a model's failure must not sink the report
             if os.environ.get("TRACEANALYZER_DEBUG"):
                 raise
@@ -698,6 +713,11 @@ def predict(
             combined = combined.merged(c)
         summary["all"] = _outcome(graph, combined, base, "every modelled fix above at once")
     return summary
+
+
+def has_findings(findings: list[Finding], rank: int, headline: int | None) -> bool:
+    """Whether rank ``rank`` owns a finding (:func:`owns`): only then is its what-if replayed."""
+    return any(owns(f, rank, headline) for f in findings)
 
 
 def _outcome(graph: Graph, change: Change, base: float | None, assumes: str) -> dict[str, Any]:

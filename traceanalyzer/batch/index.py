@@ -19,6 +19,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.report._common import write_text_atomic
 from traceanalyzer.report.charts import esc
+from traceanalyzer.report.whatif_view import JOB_SAVING_LABEL, job_savings
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; " \
       "form-action 'none'"
@@ -33,6 +34,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .failed{color:#b42318}.muted{color:#57606a}
 .sev-critical,.sev-high{color:#b42318;font-weight:600}.sev-medium{color:#9a6700}
 code{font-size:12px;word-break:break-all}
+#job-critical-whatif td.n,#job-critical-whatif code{white-space:nowrap;word-break:normal}
 """
 
 
@@ -191,12 +193,14 @@ def job_section(job: Any, top: int = 10, rank_rows: bool = True, link: str | Non
             body = "".join(
                 f"<tr><td>{esc(f['slug'])}</td><td>{esc(f['severity'])}</td>"
                 f"<td class=n>{esc(f['ranks'])}</td><td class=n>{_ms(f['impact_ns'])}</td>"
-                f"<td>{esc(', '.join(map(str, f['top_ranks'])))}</td></tr>"
+                f"<td>{esc(', '.join(map(str, f['top_ranks'])))}</td>"
+                f"<td>{esc(job_savings(f.get('what_if_by_rank')))}</td></tr>"
                 for f in scale.rank_findings.iter_rows(named=True))
             parts.append("<h3>Per-rank findings</h3><table><tr><th>rule</th><th>severity</th>"
                          "<th class=n>ranks</th><th class=n>impact (sum)</th><th>worst ranks</th>"
-                         f"</tr>{body}</table>")
+                         f"<th>{esc(JOB_SAVING_LABEL)}</th></tr>{body}</table>")
     parts.append(_job_paths(job))
+    parts.append(_job_critical(job))
     if job.failed:
         body = "".join(f'<tr><td><code>{esc(f["path"])}</code></td>'
                        f'<td class="failed">{esc(f["error"])}</td></tr>' for f in job.failed)
@@ -230,6 +234,60 @@ def _job_paths(job: Any) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<h3>{esc(TITLE)}</h3><table><tr>{head}</tr>{body}</table>{more}"
+
+
+#: Job steps whose critical path across ranks the job page lists at most (the JSON has all).
+JOB_STEPS_MAX = 64
+
+
+def _job_critical(job: Any) -> str:
+    """The critical path across ranks (analysis/critical_ranks.py): per job step, the rank that
+    sets it and the path's share by category, and the linked what-ifs with what they assume;
+    the rows the terminal prints (``steps_view``, ``fixes_view``)."""
+    from traceanalyzer.analysis.critical_path import CATEGORIES
+    from traceanalyzer.analysis.critical_ranks import LABEL, fixes_view, steps_view
+
+    jc = getattr(job, "critical", None)
+    if jc is None or jc.steps.is_empty():
+        return ""
+    shown = jc.steps.head(JOB_STEPS_MAX)
+    kinds = [c for c in CATEGORIES if (shown[f"{c}_ns"].fill_null(0) > 0).any()]
+    head = (
+        "<tr><th class=n>step</th><th class=n>step time</th><th>set by</th>"
+        + "".join(f"<th class=n>{esc(LABEL[k])}</th>" for k in kinds)
+        + "</tr>"
+    )
+    body = "".join(
+        f"<tr><td class=n>{esc(sv.step)}</td><td class=n>{esc(sv.duration)}</td>"
+        f"<td>{esc(sv.who)}</td>"
+        + "".join(f"<td class=n>{esc(sv.shares[k])}</td>" for k in kinds)
+        + "</tr>"
+        for sv in steps_view(jc, JOB_STEPS_MAX)
+    )
+    more = (
+        f"<p>The first {JOB_STEPS_MAX} of {jc.steps.height} steps; every step is in the "
+        "JSON (critical_path.steps).</p>"
+        if jc.steps.height > JOB_STEPS_MAX
+        else ""
+    )
+    fixes = "".join(
+        f"<tr><td><code>{esc(fx.slug)}</code></td><td class=n>{esc(fx.now)}</td>"
+        f"<td class=n>{esc(fx.fixed)}</td><td class=n>{esc(fx.saving)}</td>"
+        f"<td>{esc(fx.assumes)}</td></tr>"
+        for fx in fixes_view(jc)
+    )
+    return (
+        f'<h3 id="job-critical">Critical path across ranks ({esc(jc.collectives)} collectives '
+        "linked)</h3><p>The ranks' graphs linked at their collectives: a collective ends on "
+        "every rank after the last rank reached it, plus its transfer. Per job step (it ends "
+        "when its last rank's step ends): the rank whose work holds the most of the path, with "
+        "its share, and the path's share of the step by category.</p>"
+        f'<table id="job-critical-steps">{head}{body}</table>{more}'
+        "<h3>What-if on the linked graph (mean job step)</h3>"
+        '<table id="job-critical-whatif"><tr><th>fix</th><th class=n>now</th>'
+        "<th class=n>with the fix</th><th class=n>saving</th><th>assumes</th></tr>"
+        f"{fixes}</table>"
+    )
 
 
 _SORT_JS = (Path(__file__).parent.parent / "report" / "assets" / "sort.js").read_text(

@@ -19,7 +19,12 @@ from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import WINDOW_KINDS
 from traceanalyzer.findings import OUTCOME_STATUSES, SHARE_BASE, Finding
 from traceanalyzer.model import TraceMeta
-from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
+from traceanalyzer.report._common import (
+    header_notes,
+    pct_of,
+    sorted_findings,
+    write_text_atomic,
+)
 
 #: Bumped only for changes that break readers (a field removed, renamed or retyped).
 #: Adding a field is not a break and keeps the version.
@@ -178,6 +183,8 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
         "trace": trace_dict(result),
         "metrics": metrics_dict(result),
         "window": result.window.to_dict() if result.window is not None else None,
+        # The facts every report opens with (report._common.header_notes), as they say them.
+        "header_notes": [{"label": n.label, "text": n.text} for n in header_notes(result)],
         "findings": [finding_dict(f) for f in sorted_findings(result.findings)],
         "notes": result.notes(),
         "rule_outcomes": [
@@ -330,6 +337,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
                          "trace_flops_calls": _INT}),
         "window": {"type": ["object", "null"]},
         "notes": {"type": "array", "items": {"type": "string"}},
+        "header_notes": _rows({"label": {"type": "string"}, "text": {"type": "string"}},
+                              ["label", "text"]),
         "findings": _rows({
             "slug": {"type": "string"},
             "id": {"type": "string"},

@@ -363,12 +363,16 @@ def render_job(result: JobResult, top: int = 5) -> str:
             lines += [f"  [{f['kind']}] {safe(f['message'])}" for f in others]
         rf = scale.rank_findings
         if rf.height:
+            from traceanalyzer.report.whatif_view import JOB_SAVING_LABEL, job_savings
+
             frows = [[safe(f["slug"]), safe(f["severity"]), f"{f['ranks']:,}",
-                      fmt_ns(f["impact_ns"]), ", ".join(map(str, f["top_ranks"]))]
+                      fmt_ns(f["impact_ns"]), ", ".join(map(str, f["top_ranks"])),
+                      job_savings(f.get("what_if_by_rank"))]
                      for f in rf.head(10).iter_rows(named=True)]
-            lines += ["", "Per-rank findings (rules on each rank's trace):",
-                      table(frows, ["rule", "severity", "ranks", "impact (sum)", "worst ranks"],
-                            right={2, 3})]
+            lines += ["", "Per-rank findings (rules on each rank's trace; each rank's what-if "
+                      "on its own graph):",
+                      table(frows, ["rule", "severity", "ranks", "impact (sum)", "worst ranks",
+                                    JOB_SAVING_LABEL], right={2, 3})]
     for failed in result.failed[:10]:
         lines.append(f"failed: {safe(failed['error'])}")
     if len(result.failed) > 10:

@@ -8,8 +8,10 @@ The terminal, Markdown and HTML writers and the JSON's ``what_if.ranking`` all r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from traceanalyzer.analysis.path_ranks import MAX_RANKS
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
@@ -31,6 +33,12 @@ RANK_LABEL = "rank"
 COLUMNS = ("finding", "step time fixed", "saving / step", "rule's impact / step", "ranked by")
 ASSUMES_LABEL = "assumes"
 TITLE = "What-if: findings ranked by predicted saving per step"
+#: Said for a finding whose rank has no replayed graph: no GPU work, or a rank past the bound
+#: on ranks whose critical path is computed (analysis.path_ranks.MAX_RANKS).
+NO_RANK_PATH = (
+    "no prediction: this finding's rank has no critical path (no GPU work, or past the first "
+    f"{MAX_RANKS} ranks whose graphs are replayed)"
+)
 
 
 def fmt_ms(ns: Any) -> str:
@@ -73,6 +81,9 @@ class WhatIfView:
     totals: list[Row]
     multi_rank: bool
     judged: dict[str, Any] | None = None  # what_if.judged_steps
+    #: Each rank's mean step time now, for the ranks with a prediction (the headline's alone
+    #: on a trace of one rank).
+    now_by_rank: dict[int, int | None] = field(default_factory=dict)
 
     @property
     def columns(self) -> list[str]:
@@ -89,13 +100,22 @@ class WhatIfView:
         return self._intro() + (" " + judged if judged else "")
 
     def _intro(self) -> str:
-        ranks = (
-            f" (rank {self.rank}; each finding's prediction is on its own rank's graph)"
-            if self.multi_rank
-            else ""
-        )
+        others = {r: t for r, t in self.now_by_rank.items() if r != self.rank}
+        if others:
+            now = (
+                f"Mean step time now {fmt_ms(self.now_ns)} on rank {self.rank}, "
+                + ", ".join(f"{fmt_ms(t)} on rank {r}" for r, t in sorted(others.items()))
+                + " (each finding's prediction is on its own rank's graph)"
+            )
+        elif self.multi_rank:
+            now = (
+                f"Mean step time now {fmt_ms(self.now_ns)} (rank {self.rank}; each finding's "
+                "prediction is on its own rank's graph)"
+            )
+        else:
+            now = f"Mean step time now {fmt_ms(self.now_ns)}"
         return (
-            f"Mean step time now {fmt_ms(self.now_ns)}{ranks}. Each finding's fix replayed on "
+            f"{now}. Each finding's fix replayed on "
             "the step's dependency graph gives the step time with it fixed; the findings "
             "are ranked by that predicted saving per step, not by the rule's own impact "
             "(shown beside it). Findings without a prediction come last, by their rule's "
@@ -161,7 +181,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
         w = f.what_if or {}
         saving = w.get("saving_ns")
         rule = None if f.impact_per_step_ns is None else int(f.impact_per_step_ns)
-        assumes = w.get("assumes") or "no prediction for this finding's rank"
+        assumes = w.get("assumes") or NO_RANK_PATH
         rows.append(
             Row(
                 label=f.slug,
@@ -176,7 +196,8 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
             )
         )
     totals = []
-    for s in [summary]:  # the headline rank's: the findings are its
+    per_rank = summary.get("ranks") or [summary]  # every rank with findings, else the headline
+    for s in per_rank:
         everything = s.get("all")
         if everything:
             totals.append(
@@ -191,7 +212,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
                     assumes=str(everything.get("assumes") or ""),
                 )
             )
-    multi = len({f.rank for f in result.findings if f.rank is not None}) > 1
+    multi = len({f.rank for f in result.findings if f.rank is not None}) > 1 or len(per_rank) > 1
     return WhatIfView(
         now_ns=now,
         rank=int(summary.get("rank", result.metrics.rank)),
@@ -199,6 +220,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
         totals=totals,
         multi_rank=multi,
         judged=summary.get("judged_steps"),
+        now_by_rank={int(s["rank"]): s.get("step_time_ns") for s in per_rank if "rank" in s},
     )
 
 
@@ -220,3 +242,21 @@ def ranking_dict(result: AnalysisResult) -> list[dict[str, Any]]:
         }
         for r in view.rows
     ]
+
+
+#: The job's per-rank findings table: the column of each rank's predicted saving.
+JOB_SAVING_LABEL = "saving / step (what-if, by rank)"
+#: Ranks named in that column at most (the JSON's rank_findings has them all).
+JOB_SAVING_RANKS = 5
+
+
+def job_savings(by_rank: list[dict[str, Any]] | None) -> str:
+    """A job's rule's predicted saving per step on each rank's graph
+    (``rank_findings[].what_if_by_rank``), largest first: "rank 1 2.649 ms, rank 0 1.276 ms";
+    "–" where no rank's finding has a prediction."""
+    rows = [w for w in by_rank or [] if w.get("saving_ns") is not None]
+    if not rows:
+        return "–"
+    rows.sort(key=lambda w: (-int(w["saving_ns"]), int(w["rank"])))
+    text = ", ".join(f"rank {w['rank']} {fmt_ms(w['saving_ns'])}" for w in rows[:JOB_SAVING_RANKS])
+    return text + (f", … ({len(rows)} ranks)" if len(rows) > JOB_SAVING_RANKS else "")
