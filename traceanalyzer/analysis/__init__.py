@@ -113,6 +113,8 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
     )
     if headline in summaries:
         result.what_if = dict(summaries[headline])
+        # Which steps the path and the what-if judged (all, unless over the graph's budget).
+        result.what_if["judged_steps"] = found.graph.judged if found is not None else None
         if len(summaries) > 1:  # "all of the above" of every rank with findings
             result.what_if["ranks"] = [summaries[r] for r in sorted(summaries)]
 

@@ -66,6 +66,28 @@ MAX_STREAM_GAP_NS = 10_000
 WAIT_SLACK_NS = 2_000
 #: Most passes of cross-stream propagation between two host waits.
 MAX_PASSES = 500
+#: Most nodes (host calls plus GPU activities) of one rank's graph. A rank's window with more
+#: is judged on the contiguous whole steps around its median step that fit (at least one step),
+#: so that the graph, its replays and the what-ifs cost no more however long the trace is
+#: (docs/critical-path.md, "Big traces"). 500k nodes take about 0.4 GB and 10 CPU-s.
+NODE_BUDGET = 500_000
+#: Launches-view columns that neither the graph nor a what-if model reads: dropped before the
+#: graph sorts its activities (a sort copies every column).
+UNREAD_COLUMNS = (
+    "external_id",
+    "registers",
+    "shared_mem",
+    "mangled_name",
+    "block_y",
+    "block_z",
+    "launch_name",
+    "launch_end_ns",
+    "launch_tid",
+    "launch_delay_ns",
+    "call_stack",
+)
+#: The host rows' columns the graph reads.
+CPU_COLUMNS = ("rank", "kind", "name", "tid", "correlation", "start_ns", "end_ns")
 
 #: Breakdown categories of the critical path, in report order (docs/metrics.md).
 CATEGORIES = (
@@ -113,6 +135,8 @@ class Graph:
     gpu: pl.DataFrame  # the activities' rows (launches view), in graph order, with ``_g``
     calls: pl.DataFrame  # the calls' rows, in chain order, with ``_c``
     steps: pl.DataFrame  # rank's steps: step, start_ns, end_ns (CPU range), relative
+    judged: dict[str, Any] | None = None  # the steps judged: see judged_steps()
+    lead_ns: int | None = None  # where the first step starts: the end of the one before it
     dl_lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # data loading
     dl_hi: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     first_at: int = 0  # the window's first host time (the first step's start)
@@ -188,14 +212,105 @@ class Replay:
 # --- building the graph -----------------------------------------------------------------------
 
 
-def build_graph(views: Views, rank: int) -> Graph | None:
+def judged_steps(
+    gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.DataFrame, budget: int
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """The rank's frames cut to the steps its graph judges, and what was judged.
+
+    Within ``budget`` nodes (API calls and GPU activities), or without steps to cut at, every
+    frame is kept as it is. Over it: the contiguous whole steps around the median step (in
+    order of start), grown one step at a time on the side with fewer nodes while they fit, at
+    least the median step (a step's nodes are those from its start to the next step's); the GPU
+    activities launched in them, those of no step launched between them, and the host rows that
+    start from the first one's start to the start of the step after the last. ``judged``: ``bounded``, ``steps`` (judged), ``of_steps``, ``first`` and
+    ``last`` step, ``nodes`` (judged) and ``window_nodes``, ``node_budget``."""
+    api = pl.col("kind").is_in(API_KINDS)
+    total = gpu.height + int(cpu.select(api.sum()).item() or 0)
+    ids = steps["step"].to_list()
+    judged: dict[str, Any] = {
+        "bounded": False,
+        "steps": len(ids),
+        "of_steps": len(ids),
+        "first": ids[0] if ids else None,
+        "last": ids[-1] if ids else None,
+        "window_first": ids[0] if ids else None,
+        "nodes": total,
+        "window_nodes": total,
+        "node_budget": budget,
+    }
+    if total <= budget or steps.is_empty():
+        return gpu, cpu, steps, judged
+    lo = steps["start_ns"].to_numpy()
+    # Nodes of each step: the activities launched from its start to the next step's start (its
+    # own, and those launched between the two steps), and the calls that start there.
+    at = np.concatenate(
+        (
+            gpu.select(pl.coalesce("launch_start_ns", "start_ns"))
+            .to_series()
+            .to_numpy()
+            .astype(np.int64),
+            cpu.filter(api)["start_ns"].to_numpy().astype(np.int64),
+        )
+    )
+    pos = np.searchsorted(lo, at, side="right") - 1
+    nodes = np.bincount(pos[pos >= 0], minlength=len(ids))
+    a = b = (len(ids) - 1) // 2
+    used = int(nodes[a])
+    while True:  # a loop over steps, not events
+        left = int(nodes[a - 1]) if a > 0 else None
+        right = int(nodes[b + 1]) if b + 1 < len(ids) else None
+        options = [(n, side) for n, side in ((right, 1), (left, 0)) if n is not None]
+        if not options:
+            break
+        n, side = min(options)
+        if used + n > budget:
+            break
+        used += n
+        a, b = (a, b + 1) if side else (a - 1, b)
+    kept = steps.slice(a, b - a + 1)
+    t_lo = int(lo[a])
+    t_hi = int(lo[b + 1]) if b + 1 < len(ids) else np.iinfo(np.int64).max
+    judged.update(bounded=True, steps=kept.height, first=ids[a], last=ids[b], nodes=used)
+    launched = pl.coalesce("launch_start_ns", "start_ns")
+    between = pl.col("step").is_null() & (launched >= t_lo) & (launched < t_hi)
+    return (
+        gpu.filter(pl.col("step").is_in(kept["step"].implode()) | between),
+        cpu.filter(pl.col("start_ns") >= t_lo, pl.col("start_ns") < t_hi),
+        kept,
+        judged,
+    )
+
+
+def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | None:
     """The graph of ``rank``'s window, or None when it has no GPU activity or no host calls (a
     GPU-only capture, an Nsight Compute report: nothing launches the work, so there is no step
-    to explain beyond the streams themselves)."""
-    gpu = views.launches.filter(pl.col("rank") == rank)
+    to explain beyond the streams themselves). Over ``budget`` nodes (:data:`NODE_BUDGET` by
+    default), the graph of the steps :func:`judged_steps` chooses."""
+    launches = views.launches
+    # The columns read, before any filter or sort (each copies every column it is given).
+    gpu = launches.drop([c for c in UNREAD_COLUMNS if c in launches.columns]).filter(
+        pl.col("rank") == rank
+    )
     if gpu.is_empty():
         return None
-    cpu = views.cpu.filter(pl.col("rank") == rank)
+    cpu = views.cpu.select(CPU_COLUMNS).filter(pl.col("rank") == rank)
+    rank_steps = (
+        views.steps.filter(pl.col("rank") == rank)
+        .select("step", "start_ns", "end_ns", "wall_start_ns")
+        .sort("start_ns")
+    )
+    gpu, cpu, rank_steps, judged = judged_steps(
+        gpu, cpu, rank_steps, NODE_BUDGET if budget is None else budget
+    )
+    if gpu.is_empty():
+        return None
+    # A judged run of steps that is not the window's first starts where the step before it
+    # ended, as in the whole window (not a step shorter by the gap between them).
+    lead = (
+        rank_steps["wall_start_ns"][0]
+        if judged["bounded"] and judged["first"] != (judged["window_first"])
+        else None
+    )
     starts = gpu["start_ns"].to_numpy()
     t0 = int(min(starts.min(), cpu["start_ns"].to_numpy().min() if cpu.height else starts.min()))
     calls = (
@@ -347,11 +462,8 @@ def build_graph(views: Views, rank: int) -> Graph | None:
     ).astype(np.int64)
     from traceanalyzer.rules.detectors.dataloader_stall import loader_ranges
 
-    steps = (
-        views.steps.filter(pl.col("rank") == rank)
-        .select("step", pl.col("start_ns") - t0, pl.col("end_ns") - t0)
-        .sort("start_ns")
-    )
+    steps = rank_steps.select("step", pl.col("start_ns") - t0, pl.col("end_ns") - t0)
+    lead_ns = None if lead is None else int(lead) - t0
     first_at = int(c_start[0]) if n_calls else 0
     if steps.height and n_calls:
         first_at = min(first_at, int(steps["start_ns"].to_numpy().min()))
@@ -380,6 +492,8 @@ def build_graph(views: Views, rank: int) -> Graph | None:
         gpu=gpu,
         calls=calls,
         steps=steps,
+        judged=judged,
+        lead_ns=lead_ns,
         dl_lo=dl_lo,
         dl_hi=dl_hi,
         first_at=first_at,
@@ -636,8 +750,9 @@ def _step_times(
         .with_columns(wall_end_ns=pl.max_horizontal("ce", "e"))
     )
     first_len = pl.max_horizontal(pl.col("ce") - pl.col("cs"), pl.col("e") - pl.col("s"))
+    first = pl.col("wall_end_ns") - first_len if g.lead_ns is None else pl.lit(g.lead_ns)
     out = frame.with_columns(
-        wall_start_ns=pl.coalesce(pl.col("wall_end_ns").shift(1), pl.col("wall_end_ns") - first_len)
+        wall_start_ns=pl.coalesce(pl.col("wall_end_ns").shift(1), first)
     ).with_columns(wall_start_ns=pl.min_horizontal("wall_start_ns", "wall_end_ns"))
     delta = (
         pl.col("step").replace_strict(deltas, default=0, return_dtype=pl.Int64)
@@ -939,11 +1054,13 @@ __all__ = [
     "Change",
     "CriticalPath",
     "Graph",
+    "NODE_BUDGET",
     "Replay",
     "analyze",
     "breakdown",
     "build_graph",
     "critical_path",
+    "judged_steps",
     "replay",
     "replace",
     "step_time_ns",

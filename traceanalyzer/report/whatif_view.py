@@ -80,6 +80,7 @@ class WhatIfView:
     rows: list[Row]
     totals: list[Row]
     multi_rank: bool
+    judged: dict[str, Any] | None = None  # what_if.judged_steps
     #: Each rank's mean step time now, for the ranks with a prediction (the headline's alone
     #: on a trace of one rank).
     now_by_rank: dict[int, int | None] = field(default_factory=dict)
@@ -93,7 +94,12 @@ class WhatIfView:
         return any(r.differs for r in self.rows)
 
     def intro(self) -> str:
-        """What the table is and how it is ranked, in words (plain text)."""
+        """What the table is and how it is ranked, in words (plain text), with the steps judged
+        where the graph judged fewer than the window's (:func:`judged_note`)."""
+        judged = judged_note(self.judged)
+        return self._intro() + (" " + judged if judged else "")
+
+    def _intro(self) -> str:
         others = {r: t for r, t in self.now_by_rank.items() if r != self.rank}
         if others:
             now = (
@@ -126,6 +132,21 @@ class WhatIfView:
             "fix changes on the critical path, the rule's figure the time the problem takes "
             "wherever it falls."
         )
+
+
+def judged_note(judged: dict[str, Any] | None) -> str:
+    """What every report says when the critical path and the what-if judged only some of the
+    window's steps (analysis.critical_path.judged_steps); "" when they judged all."""
+    if not judged or not judged.get("bounded"):
+        return ""
+    first, last = judged.get("first"), judged.get("last")
+    which = f"step {first}" if first == last else f"steps {first}-{last}"
+    return (
+        f"The critical path and the what-if judged {which} ({judged.get('steps')} of the "
+        f"window's {judged.get('of_steps')} steps, {judged.get('nodes'):,} of "
+        f"{judged.get('window_nodes'):,} graph nodes; the budget is "
+        f"{judged.get('node_budget'):,}): step times are their mean per step."
+    )
 
 
 def differs(saving: int | None, rule: int | None) -> bool:
@@ -198,6 +219,7 @@ def whatif_view(result: AnalysisResult) -> WhatIfView | None:
         rows=rows,
         totals=totals,
         multi_rank=multi,
+        judged=summary.get("judged_steps"),
         now_by_rank={int(s["rank"]): s.get("step_time_ns") for s in per_rank if "rank" in s},
     )
 
