@@ -255,7 +255,7 @@ def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
         first = np.full(n_events, rows.size, dtype=np.int64)  # the null row appended above
         first[idx[rows][::-1]] = np.arange(rows.size, dtype=np.int64)[::-1]
         columns[name] = values.gather(first)
-    return pl.DataFrame(columns, height=n_events)
+    return pl.DataFrame(columns, height=n_events) if columns else pl.DataFrame()
 
 
 def _dense_ids(raw: RawTables) -> RawTables:
@@ -276,10 +276,11 @@ def _with_annotations(frame: pl.DataFrame, ann: pl.DataFrame,
                       keys: tuple[str, ...] = INT_KEYS + STR_KEYS) -> pl.DataFrame:
     """``frame`` with the annotation columns ``keys`` of its events (``frame["idx"]``); a key
     that no event has is a null column (what a left join on ``idx`` gave)."""
-    got = ann.select(k for k in keys if k in ann.columns)[frame["idx"]]
-    missing = [pl.lit(None, pl.Int64 if k in INT_KEYS else pl.String).alias(k)
-               for k in keys if k not in ann.columns]
-    return pl.concat([frame, got], how="horizontal").with_columns(missing)
+    present = [k for k in keys if k in ann.columns]
+    if present:
+        frame = pl.concat([frame, ann.select(present)[frame["idx"]]], how="horizontal")
+    return frame.with_columns(pl.lit(None, pl.Int64 if k in INT_KEYS else pl.String).alias(k)
+                              for k in keys if k not in present)
 
 
 def _first_int(expr: pl.Expr, index: int) -> pl.Expr:
