@@ -242,11 +242,12 @@ def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
     columns: dict[str, pl.Series] = {}
     present = set(annotations["key"].unique().to_list())
     key = annotations["key"]
+    typed = annotations.select("int_value", "str_value")  # what a key's rows are gathered from
     for name in (*INT_KEYS, *STR_KEYS):
         if name not in present:
             continue
         rows = np.flatnonzero(((key == name).to_numpy() & keep))
-        part = annotations[rows]
+        part = typed[rows]
         if name in INT_KEYS:
             value = pl.coalesce(pl.col("int_value"), pl.col("str_value").cast(pl.Int64, strict=False))
         else:
