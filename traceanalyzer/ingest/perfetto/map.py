@@ -197,7 +197,9 @@ def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     begin at depth d that is also at depth d is its end, so a cumulative sum and a shift pair
     them all without a stack.
     """
-    be = _sort_by_track_ts_idx(events.filter(pl.col("type").is_in([TYPE_SLICE_BEGIN, TYPE_SLICE_END])))
+    # Only the numbers are sorted; the matched begins' texts are gathered afterwards.
+    be = events.select("idx", "ts", "type", "track", pos=pl.int_range(pl.len(), dtype=pl.UInt32))
+    be = _sort_by_track_ts_idx(be.filter(pl.col("type").is_in([TYPE_SLICE_BEGIN, TYPE_SLICE_END])))
     be = (
         be.with_columns(
             is_begin=pl.col("type") == TYPE_SLICE_BEGIN,
@@ -216,8 +218,8 @@ def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     matched = begins.filter(pl.col("next_is_end").fill_null(False))
     unended = begins.height - matched.height
     orphan_ends = be.filter(~pl.col("is_begin") & ~pl.col("prev_is_begin").fill_null(False)).height
-    cols = ["idx", "track", "name", "category", "flow", "start_ns", "end_ns"]
-    slices = matched.rename({"ts": "start_ns"}).select(cols)
+    slices = events.select("idx", "track", "name", "category", "flow")[matched["pos"]]
+    slices = slices.with_columns(start_ns=matched["ts"], end_ns=matched["end_ns"])
     return slices, unended, orphan_ends
 
 
@@ -246,10 +248,11 @@ def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
     for name in (*INT_KEYS, *STR_KEYS):
         if name not in present:
             continue
-        rows = np.flatnonzero(((key == name).to_numpy() & keep))
+        rows = np.flatnonzero((key == name).to_numpy() & keep)
         part = typed[rows]
         if name in INT_KEYS:
-            value = pl.coalesce(pl.col("int_value"), pl.col("str_value").cast(pl.Int64, strict=False))
+            value = pl.coalesce(pl.col("int_value"),
+                                pl.col("str_value").cast(pl.Int64, strict=False))
         else:
             value = pl.coalesce(pl.col("str_value"), pl.col("int_value").cast(pl.String))
         values = part.select(value.alias(name)).to_series().extend_constant(None, 1)
@@ -262,7 +265,7 @@ def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
 def _dense_ids(raw: RawTables) -> RawTables:
     """``raw`` with event indices that are dense enough to index arrays by: the decoders' are
     ``0 .. n - 1``; sparse ones (trace_processor's slice ids could be) are renumbered in order."""
-    top = int(raw.events["idx"].max() or 0) if raw.events.height else 0
+    top = int(raw.events.select(pl.col("idx").max()).item() or 0)
     if top < 2 * raw.events.height + (1 << 20):
         return raw
     ids = raw.events.select(old=pl.col("idx").unique().sort()).with_row_index("new")
@@ -296,7 +299,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     slices, unended, orphan_ends = pair_slices(raw.events)
     complete = raw.events.filter(pl.col("type") == TYPE_COMPLETE)
     instants = raw.events.filter(pl.col("type") == TYPE_INSTANT)
-    n_events = int(raw.events["idx"].max() or 0) + 1 if raw.events.height else 0
+    n_events = int(raw.events.select(pl.col("idx").max()).item() or 0) + 1
     ann = _wide_annotations(raw.annotations, n_events)
     complete = (
         _with_annotations(complete, ann, ("_dur",))
