@@ -11,9 +11,10 @@ thread is host activity, split into runtime/driver calls, operators and annotati
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from traceanalyzer.categories import activity_category
@@ -196,10 +197,11 @@ def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     begin at depth d that is also at depth d is its end, so a cumulative sum and a shift pair
     them all without a stack.
     """
+    # Only the numbers are sorted; the matched begins' texts are gathered afterwards.
+    be = events.select("idx", "ts", "type", "track", pos=pl.int_range(pl.len(), dtype=pl.UInt32))
+    be = _sort_by_track_ts_idx(be.filter(pl.col("type").is_in([TYPE_SLICE_BEGIN, TYPE_SLICE_END])))
     be = (
-        events.filter(pl.col("type").is_in([TYPE_SLICE_BEGIN, TYPE_SLICE_END]))
-        .sort(["track", "ts", "idx"])
-        .with_columns(
+        be.with_columns(
             is_begin=pl.col("type") == TYPE_SLICE_BEGIN,
         )
         .with_columns(
@@ -216,35 +218,73 @@ def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     matched = begins.filter(pl.col("next_is_end").fill_null(False))
     unended = begins.height - matched.height
     orphan_ends = be.filter(~pl.col("is_begin") & ~pl.col("prev_is_begin").fill_null(False)).height
-    cols = ["idx", "track", "name", "category", "flow", "start_ns", "end_ns"]
-    slices = matched.rename({"ts": "start_ns"}).select(cols)
+    slices = events.select("idx", "track", "name", "category", "flow")[matched["pos"]]
+    slices = slices.with_columns(start_ns=matched["ts"], end_ns=matched["end_ns"])
     return slices, unended, orphan_ends
 
 
-def _wide_annotations(annotations: pl.DataFrame, idx: pl.Series) -> pl.DataFrame:
-    """Pivot the long annotation table to one row per event index, typed columns."""
-    base = pl.DataFrame({"idx": idx.unique()})
-    ann = annotations.filter(pl.col("idx").is_in(idx.implode()))
-    if ann.height:
-        ints = ann.filter(pl.col("key").is_in(INT_KEYS)).with_columns(
-            pl.coalesce(pl.col("int_value"), pl.col("str_value").cast(pl.Int64, strict=False)).alias(
-                "v"
-            )
-        )
-        strs = ann.filter(pl.col("key").is_in(STR_KEYS)).with_columns(
-            pl.coalesce(pl.col("str_value"), pl.col("int_value").cast(pl.String)).alias("v")
-        )
-        for part in (ints, strs):
-            if part.height:
-                # What pivot(on="key", index="idx", values="v", aggregate_function="first") gives,
-                # at half its time (bench/NOTES.md, Perfetto ingest).
-                keys = part["key"].unique(maintain_order=True).to_list()
-                wide = part.group_by("idx").agg(
-                    pl.col("v").filter(pl.col("key") == key).first().alias(key) for key in keys)
-                base = base.join(wide, on="idx", how="left")
-    missing = [pl.lit(None, pl.Int64).alias(k) for k in INT_KEYS if k not in base.columns]
-    missing += [pl.lit(None, pl.String).alias(k) for k in STR_KEYS if k not in base.columns]
-    return base.with_columns(missing)
+def _sort_by_track_ts_idx(events: pl.DataFrame) -> pl.DataFrame:
+    """``events.sort("track", "ts", "idx")`` as stable one-key sorts: a trace has few tracks, and
+    Polars' multi-key sort led by a column of few values was 3x slower (bench/NOTES.md)."""
+    if not events["idx"].is_sorted():
+        events = events.sort("idx")
+    return events.sort("ts", maintain_order=True).sort("track", maintain_order=True)
+
+
+def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
+    """The long annotation table as one row per event index ``0 .. n_events - 1`` (row ``i`` is
+    event ``i``), one typed column per key present; a key's value is its first row for the event.
+
+    Event indices are dense, so each key's first row per event is found by a NumPy scatter (in
+    reverse, so that the first row wins) and its values gathered: no hashing, no join
+    (bench/NOTES.md, Perfetto ingest, eighth session).
+    """
+    idx = annotations["idx"].to_numpy()
+    keep = idx < n_events
+    columns: dict[str, pl.Series] = {}
+    present = set(annotations["key"].unique().to_list())
+    key = annotations["key"]
+    typed = annotations.select("int_value", "str_value")  # what a key's rows are gathered from
+    for name in (*INT_KEYS, *STR_KEYS):
+        if name not in present:
+            continue
+        rows = np.flatnonzero((key == name).to_numpy() & keep)
+        part = typed[rows]
+        if name in INT_KEYS:
+            value = pl.coalesce(pl.col("int_value"),
+                                pl.col("str_value").cast(pl.Int64, strict=False))
+        else:
+            value = pl.coalesce(pl.col("str_value"), pl.col("int_value").cast(pl.String))
+        values = part.select(value.alias(name)).to_series().extend_constant(None, 1)
+        first = np.full(n_events, rows.size, dtype=np.int64)  # the null row appended above
+        first[idx[rows][::-1]] = np.arange(rows.size, dtype=np.int64)[::-1]
+        columns[name] = values.gather(first)
+    return pl.DataFrame(columns, height=n_events) if columns else pl.DataFrame()
+
+
+def _dense_ids(raw: RawTables) -> RawTables:
+    """``raw`` with event indices that are dense enough to index arrays by: the decoders' are
+    ``0 .. n - 1``; sparse ones (trace_processor's slice ids could be) are renumbered in order."""
+    top = int(raw.events.select(pl.col("idx").max()).item() or 0)
+    if top < 2 * raw.events.height + (1 << 20):
+        return raw
+    ids = raw.events.select(old=pl.col("idx").unique().sort()).with_row_index("new")
+    renumber = pl.col("idx").replace_strict(ids["old"], ids["new"], default=None,
+                                             return_dtype=pl.UInt32)
+    events = raw.events.with_columns(renumber)
+    annotations = raw.annotations.with_columns(renumber).filter(pl.col("idx").is_not_null())
+    return replace(raw, events=events, annotations=annotations)
+
+
+def _with_annotations(frame: pl.DataFrame, ann: pl.DataFrame,
+                      keys: tuple[str, ...] = INT_KEYS + STR_KEYS) -> pl.DataFrame:
+    """``frame`` with the annotation columns ``keys`` of its events (``frame["idx"]``); a key
+    that no event has is a null column (what a left join on ``idx`` gave)."""
+    present = [k for k in keys if k in ann.columns]
+    if present:
+        frame = pl.concat([frame, ann.select(present)[frame["idx"]]], how="horizontal")
+    return frame.with_columns(pl.lit(None, pl.Int64 if k in INT_KEYS else pl.String).alias(k)
+                              for k in keys if k not in present)
 
 
 def _first_int(expr: pl.Expr, index: int) -> pl.Expr:
@@ -255,13 +295,14 @@ def _first_int(expr: pl.Expr, index: int) -> pl.Expr:
 def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     """Build the canonical :class:`Trace` from decoded tables."""
     tracks = resolve_tracks(raw.tracks)
+    raw = _dense_ids(raw)
     slices, unended, orphan_ends = pair_slices(raw.events)
     complete = raw.events.filter(pl.col("type") == TYPE_COMPLETE)
     instants = raw.events.filter(pl.col("type") == TYPE_INSTANT)
-    needed = pl.concat([slices["idx"], complete["idx"], instants["idx"]])
-    ann = _wide_annotations(raw.annotations, needed)
+    n_events = int(raw.events.select(pl.col("idx").max()).item() or 0) + 1
+    ann = _wide_annotations(raw.annotations, n_events)
     complete = (
-        complete.join(ann.select("idx", "_dur"), on="idx", how="left")
+        _with_annotations(complete, ann, ("_dur",))
         .with_columns(start_ns=pl.col("ts"),
                       # Clipped: a start within the time limit plus this cannot wrap; an end
                       # beyond the limit is dropped, counted, by ingest.bounds.check_trace.
@@ -276,8 +317,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     _read_meta_event(instants, ann, meta)
 
     ev = (
-        pl.concat([slices, complete])
-        .join(ann, on="idx", how="left")
+        _with_annotations(pl.concat([slices, complete]), ann)
         .join(tracks, left_on="track", right_on="uuid", how="left")
         .with_columns(
             cat=pl.col("category").str.to_lowercase().fill_null(""),
@@ -317,7 +357,8 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
 
 
 def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta) -> None:
-    rows = instants.filter(pl.col("name") == META_EVENT).join(ann, on="idx", how="left")
+    rows = _with_annotations(instants.filter(pl.col("name") == META_EVENT), ann,
+                             ("rank", "world_size"))
     if rows.height:
         first = rows.row(0, named=True)
         if first["rank"] is not None:
