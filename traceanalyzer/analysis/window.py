@@ -220,8 +220,9 @@ class Window:
     lead_after_step: int | None = None
     #: From the headline rank's last step's end to the window's end (other ranks' later steps).
     tail_ns: int = 0
-    #: Rows of the cpu and gpu frames in the whole capture, before the window cut them: what a
-    #: "no CPU activity" could be said of (rules.engine.missing_requirement).
+    #: Rows of the cpu and gpu frames in the whole capture, before the window cut them, and of
+    #: the cpu frame's runtime/driver calls (``cpu_api``): what a "no CPU activity" could be said
+    #: of (rules.engine.missing_requirement).
     captured_rows: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -378,7 +379,9 @@ def choose_window(trace: Trace, requested: str = "steps",
     from traceanalyzer.analysis.views import StepViews
 
     captured = _extent(trace)
-    captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height}
+    captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height,
+                     "cpu_api": int(trace.cpu["kind"].is_in(API_KINDS).sum())
+                     if trace.cpu.height else 0}
     meta = dataclasses.replace(trace.meta, extra=dict(trace.meta.extra),
                                warnings=list(trace.meta.warnings))
     trace = Trace(meta=meta, **trace.frames())
