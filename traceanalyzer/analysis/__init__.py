@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.analysis import intervals, memory
-from traceanalyzer.analysis.idle import idle_by_cause
+from traceanalyzer.analysis.idle import IDLE_CAUSES, idle_by_cause
 from traceanalyzer.analysis.kernels import category_summary, kernel_summary
 from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
@@ -130,26 +130,29 @@ def step_breakdown(views: Views) -> pl.DataFrame:
     if steps.is_empty():
         return pl.DataFrame(schema=schema)
     rows = []
+    all_gaps = views.gpu_idle_gaps
     for rank, rank_steps in steps.group_by("rank", maintain_order=True):
         acts = views.launches.filter(pl.col("rank") == rank[0])
         merged = intervals.merge(acts)
-        busy = intervals.covered_between(merged, rank_steps["start_ns"].to_numpy(),
-                                         rank_steps["end_ns"].to_numpy())
-        rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64)))
+        starts, ends = rank_steps["start_ns"].to_numpy(), rank_steps["end_ns"].to_numpy()
+        busy = intervals.covered_between(merged, starts, ends)
+        # Each gap's idle counted in the steps it overlaps, cut at their edges (not all of it in
+        # the step it starts in): busy + the causes never exceed the step's time.
+        mine = all_gaps.filter(pl.col("rank") == rank[0])
+        causes = {
+            f"idle_{c}_ns": pl.Series(intervals.covered_between(
+                intervals.merge(mine.filter(pl.col("cause") == c)), starts, ends), dtype=pl.Int64)
+            for c in IDLE_CAUSES
+        }
+        rows.append(rank_steps.with_columns(busy_ns=pl.Series(busy, dtype=pl.Int64), **causes))
     frame = pl.concat(rows)
-    gaps = (
-        views.gpu_idle_gaps.filter(pl.col("step").is_not_null())
-        .group_by("rank", "step")
-        .agg(idle_by_cause())
-    )
     kernels = (
         views.launches.filter(pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(kernel_count=(pl.col("kind") == "kernel").sum(), launch_count=pl.len())
     )
     return (
-        frame.join(gaps, on=["rank", "step"], how="left")
-        .join(kernels, on=["rank", "step"], how="left")
+        frame.join(kernels, on=["rank", "step"], how="left")
         .with_columns(
             duration_ns=pl.col("end_ns") - pl.col("start_ns"),
             idle_ns=pl.col("end_ns") - pl.col("start_ns") - pl.col("busy_ns"),

@@ -265,6 +265,9 @@ def rank_rows(result: Any) -> list[dict[str, Any]]:
 
 #: Steps listed in the terminal and Markdown; the HTML and JSON list all of them.
 MAX_STEP_ROWS = 20
+#: A step's share outside the GPU span (no gap, so no cause) that its row's note names: above
+#: the rounding of the four columns.
+STEP_REST_SHARE = 0.005
 
 
 def step_span(first: Any, last: Any) -> str:
@@ -382,6 +385,13 @@ def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict
         mark = "slowest" if r["step"] == slowest and len(rows) > 1 else ""
         if r.get("outlier"):
             mark = "outlier" + (", slowest" if mark else "")
+        # The step's time before the GPU's first work in the window or after its last is idle
+        # that no gap holds (no cause): said, so that the row adds up to the step.
+        outside = d - sum(r[k] or 0 for k in ("busy_ns", "idle_host_wait_ns",
+                                              "idle_kernel_wait_ns", "idle_other_ns"))
+        if d and outside > STEP_REST_SHARE * d:
+            mark = ", ".join(m for m in (mark, f"{pct_of(outside, d):.1f}% outside the GPU span")
+                             if m)
         out.append({
             "step": r["step"], "name": r.get("name"), "duration_ns": d,
             "busy_pct": pct_of(r["busy_ns"], d), "host_wait_pct": pct_of(r["idle_host_wait_ns"], d),
