@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from tests.support.paths import SAMPLES
 from traceanalyzer.devices import PEAKS, peaks_of
 from traceanalyzer.model import Device
 from traceanalyzer.perfmodel.model import PerfOptions, Roofline, perf_metrics, roofline_table
@@ -244,3 +245,20 @@ def test_recorded_fp32_gemms_are_judged_by_the_math_their_kernels_ran(trace, pre
     mm = table.filter(pl.col("name") == "aten::mm").row(0, named=True)
     assert mm["precision"] == precision and mm["compute_roof_tflops"] == roof
     assert 50 < mm["roofline_pct"] <= 100  # TF32 at 341 TFLOP/s is 69% of its roof, not 510%
+
+
+NAIVE_MP = SAMPLES / "torch" / "naive_model_parallel_good.json.gz"  # one process, two H200s
+
+
+@pytest.mark.skipif(not NAIVE_MP.exists(), reason="sample traces absent")
+def test_mfu_of_a_process_on_two_gpus_is_against_both_peaks():
+    # The model-parallel step runs its FLOPs on two H200s: against one H200's peak MFU read
+    # 119.7%, more than any GPU can do.
+    from traceanalyzer import analyze
+    from traceanalyzer.perfmodel import metrics_of
+
+    m = metrics_of(analyze(NAIVE_MP, use_cache=False))
+    assert m["peak_tflops"] == pytest.approx(2 * 989.4)
+    assert m["peak_name"] == "2 x H200 SXM dense BF16"
+    assert 0 < m["mfu_pct"] < 100
+    assert m["mfu_pct"] == pytest.approx(100 * m["achieved_tflops"] / m["peak_tflops"])
