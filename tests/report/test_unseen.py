@@ -80,6 +80,24 @@ def test_inferred_steps_say_they_are_numbered_in_order():
     assert "inferred from a repeating kernel sequence, numbered in order" in line
 
 
+VLLM = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # one execute_... range
+
+
+@pytest.mark.skipif(not VLLM.exists(), reason="public traces absent")
+def test_a_serving_range_is_not_said_to_carry_its_step_number():
+    # vLLM's execute_32_context_0(sq0...)_generation_32(...) holds numbers (batch sizes), one of
+    # them a 0: step 0 was said to be "numbered as the trace names them", and the name was cut
+    # at 60 characters mid-word with no mark.
+    result = analyze(VLLM, use_cache=False)
+    name = result.steps["name"][0]
+    assert name.startswith("execute_32_context_0(") and len(name) > 60
+    line = next(ln for ln in render_summary(result).splitlines() if ln.strip().startswith("steps:"))
+    assert "numbered as the trace names them" not in line
+    assert line.strip() == (
+        f"steps: 1 (step 0, numbered in order: the trace's {name[:59]}… ranges carry no step "
+        "number)")
+
+
 # --- 2. the exposed transfer in every report --------------------------------------------------
 
 COMM = _have(NSYS_2GPU, DDP0, V100, NSYS_DDP0)

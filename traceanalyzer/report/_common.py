@@ -276,6 +276,10 @@ def step_span(first: Any, last: Any) -> str:
     return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
+#: A step's name in the "steps" line, cut (with "…") past this many characters.
+_STEP_NAME_CHARS = 60
+
+
 def step_numbering(result: Any) -> str:
     """The headline rank's steps and where their numbers come from, for the reports' "steps"
     line: "3 (steps 2-4, numbered as the trace names them: ProfilerStep#2 to ProfilerStep#4)",
@@ -293,16 +297,21 @@ def step_numbering(result: Any) -> str:
     first, last = steps.row(0, named=True), steps.row(-1, named=True)
     span = step_span(first["step"], last["step"])
     # Names come from the trace: cut (callers escape them).
-    names = ([str(n)[:60] for n in steps["name"].to_list()] if "name" in steps.columns else [])
+    full = [str(n) for n in steps["name"].to_list()] if "name" in steps.columns else []
+    names = [n if len(n) <= _STEP_NAME_CHARS else n[: _STEP_NAME_CHARS - 1] + "…" for n in full]
     source = getattr(getattr(result, "window", None), "step_source", None)
     if source == "inferred" or (names and names[0].startswith("inferred step")):
         how = "inferred from a repeating kernel sequence, numbered in order"
-    elif names and all(re.search(rf"(?<![0-9]){n}(?![0-9])", name)
-                       for n, name in zip(steps["step"].to_list(), names, strict=True)):
+    elif full and all([int(d) for d in re.findall(r"[0-9]+", name)] == [n]
+                      for n, name in zip(steps["step"].to_list(), full, strict=True)):
+        # The step's number is the one number in its name (ProfilerStep#12, "step 12"), as
+        # analysis.steps takes it: a serving range's batch sizes (execute_32_context_0(...))
+        # do not number it.
         ends = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
         how = f"numbered as the trace names them: {ends}"
     else:
-        how = f"numbered in order: the trace's {names[0] if names else 'step'} ranges carry none"
+        how = (f"numbered in order: the trace's {names[0] if names else 'step'} ranges carry no "
+               "step number")
     return f"{steps.height:,} ({span}, {how})"
 
 
