@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from tests.support.paths import SAMPLES
+from tests.support.paths import PUBLIC, SAMPLES
 from traceanalyzer.devices import PEAKS, peaks_of
 from traceanalyzer.model import Device
 from traceanalyzer.perfmodel.model import PerfOptions, Roofline, perf_metrics, roofline_table
@@ -30,7 +30,8 @@ H200 = Roofline("NVIDIA H200", PEAKS["H200 SXM"])
         ("NVIDIA H20", "H20"),
         ("AMD Instinct MI300X", "MI300X"),
         ("AMD Instinct MI325X", "MI325X"),
-        ("AMD Instinct MI250X", "MI250X"),
+        ("AMD Instinct MI250X", "MI250X GCD"),
+        ("AMD Instinct MI250", "MI250 GCD"),
         ("AMD Instinct MI210", "MI210"),
     ],
 )
@@ -262,3 +263,36 @@ def test_mfu_of_a_process_on_two_gpus_is_against_both_peaks():
     assert m["peak_name"] == "2 x H200 SXM dense BF16"
     assert 0 < m["mfu_pct"] < 100
     assert m["mfu_pct"] == pytest.approx(100 * m["achieved_tflops"] / m["peak_tflops"])
+
+
+MI250 = PUBLIC / "kineto" / "hta_mi250_rocm.json.gz"  # "AMD Radeon Graphics", gfx 9.0, 104 CUs
+VLLM_MI300 = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # name "", gfx 9.4
+
+
+def test_an_mi250_device_is_one_gcd():
+    # ROCm shows each of an MI250X's two dies as a device: the card's 383 TFLOP/s and 3.3 TB/s
+    # made a trace's MFU and roofline half what they are.
+    gcd = peaks_of(Device(id=0, name="AMD Instinct MI250X/MI250", sm_count=110))
+    assert gcd is PEAKS["MI250X GCD"] and gcd.bf16 == pytest.approx(383 / 2)
+    assert gcd.hbm_gbps == pytest.approx(3276.8 / 2)
+    assert peaks_of(Device(id=0, name="AMD Instinct MI250X/MI250", sm_count=104)) is PEAKS["MI250 GCD"]
+
+
+@pytest.mark.skipif(not (MI250.exists() and VLLM_MI300.exists()), reason="public traces absent")
+def test_amd_gpus_whose_name_does_not_say_are_known_by_their_properties():
+    from traceanalyzer import analyze
+    from traceanalyzer.ingest import load
+    from traceanalyzer.perfmodel import metrics_of
+    from traceanalyzer.report._common import device_line
+
+    for path, key, words in (
+        (MI250, "MI250 GCD", "AMD Radeon Graphics (MI250 GCD by its 104 compute units, gfx 9.0 "
+                             "and 64 GiB)"),
+        (VLLM_MI300, "MI300X", "device 2 (MI300X by its 304 compute units, gfx 9.4 and 192 GiB)"),
+    ):
+        device = load(path, use_cache=False).meta.devices[0]
+        assert device.vendor == "amd" and peaks_of(device) is PEAKS[key]
+        result = analyze(path, use_cache=False)
+        assert device_line(result).startswith(words)
+        m = metrics_of(result)
+        assert m["peak_name"] == f"{key} dense BF16" and m["mfu_pct"] is not None

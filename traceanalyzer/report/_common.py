@@ -12,6 +12,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from traceanalyzer.devices import identified
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import Finding, severity_rank
 
@@ -330,6 +331,9 @@ def device_line(result: Any) -> str:
         used = {int(d) for d in mine["device"].drop_nulls().to_list()}
     shown = [d for d in meta.devices if d.id in used] or list(meta.devices)
     line = shown[0].name or f"device {shown[0].id}"
+    which = identified(shown[0])  # a name that does not say which GPU: its properties do
+    if which:
+        line += f" ({which})"
     if len(shown) > 1:
         line += f" (+{len(shown) - 1} more)"
     idle = len(meta.devices) - len(shown)
