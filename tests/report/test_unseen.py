@@ -341,3 +341,23 @@ def test_kernel_counts_say_when_a_cuda_graph_is_one_activity():
     nodes = analyze(GRAPH_NODES, use_cache=False)
     assert "traced whole" not in render_summary(nodes)
     assert nodes.metrics.kernels_per_step > result.metrics.kernels_per_step
+
+
+GPT_BAD = SAMPLES / "torch" / "gpt_step_bad.json.gz"
+
+
+@pytest.mark.skipif(not GPT_BAD.exists(), reason="sample traces absent")
+def test_launch_api_time_has_one_name_in_every_report():
+    # The terminal said "launch API time" (docs/metrics.md's name), the Markdown, HTML and diff
+    # "Launch overhead", the launch-overhead-bound rule's word for the GPU's wait on launches.
+    result = analyze(GPT_BAD, use_cache=False)
+    pct = f"{result.metrics.launch_overhead_pct:.1f}%"
+    outputs = _outputs(result)
+    assert re.search(rf"launch API time\s+{re.escape(pct)}", outputs["terminal"])
+    assert f"| Launch API time (CPU) | {pct} |" in outputs["markdown"]
+    assert "Launch API time (CPU)" in outputs["html"]
+    for text in outputs.values():
+        assert "Launch overhead" not in text
+    # The model's rows are capitalized like the others in the Markdown table.
+    assert "| Model FLOPs per step |" in outputs["markdown"]
+    assert "| Achieved |" in outputs["markdown"]
