@@ -167,6 +167,9 @@ class Peaks:
     source: str  # the datasheet the figures come from
     #: The share of ``hbm_gbps`` a streaming kernel reaches (:data:`REACHABLE_HBM_FRACTION`).
     hbm_reachable_fraction: float = 0.0
+    #: What the ``bf16`` figure is the peak of: "BF16" (= FP16), or "FP16" on a GPU without
+    #: BF16 tensor cores (Volta), where it is the FP16 tensor-core peak.
+    matrix: str = "BF16"
 
     @property
     def reachable_gbps(self) -> float:
@@ -187,6 +190,8 @@ _NV = "https://www.nvidia.com/en-us/data-center/"
 _AMD = "https://www.amd.com/en/products/accelerators/instinct/"
 _A100 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
          "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+_V100 = ("https://images.nvidia.com/content/technologies/volta/pdf/"
+         "volta-v100-datasheet-update-us-1165301-r5.pdf")
 #: Datasheet figures, dense (the datasheets' sparse figures halved). Per GPU for the
 #: multi-GPU products (HGX B200: the 8-GPU figures / 8; GB200 NVL72: per superchip / 2).
 PEAKS: dict[str, Peaks] = {p.name: p for p in (
@@ -204,6 +209,10 @@ PEAKS: dict[str, Peaks] = {p.name: p for p in (
     Peaks("L40S", 362.05, 733.0, 183.0, 91.6, 864.0, _NV + "l40s/"),
     Peaks("L4", 121.0, 242.5, 60.0, 30.3, 300.0, _NV + "l4/"),
     Peaks("A10G", 70.0, None, 35.0, 31.2, 600.0, "https://aws.amazon.com/ec2/instance-types/g5/"),
+    # Volta has FP16 tensor cores only: no BF16, TF32 or FP8; its "bf16" figure is FP16's.
+    Peaks("V100 SXM2", 125.0, None, None, 15.7, 900.0, _V100, matrix="FP16"),
+    Peaks("V100 PCIe", 112.0, None, None, 14.0, 900.0, _V100, matrix="FP16"),
+    Peaks("V100S PCIe", 130.0, None, None, 16.4, 1134.0, _V100, matrix="FP16"),
     Peaks("MI300X", 1307.4, 2614.9, 653.7, 163.4, 5300.0, _AMD + "mi300/mi300x.html"),
     Peaks("MI325X", 1307.4, 2614.9, 653.7, 163.4, 6000.0, _AMD + "mi300/mi325x.html"),
     # An MI250X or MI250 is two dies (GCDs) that ROCm shows as two devices: a trace's device is
@@ -229,6 +238,9 @@ _PEAKS_BY_NAME: tuple[tuple[str, str], ...] = (
     (r"\bl40s\b", "L40S"),
     (r"\bl4\b", "L4"),
     (r"\ba10g\b", "A10G"),
+    (r"\bv100s\b", "V100S PCIe"),
+    (r"\bv100\b.*\bpcie\b", "V100 PCIe"),
+    (r"\bv100\b", "V100 SXM2"),
     (r"\bmi325x?\b", "MI325X"),
     (r"\bmi300x?\b", "MI300X"),
     (r"\bmi250x\b", "MI250X GCD"),

@@ -296,3 +296,28 @@ def test_amd_gpus_whose_name_does_not_say_are_known_by_their_properties():
         assert device_line(result).startswith(words)
         m = metrics_of(result)
         assert m["peak_name"] == f"{key} dense BF16" and m["mfu_pct"] is not None
+
+
+V100 = PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz"  # Tesla V100-SXM2-16GB
+
+
+def test_a_v100_is_judged_against_its_fp16_tensor_cores():
+    peaks = peaks_of(Device(id=0, name="Tesla V100-SXM2-16GB"))
+    assert peaks is PEAKS["V100 SXM2"] and peaks.bf16 == 125.0 and peaks.tf32 is None
+    assert Roofline("Tesla V100-SXM2-16GB", peaks).peak_label == "V100 SXM2 dense FP16"
+    assert peaks_of(Device(id=0, name="Tesla V100-PCIE-32GB")) is PEAKS["V100 PCIe"]
+    assert peaks_of(Device(id=0, name="Tesla V100S-PCIE-32GB")) is PEAKS["V100S PCIe"]
+
+
+@pytest.mark.skipif(not V100.exists(), reason="public traces absent")
+def test_mfu_on_a_real_v100_trace():
+    # HTA's V100 trace read "MFU: no peak known for Tesla V100-SXM2-16GB", and the two roofline
+    # rules were not applicable for the same reason.
+    from traceanalyzer import analyze
+    from traceanalyzer.perfmodel import metrics_of
+
+    result = analyze(V100, use_cache=False)
+    m = metrics_of(result)
+    assert m["peak_name"] == "V100 SXM2 dense FP16" and m["mfu_pct"] is not None
+    outcomes = {o.slug: o for o in result.rule_outcomes}
+    assert outcomes["gemm-below-roofline"].status != "not_applicable"
