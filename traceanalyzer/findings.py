@@ -8,6 +8,13 @@ from typing import Any
 #: Severities from least to most severe; ``--fail-on`` compares by this order.
 SEVERITIES: tuple[str, ...] = ("info", "low", "medium", "high", "critical")
 
+#: What every finding's share (``impact_pct``) and every rule's "%" threshold divides by: the
+#: GPU's active span, from its first activity in the analysis window to its last (the
+#: headline's "GPU span", docs/metrics.md), not the window, which can be much longer (a
+#: whole-process capture without steps). Every report labels the share with these words.
+SHARE_BASE = "the GPU's active span"
+SHARE_LABEL = f"of {SHARE_BASE}"
+
 
 #: Said under two findings or more: GPU idle while data loaded counts in gpu-idle-gaps and in
 #: dataloader-stall, and a slow FP32 GEMM in fp32-matmul and odd-matmul-shape.
@@ -20,12 +27,12 @@ IMPACTS_OVERLAP = ("Impacts overlap where one stretch of time has several causes
 #: the window under torch.profiler with stacks and shapes, 2% under Nsight Systems.
 PROFILER_OVERHEAD = (
     "This trace was recorded by torch.profiler with with_stack=True{shapes}, which slows every "
-    "operator on the CPU side: the GPU waited for the CPU {host_wait:.0f}% of the window here, "
+    "operator on the CPU side: the GPU waited for the CPU {host_wait:.0f}% of its active span here, "
     "and that share, with the findings that rest on it, can be much smaller without the "
     "profiler. Confirm CPU-bound findings with a trace recorded without stacks, or with Nsight "
     "Systems."
 )
-#: The GPU's wait for the CPU from which the note above is said, in % of the window.
+#: The GPU's wait for the CPU from which the note above is said, in % of its active span.
 PROFILER_OVERHEAD_MIN_HOST_WAIT_PCT = 10.0
 
 
@@ -33,15 +40,15 @@ def severity_rank(severity: str) -> int:
     return SEVERITIES.index(severity)
 
 
-#: The least share of the window a finding's impact must reach for each severity. A finding's
-#: severity follows its impact: a problem that costs 40% of the window or more is critical, one
+#: The least share of the GPU's active span (SHARE_BASE) a finding's impact must reach for each
+#: severity. A finding's severity follows its impact: a problem that costs 40% of it is critical, one
 #: that costs a tenth of it high, 3% medium, less than that low (docs/rules.md says the same).
 SEVERITY_MIN_IMPACT_PCT: dict[str, float] = {"critical": 40.0, "high": 10.0, "medium": 3.0,
                                              "low": 0.0}
 
 
 def impact_severity(impact_pct: float) -> str:
-    """The severity a measured impact (in % of the window) earns."""
+    """The severity a measured impact (in % of the GPU's active span) earns."""
     return next(s for s, least in SEVERITY_MIN_IMPACT_PCT.items() if impact_pct >= least)
 
 
@@ -50,8 +57,8 @@ def severity_of(rule_severity: str, impact_pct: float) -> str:
     its rule's ``severity``.
 
     Every built-in rule declares ``critical`` (a test checks it), so for them severity is the
-    impact alone: a GPU idle half the window is critical whichever rule says so, and a problem
-    costing 0.5% of the window is low. A rule file of one's own may declare less to keep its
+    impact alone: a GPU idle half its active span is critical whichever rule says so, and a
+    problem costing 0.5% of it is low. A rule file of one's own may declare less to keep its
     findings below a level (``--fail-on``); an ``info`` rule's findings stay ``info``.
     """
     if rule_severity == "info":
@@ -70,7 +77,7 @@ def fail_on_reason(findings: list[Finding], fail_on: str, where: str = "") -> li
     severity and impact, and where (``where``: the trace, for a command given several)."""
     prefix = f"{where}: " if where else ""
     return [f"{prefix}{f.slug} ({f.rule_id}) is {f.severity}, at or above --fail-on {fail_on}: "
-            f"impact {f.impact_pct:.1f}% of the window"
+            f"impact {f.impact_pct:.1f}% {SHARE_LABEL}"
             + (f" (rank {f.rank})" if f.rank is not None else "")
             for f in failing(findings, fail_on)]
 
@@ -86,7 +93,7 @@ class Finding:
     message: str  # one line, with measured numbers
     fix: str
     impact_ns: int  # estimated time lost over the analyzed window
-    impact_pct: float  # impact_ns as % of the analyzed window
+    impact_pct: float  # impact_ns as % of the GPU's active span (SHARE_BASE)
     impact_per_step_ns: int | None = None  # when the trace has steps
     rank: int | None = None
     #: Top occurrences, most costly first. Each row is a flat dict of JSON-able values; rows that

@@ -288,7 +288,8 @@ def test_amd_gpus_whose_name_does_not_say_are_known_by_their_properties():
     for path, key, words in (
         (MI250, "MI250 GCD", "AMD Radeon Graphics (MI250 GCD by its 104 compute units, gfx 9.0 "
                              "and 64 GiB)"),
-        (VLLM_MI300, "MI300X", "device 2 (MI300X by its 304 compute units, gfx 9.4 and 192 GiB)"),
+        (VLLM_MI300, "MI300X", "GPU 2 (its name not recorded; MI300X by its 304 compute units, "
+                               "gfx 9.4 and 192 GiB)"),
     ):
         device = load(path, use_cache=False).meta.devices[0]
         assert device.vendor == "amd" and peaks_of(device) is PEAKS[key]

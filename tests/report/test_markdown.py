@@ -7,7 +7,7 @@ from traceanalyzer.report.markdown import md_escape, render_markdown, write_mark
 def test_markdown_summary_has_headline_and_findings(tmp_path):
     text = render_markdown(make_result())
     assert "GPU busy | 70.0%" in text
-    assert "TA001" in text and "30.0% of the window" in text
+    assert "TA001" in text and "30.0% of the GPU's active span" in text
     assert text.index("TA001") < text.index("TA004")  # most costly first
     out = tmp_path / "s.md"
     write_markdown(make_result(), out)

@@ -80,8 +80,14 @@ def test_a_pointer_to_a_rule_that_did_not_fire_says_so():
 def test_terminal_fix_texts_are_cut_at_a_word_and_say_where_the_rest_is():
     result = analyze(PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz", use_cache=False)
     fixes = {f.slug: " ".join(f.fix.split()) for f in result.findings}
-    lines = [ln.split("; fix: ", 1)[1] for ln in render_summary(result).splitlines()
-             if "; fix: " in ln]
+    # The cost and fix line is wrapped at words, its continuation lines indented by 8 spaces.
+    joined: list[str] = []
+    for ln in render_summary(result).splitlines():
+        if ln.startswith("        ") and joined:
+            joined[-1] += " " + ln.strip()
+        else:
+            joined.append(ln)
+    lines = [ln.split("; fix: ", 1)[1] for ln in joined if "; fix: " in ln]
     assert len(lines) == len(fixes)
     cut = [ln for ln in lines if "…" in ln]
     assert cut  # the V100's FP16 fix (autocast, GradScaler) is longer than a line
@@ -110,8 +116,13 @@ WINDOWED = [p for p in (SAMPLES / "torch" / "small_grid_bad.json.gz",
 @pytest.mark.parametrize("path", WINDOWED, ids=lambda p: p.name)
 def test_the_window_sentence_adds_up(path):
     # captured = left out before + analyzed window + left out after, as the sentence reads
-    line = next(ln for ln in render_summary(analyze(path, use_cache=False)).splitlines()
-                if ln.strip().startswith("window:"))
+    lines = render_summary(analyze(path, use_cache=False)).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("window:"))
+    line = lines[at]
+    for more in lines[at + 1:]:  # wrapped at 100 columns: its lines go on at 5 spaces
+        if not more.startswith("     "):
+            break
+        line += " " + more.strip()
     captured = _ns(*re.search(_DUR + " captured", line).groups())
     window = re.search(r"of steps in a " + _DUR + " window", line)
     analyzed = _ns(*(window or re.search(r"analyzed steps [\d-]+, " + _DUR, line)).groups())

@@ -30,7 +30,7 @@ def test_torch_profiler_with_stacks_gets_the_overhead_note_in_every_report():
     r = result("torch/llama_compiled_train.json.gz")
     notes = r.notes()
     assert notes[0] == IMPACTS_OVERLAP
-    assert "with_stack=True and record_shapes=True" in notes[1] and "52% of the window" in notes[1]
+    assert "with_stack=True and record_shapes=True" in notes[1] and "52% of its active span" in notes[1]
     doc = to_json_dict(r)
     assert doc["notes"] == notes and validate(doc, JSON_SCHEMA) == []
     assert "with\\_stack=True" in render_markdown(r)  # Markdown-escaped

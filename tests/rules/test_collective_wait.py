@@ -50,7 +50,7 @@ def test_a_cpu_bound_rank_is_told_the_wait_may_come_from_the_hosts():
         s.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn", start, 100, launch=start - 10)
     f = run(s)[0]["collective-wait"]
     assert f.impact_ns == pytest.approx(2700 * 1000)  # the same wait
-    host_wait = re.search(r"waited for its host (\d+)% of the window: its step is CPU-bound",
+    host_wait = re.search(r"waited for its host (\d+)% of its active span: its step is CPU-bound",
                           f.message)
     assert host_wait and int(host_wait[1]) > 30
 

@@ -24,6 +24,19 @@ def test_dataloader_stall_fires_when_gpu_waits_for_data():
     assert f.impact_ns == 2 * 2000 * US
 
 
+def test_dataloader_stall_from_nvtx_ranges_as_nsight_systems_records_them():
+    # Nsight Systems records no DataLoader span of its own: the rule sees loading there only
+    # through NVTX ranges (a user's nvtx.range("load_batch"), or torch.autograd.profiler.
+    # emit_nvtx(), which turns the DataLoader's record_function into one).
+    s = Synth()
+    for step in range(3):
+        t = step * 3000
+        s.step(step, t, 3000)
+        s.annotation("load_batch", t, 2000, kind="nvtx")
+        busy_loop(s, n=4, start=t + 2010)
+    assert run(s)[0]["dataloader-stall"].impact_ns == 2 * 2000 * US
+
+
 def test_dataloader_stall_quiet_when_prefetched_and_na_without_ranges():
     s = Synth()
     end = busy_loop(s, n=20)

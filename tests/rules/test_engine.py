@@ -560,7 +560,7 @@ def test_fail_on_says_which_findings_failed_the_build():
     assert result.exit_code == 1, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("fail-on: ")]
     assert lines and any("hidden-sync (TA002) is " in line for line in lines)
-    assert all("at or above --fail-on medium" in line and "% of the window" in line
+    assert all("at or above --fail-on medium" in line and "% of the GPU's active span" in line
                for line in lines)
     passed = CliRunner().invoke(analyze, [str(trace), "--no-cache", "--fail-on", "critical"])
     if passed.exit_code == 0:

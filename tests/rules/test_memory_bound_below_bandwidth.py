@@ -96,3 +96,76 @@ def test_fires_on_a_strided_add_and_not_on_the_same_add_made_contiguous():
     assert bad.fields["top_shape"] == "[[8192, 8192], [8192, 8192], []]"
     assert 15 < bad.fields["top_bandwidth_pct"] < 25
     assert _detect(SAMPLES / "torch" / "strided_elementwise_good.json.gz") is None
+
+
+#: PyTorch's strided TensorIterator kernel for a bf16 add of two tensors (as demangled in the
+#: H200 traces): 128 threads a block, 4 elements each.
+STRIDED_ADD = (
+    "void at::native::elementwise_kernel<(int)128, (int)4, void at::native::gpu_kernel_impl_nocast"
+    "<at::native::CUDAFunctor_add<c10::BFloat16>>(at::TensorIteratorBase &, const T1 &)::"
+    "[lambda(int) (instance 1)]>(int, T3)"
+)
+
+
+def build_unshaped(kernel_us: float, name: str = STRIDED_ADD) -> Synth:
+    """The adds of :func:`build` without shapes, as Nsight Systems records them: the kernel
+    name and its grid (64 x 1024 x 1024 elements over 128 x 4 a block)."""
+    s = Synth()
+    t = 0.0
+    for _ in range(8):
+        s.kernel(
+            name,
+            t + 30,
+            kernel_us,
+            launch=t + 5,
+            grid=(64 * 1024 * 1024 // 512, 1, 1),
+            block=(128, 1, 1),
+        )
+        t += kernel_us + 40
+    return s
+
+
+#: The same kernel as torch.profiler's CUPTI demangles it.
+STRIDED_ADD_KINETO = (
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+    "CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<"
+    "c10::BFloat16> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<"
+    "at::native::CUDAFunctor_add<c10::BFloat16> >(at::TensorIteratorBase&, at::native::"
+    "CUDAFunctor_add<c10::BFloat16> const&)::{lambda(int)#1})"
+)
+
+
+@pytest.mark.parametrize("name", [STRIDED_ADD, STRIDED_ADD_KINETO], ids=["nsys", "kineto"])
+def test_without_shapes_a_strided_kernel_is_judged_by_its_grid(name: str) -> None:
+    # The same bytes as the shaped test: 3 operands of 64 Mi bf16 elements.
+    findings, _ = run(build_unshaped(600, name))
+    f = findings["memory-bound-below-bandwidth"]
+    assert f.impact_ns == pytest.approx(8 * (600 - AT_BANDWIDTH_US) * US, rel=1e-6)
+    assert f.evidence[0]["op"] == "CUDAFunctor_add<c10::BFloat16> (strided elementwise kernel)"
+    assert f.evidence[0]["mbytes"] == pytest.approx(8 * BYTES / 1e6)
+    assert "memory-bound-below-bandwidth" not in run(build_unshaped(100, name))[0]
+
+
+def test_without_shapes_unknown_functors_and_vectorized_kernels_are_not_judged():
+    # A functor whose operand count the name does not give (a where of three tensors here),
+    # and the contiguous path's vectorized kernel: neither is judged, however slow.
+    where = STRIDED_ADD.replace(
+        "at::native::CUDAFunctor_add<c10::BFloat16>", "at::native::where_kernel_impl<c10::BFloat16>"
+    )
+    vectorized = (
+        "void at::native::vectorized_elementwise_kernel<(int)8, at::native::"
+        "CUDAFunctor_add<c10::BFloat16>, std::array<char *, (unsigned long)3>>(int, T2, T3)"
+    )
+    for name in (where, vectorized):
+        _, outcomes = run(build_unshaped(600, name))
+        assert outcomes["memory-bound-below-bandwidth"].status == "quiet", name
+
+
+def test_fires_under_nsight_systems_on_the_strided_add_only():
+    """The strided_elementwise pair under Nsight Systems (no shapes): 891 GB/s from the grid,
+    against 866 GB/s from the torch.profiler trace's shapes."""
+    bad = _detect(SAMPLES / "nsys" / "strided_elementwise_bad.sqlite")
+    assert bad is not None and bad.fields["op_count"] == 1
+    assert bad.fields["top_op"].startswith("CUDAFunctor_add<c10::BFloat16>")
+    assert 15 < bad.fields["top_bandwidth_pct"] < 25
+    assert _detect(SAMPLES / "nsys" / "strided_elementwise_good.sqlite") is None

@@ -196,7 +196,7 @@ def test_gemm_rules_quiet_when_the_saving_is_a_sliver_of_the_window():
     # (30 µs) are 27% of kernel time, but moving them to BF16 would save 0.2% of the window.
     findings, outcomes = verdicts("hta_mi250_rocm.json.gz")
     assert "fp32-matmul" not in findings
-    assert "0.5% of the window" in outcomes["fp32-matmul"].reason
+    assert "0.5% of the GPU's active span" in outcomes["fp32-matmul"].reason
     # With the bar lowered it fires, and says 30 µs in µs (it once read "0.0 ms").
     findings, _ = verdicts("hta_mi250_rocm.json.gz", **{"fp32-matmul": {"min_impact_pct": 0}})
     message = findings["fp32-matmul"].message

@@ -93,14 +93,18 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
     """The headline rank's critical path per step, and each finding's what-if
     (docs/critical-path.md)."""
     from traceanalyzer.analysis import critical_path, whatif
+    from traceanalyzer.analysis.path_ranks import every_rank
 
     found = critical_path.analyze(views, result.metrics.rank)
-    if found is None:
-        return
-    result.critical_path = found.steps
-    result.critical_segments = found.segments
-    evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
-    result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
+    if found is not None:
+        result.critical_path = found.steps
+        result.critical_segments = found.segments
+        evidence = {f.slug: getattr(f, "evidence_frame", None) for f in result.findings}
+        result.what_if = whatif.predict(views, found.graph, result.findings, evidence)
+    # Every rank's path (the headline's reused), and each GPU's share of it (path_ranks.py).
+    result.critical_path_ranks, result.critical_path_gpus = every_rank(
+        views, result.metrics.rank, found
+    )
 
 
 def _add_memory(result: AnalysisResult, views: Views) -> None:

@@ -693,27 +693,8 @@ def critical_path(g: Graph, rep: Replay) -> Path:
     nc, ng = g.n_calls, g.n_gpu
     n = 2 * nc + ng
     sentinel = n
-    binder = np.full(n + 1, sentinel, np.int64)
-    if nc:
-        ci = np.arange(nc)
-        w = rep.c_edge == EDGE_WAIT
-        binder[:nc] = np.where(w, 2 * nc + np.maximum(g.c_wait, 0), nc + ci)
-        binder[nc + 1 : 2 * nc] = ci[:-1]
+    binder, point = node_binder(g, rep)
     ge = rep.g_edge
-    gi = np.arange(ng)
-    first = np.ones(ng, bool)
-    first[1:] = g.g_seg[1:] != g.g_seg[:-1]
-    rc = rep.g_ready_call
-    binder[2 * nc : n] = np.where(
-        ge == EDGE_STREAM,
-        np.where(first, sentinel, 2 * nc + gi - 1),
-        np.where(
-            (ge == EDGE_LAUNCH) & (rc >= 0),
-            nc + np.maximum(rc, 0),
-            np.where(ge == EDGE_CROSS, 2 * nc + np.maximum(g.g_x, 0), sentinel),
-        ),
-    )
-    point = np.concatenate((rep.c_end, rep.c_start, rep.g_end, [0]))
     tail = int(np.argmax(point[:n]))
     nodes = _chain(binder, tail, sentinel)[::-1]  # in time order
     entry = point[binder[nodes]]
@@ -779,6 +760,36 @@ def critical_path(g: Graph, rep: Replay) -> Path:
         ok = hi_ > lo_
         lo_, hi_, cat_, nid_ = lo_[ok], hi_[ok], cat_[ok], nid_[ok]
     return Path(lo=lo_, hi=hi_, cat=cat_, node=nid_)
+
+
+def node_binder(g: Graph, rep: Replay) -> tuple[np.ndarray, np.ndarray]:
+    """For every node of :func:`critical_path` (call ends, call starts, GPU activities, then a
+    sentinel), the node whose time set its own (the sentinel where none did), and its time."""
+    nc, ng = g.n_calls, g.n_gpu
+    n = 2 * nc + ng
+    sentinel = n
+    binder = np.full(n + 1, sentinel, np.int64)
+    if nc:
+        ci = np.arange(nc)
+        w = rep.c_edge == EDGE_WAIT
+        binder[:nc] = np.where(w, 2 * nc + np.maximum(g.c_wait, 0), nc + ci)
+        binder[nc + 1 : 2 * nc] = ci[:-1]
+    ge = rep.g_edge
+    gi = np.arange(ng)
+    first = np.ones(ng, bool)
+    first[1:] = g.g_seg[1:] != g.g_seg[:-1]
+    rc = rep.g_ready_call
+    binder[2 * nc : n] = np.where(
+        ge == EDGE_STREAM,
+        np.where(first, sentinel, 2 * nc + gi - 1),
+        np.where(
+            (ge == EDGE_LAUNCH) & (rc >= 0),
+            nc + np.maximum(rc, 0),
+            np.where(ge == EDGE_CROSS, 2 * nc + np.maximum(g.g_x, 0), sentinel),
+        ),
+    )
+    point = np.concatenate((rep.c_end, rep.c_start, rep.g_end, [0]))
+    return binder, point
 
 
 def _chain(binder: np.ndarray, tail: int, sentinel: int) -> np.ndarray:
@@ -889,8 +900,12 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
     )
     if frame.height > limit:
         frame = (
-            frame.sort(pl.col("end_ns") - pl.col("start_ns"), "start_ns",
-                       descending=[True, False], maintain_order=True)
+            frame.sort(
+                pl.col("end_ns") - pl.col("start_ns"),
+                "start_ns",
+                descending=[True, False],
+                maintain_order=True,
+            )
             .head(limit)
             .sort("start_ns", maintain_order=True)
         )

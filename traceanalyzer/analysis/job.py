@@ -84,6 +84,13 @@ class JobResult:
     scale: Any = None
     #: Traces that could not be loaded: path and one-line error.
     failed: list[dict[str, str]] = field(default_factory=list)
+    #: Every rank's critical path per step, on its own graph, and its time per GPU
+    #: (analysis.path_ranks.STEP_SCHEMA, GPU_SCHEMA); None where not computed.
+    paths: pl.DataFrame | None = None
+    path_gpus: pl.DataFrame | None = None
+    #: The critical path across ranks per step and the linked what-ifs
+    #: (analysis.critical_ranks.JobCritical); None without two linked ranks or common steps.
+    critical: Any = None
 
 
 def _rank_hint(path: str) -> int | None:
@@ -332,6 +339,7 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
                 min_lateness_us: float = MIN_LATENESS_US) -> JobResult:
     """Analyze a combined multi-rank trace (see :func:`combine`) as one job."""
     from traceanalyzer.analysis import analyze_trace, rank_table
+    from traceanalyzer.analysis.critical_ranks import analyze_linked, views_anchors
     from traceanalyzer.analysis.views import Views
 
     views = Views(trace)
@@ -341,12 +349,16 @@ def analyze_job(trace: Trace, *, rule_config: Any = None, rules: bool = True,
     sources = {r: src["path"] for src in trace.meta.extra.get("job", {}).get("traces", [])
                for r in src["ranks"]}
     sources = {r: sources.get(r, trace.meta.path) for r in ranks}
-    return job_from_parts(
+    job = job_from_parts(
         ranks=ranks, metrics=rank_table(views.metrics_by_rank).cast({"rank": pl.Int32}),
         comm=flagged_comm_kernels(kernels), exposed=views.exposed_comm,
         hta=hta_late_iterations(views.marked_launches, ranks), sources=sources,
         world_sizes=trace.meta.extra.get("job", {}).get("world_sizes", []),
         min_lateness_us=min_lateness_us, result=result)
+    job.paths, job.path_gpus = result.critical_path_ranks, result.critical_path_gpus
+    if job.per_rank is not None and windows_overlap(job.ranks):
+        job.critical = analyze_linked(views_anchors(views), views.collectives, job.per_rank)
+    return job
 
 
 def job_from_parts(*, ranks: list[int], metrics: pl.DataFrame, comm: pl.DataFrame,
@@ -439,6 +451,7 @@ def exposed_note(ranks: pl.DataFrame) -> str:
 
 def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
     """The job as a deterministic JSON-able document (``traceanalyzer job --json``)."""
+    from traceanalyzer.analysis.critical_ranks import to_dict as critical_dict
     from traceanalyzer.report.jsonout import SCHEMA_VERSION, clean, frame_rows, to_json_dict
 
     skew = job.collectives["skew_ns"]
@@ -463,6 +476,8 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
         "failed": list(job.failed),
         "warnings": list(job.warnings),
         "analysis": to_json_dict(job.result) if job.result is not None else None,
+        "critical_path_by_rank": _paths_by_rank(job),
+        "critical_path": clean(critical_dict(job.critical)) if job.critical is not None else None,
     }
     if scale is not None:
         doc.update({
@@ -476,3 +491,14 @@ def job_to_dict(job: JobResult, top: int = 50) -> dict[str, Any]:
             "rank_findings": [clean(r) for r in scale.rank_findings.to_dicts()],
         })
     return doc
+
+
+def _paths_by_rank(job: JobResult) -> list[dict[str, Any]]:
+    """Per rank, its critical path (analysis.path_ranks.per_rank): mean per step by kind, the
+    kind it is bound by, and its time on each GPU."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+    from traceanalyzer.report.jsonout import clean
+
+    if job.paths is None:
+        return []
+    return [clean(r) for r in per_rank(job.paths, job.path_gpus).to_dicts()]

@@ -10,6 +10,8 @@ and keeps only what the cross-rank analysis of :mod:`analysis.job` reads:
   that the exposed-transfer figure ever measures, :func:`analysis.comm.collectives_from`);
 - per marked step, the extent of the GPU work launched in it (HTA's mean iteration time) and
   the step's duration;
+- its anchors for the job's critical path (:func:`analysis.critical_ranks.rank_anchors`: one
+  row per communication kernel and per step, with the rank's own work before it);
 - its findings, when rules run.
 
 :func:`combine_summaries` on the client renumbers the ranks (:func:`analysis.job.assign_ranks`'s
@@ -28,7 +30,9 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analysis import path_ranks
 from traceanalyzer.analysis.comm import collectives_from, exposed_by_rank, flagged_comm_kernels
+from traceanalyzer.analysis.critical_ranks import ANCHOR_SCHEMA, views_anchors
 from traceanalyzer.analysis.intervals import merge
 from traceanalyzer.model import Trace
 
@@ -67,6 +71,8 @@ FINDING_SCHEMA = pl.Schema(
         "impact_pct": pl.Float64,
     }
 )
+PATH_STEPS = path_ranks.STEP_SCHEMA
+PATH_GPUS = path_ranks.GPU_SCHEMA
 #: tensorboard_trace_handler's file names: ``{hostname}_{pid}.{time}.pt.trace.json``.
 _TB_NAME = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})_\d+\.\d+\.pt\.trace\.json")
 
@@ -93,9 +99,16 @@ class RankSummary:
     extents: pl.DataFrame
     findings: pl.DataFrame
     warnings: list[str] = field(default_factory=list)
+    #: Per (rank, step) the rank's critical path by kind, and per (rank, step, GPU) its time on
+    #: that GPU (analysis.path_ranks): a few rows per step.
+    paths: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_STEPS))
+    path_gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=PATH_GPUS))
+    #: The rank's anchors for the cross-rank critical path (analysis.critical_ranks).
+    anchors: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ANCHOR_SCHEMA))
 
     def nbytes(self) -> int:
-        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings)
+        frames = (self.metrics, self.comm, self.cover, self.extents, self.findings, self.paths,
+                  self.path_gpus, self.anchors)
         return int(sum(f.estimated_size() for f in frames))
 
 
@@ -173,7 +186,14 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
             ],
             schema=FINDING_SCHEMA,
         )
+    from traceanalyzer.analysis.critical_path import analyze as critical_path_of
+
+    headline = views.metrics.rank
+    own_path = critical_path_of(views, headline)  # one graph for the path and the anchors
+    paths, path_gpus = path_ranks.every_rank(views, headline, own_path)
     return RankSummary(
+        paths=paths,
+        path_gpus=path_gpus,
         path=trace.meta.path,
         own_ranks=list(views.ranks),
         recorded_rank=trace.meta.rank,
@@ -188,6 +208,7 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
         extents=extents,
         findings=findings,
         warnings=list(trace.meta.warnings),
+        anchors=views_anchors(views, {headline: own_path}),
     )
 
 
@@ -241,6 +262,9 @@ class Combined:
     stepped: list[int]
     extents: pl.DataFrame
     findings: pl.DataFrame
+    paths: pl.DataFrame
+    path_gpus: pl.DataFrame
+    anchors: pl.DataFrame
     #: Per job rank: source path and host.
     sources: dict[int, str]
     hosts: dict[int, str | None]
@@ -261,7 +285,8 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
     shift_all = all(b is not None for b in bases) and len(summaries) > 1
     origin = min(b for b in bases if b is not None) if shift_all else 0
     parts: dict[str, list[pl.DataFrame]] = {
-        k: [] for k in ("metrics", "comm", "cover", "extents", "findings")
+        k: []
+        for k in ("metrics", "comm", "cover", "extents", "findings", "paths", "path_gpus", "anchors")
     }
     stepped: list[int] = []
     sources: dict[int, str] = {}
@@ -276,8 +301,8 @@ def combine_summaries(summaries: list[RankSummary]) -> Combined:
                 ["window_start_ns", "window_end_ns"]
                 if name == "metrics"
                 else []
-                if name == "findings"
-                else ["start_ns", "end_ns"]
+                if name in ("findings", "path_gpus")
+                else ["start_ns", "end_ns", "from_ns"]
             )
             parts[name].append(_renumber(frame, rank_map, shift, times))
         stepped += [rank_map[r] for r in s.stepped if r in rank_map]
@@ -313,9 +338,11 @@ def _renumber(
     return frame.with_columns(exprs)
 
 
-def exposed_from(c: Combined) -> pl.DataFrame:
-    """Per rank, exposed transfer and wait over every rank's collectives (Views.exposed_comm)."""
-    collectives = collectives_from(c.comm, c.cover, c.stepped)
+def exposed_from(c: Combined, collectives: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per rank, exposed transfer and wait over every rank's collectives (Views.exposed_comm);
+    ``collectives``: :func:`analysis.comm.collectives_from` of ``c``, where already computed."""
+    if collectives is None:
+        collectives = collectives_from(c.comm, c.cover, c.stepped)
     steps = pl.DataFrame({"rank": c.stepped}, schema={"rank": pl.Int32})
     return exposed_by_rank(collectives, steps, c.ranks)
 
@@ -353,8 +380,11 @@ def analyze_summaries(
     from traceanalyzer.analysis.job_scale import scale_view
 
     lateness_us = MIN_LATENESS_US if min_lateness_us is None else min_lateness_us
+    from traceanalyzer.analysis.critical_ranks import analyze_linked
+
     c = combine_summaries(summaries)
-    exposed = exposed_from(c)
+    collectives = collectives_from(c.comm, c.cover, c.stepped)
+    exposed = exposed_from(c, collectives)
     hta = hta_late_from(
         c.extents.filter(pl.col("start_ns").is_not_null()),
         c.comm.filter(pl.col("step").is_not_null()),
@@ -380,6 +410,8 @@ def analyze_summaries(
         .join(counts, on="rank", how="left")
         .with_columns(pl.col("findings").fill_null(0))
     )
+    job.paths = c.paths.sort("rank", "step")
+    job.path_gpus = c.path_gpus.sort("rank", "step", "device")
     job.failed = list(failed or [])
     if job.failed:
         job.warnings.append(
@@ -389,7 +421,16 @@ def analyze_summaries(
     job.scale = scale_view(
         job, c.extents.select("rank", "step", "duration_ns"), c.findings, lateness_us
     )
+    if job.per_rank is not None and windows_ok(job):
+        job.critical = analyze_linked(c.anchors, collectives, job.per_rank)
     return job
+
+
+def windows_ok(job: Any) -> bool:
+    """Whether the ranks' times can be linked: their GPU windows overlap (one run, one clock)."""
+    from traceanalyzer.analysis.job import windows_overlap
+
+    return windows_overlap(job.ranks)
 
 
 def summary_size(summaries: list[RankSummary]) -> int:

@@ -141,6 +141,10 @@ class AnalysisResult:
     #: activity.
     critical_path: pl.DataFrame | None = None
     critical_segments: pl.DataFrame | None = None
+    #: Every rank's critical path per step (analysis.path_ranks.STEP_SCHEMA: rank, step and the
+    #: headline's columns), and per (rank, step, GPU) the path's time on that GPU (``path_ns``).
+    critical_path_ranks: pl.DataFrame | None = None
+    critical_path_gpus: pl.DataFrame | None = None
     #: The what-if summary (analysis.whatif.predict): rank, the step time now (``step_time_ns``)
     #: and ``all`` (every modelled fix at once: step_time_ns, saving_ns, assumes).
     what_if: dict[str, Any] | None = None

@@ -45,7 +45,7 @@ from traceanalyzer.model import Trace, TraceMeta
 RESULT_CACHE_VERSION = "4"
 FRAMES = ("steps", "kernels", "categories", "operators", "utilization", "streams", "ranks",
           "memory", "memory_holders", "memory_timeline", "perf", "kernel_verdicts",
-          "critical_path", "critical_segments")
+          "critical_path", "critical_segments", "critical_path_ranks", "critical_path_gpus")
 DOC = "result.json"
 
 
@@ -260,6 +260,8 @@ def _read(entry: Path, path: str | os.PathLike[str]
         perf_summary=doc.get("perf_summary"),
         critical_path=frames.get("critical_path"),
         critical_segments=frames.get("critical_segments"), what_if=doc.get("what_if"),
+        critical_path_ranks=frames.get("critical_path_ranks"),
+        critical_path_gpus=frames.get("critical_path_gpus"),
         findings=[Finding(**f) for f in doc["findings"]],
         rule_outcomes=[RuleOutcome(**o) for o in doc["rule_outcomes"]],
     )

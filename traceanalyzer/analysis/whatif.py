@@ -479,18 +479,37 @@ def _small_batch(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | 
     gone = np.zeros(g.n_gpu, bool)
     gone[idx[~frame["keep"].to_numpy()]] = True
     # One call now does the work of many: the others' launches, and the host work that issued
-    # them (the gap before each launch), are gone too.
+    # them, are gone too.
     calls = g.g_launch[gone]
-    calls = calls[calls >= 0]
+    issued = _issuing(g, calls[calls >= 0])
     from traceanalyzer.analysis.critical_path import host_gaps_from
 
     cdur = g.c_end - g.c_start
     gaps = np.maximum(g.c_start - host_gaps_from(g.c_start, g.c_end, g.first_at), 0)
-    shrink = np.zeros(g.n_calls, np.int64)
-    gap_shrink = np.zeros(g.n_calls, np.int64)
-    shrink[calls] = cdur[calls]
-    gap_shrink[calls] = gaps[calls]
-    return Change(g_dur=dur, g_no_gap=gone, c_shrink=shrink, gap_shrink=gap_shrink)
+    return Change(
+        g_dur=dur,
+        g_no_gap=gone,
+        c_shrink=np.where(issued, cdur, 0),
+        gap_shrink=np.where(issued, gaps, 0),
+    )
+
+
+def _issuing(g: Graph, launches: np.ndarray) -> np.ndarray:
+    """The host calls that issued the given launch calls: each launch and the calls before it
+    back to the previous call that launched GPU work or waited for it (the driver calls a
+    library makes before a launch, such as cuBLAS's ``cuKernelGetAttribute``; the host work
+    between them is the gap before each). Launches and waits are the boundaries: whatever
+    came before the previous one issued that one."""
+    boundary = np.zeros(g.n_calls, bool)
+    launching = g.g_launch[g.g_launch >= 0]
+    boundary[launching] = True
+    boundary |= g.c_wait >= 0
+    # next_boundary[j]: the first boundary call at or after j (n_calls where none is).
+    idx = np.where(boundary, np.arange(g.n_calls), g.n_calls)
+    next_boundary = np.minimum.accumulate(idx[::-1])[::-1]
+    chosen = np.zeros(g.n_calls + 1, bool)
+    chosen[launches] = True
+    return chosen[next_boundary]
 
 
 def _odd_shape(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
@@ -524,6 +543,21 @@ def _below_roofline(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change
 def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | None:
     if ev is None or ev.is_empty() or not {"op", "shape", "lost_us"} <= set(ev.columns):
         return None
+    if "kernel" in ev.columns:  # judged without shapes: one kernel name and grid a row
+        keys = ["name", "grid_x", "block_x"]
+        factor = ev.select(
+            pl.col("kernel").alias("name"),
+            pl.col("grid_x").cast(pl.Int32),
+            pl.col("block_x").cast(pl.Int32),
+            factor=(1.0 - pl.col("lost_us") / pl.col("total_us")).clip(0.0, 1.0),
+        )
+        scale = (
+            ctx.gpu.select(keys)
+            .join(factor, on=keys, how="left", maintain_order="left")["factor"]
+            .fill_null(1.0)
+            .to_numpy()
+        )
+        return Change(g_dur=(ctx.durations() * scale).astype(np.int64))
     from traceanalyzer.perfmodel.model import attributed_kernels
 
     rank = ctx.graph.rank
@@ -541,7 +575,9 @@ def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change |
         .with_row_index("_i")
         .join(
             kernels.select(*keys, op="op_name", shape="input_dims").unique(keys, keep="first"),
-            on=keys, how="inner", nulls_equal=True,
+            on=keys,
+            how="inner",
+            nulls_equal=True,
         )
         .join(slow, on=["op", "shape"], how="inner")
     )

@@ -196,6 +196,7 @@ def job_section(job: Any, top: int = 10, rank_rows: bool = True, link: str | Non
             parts.append("<h3>Per-rank findings</h3><table><tr><th>rule</th><th>severity</th>"
                          "<th class=n>ranks</th><th class=n>impact (sum)</th><th>worst ranks</th>"
                          f"</tr>{body}</table>")
+    parts.append(_job_paths(job))
     if job.failed:
         body = "".join(f'<tr><td><code>{esc(f["path"])}</code></td>'
                        f'<td class="failed">{esc(f["error"])}</td></tr>' for f in job.failed)
@@ -208,6 +209,27 @@ def job_section(job: Any, top: int = 10, rank_rows: bool = True, link: str | Non
         parts.append(f'<p><a href="{esc(quote(link))}">Every rank, in a sortable table</a></p>')
     parts += [f'<p class="muted">warning: {esc(w)}</p>' for w in job.warnings]
     return "".join(parts) + "</section>"
+
+
+#: Ranks whose critical path the job page lists at most (the JSON has every rank's).
+JOB_PATH_MAX_RANKS = 64
+
+
+def _job_paths(job: Any) -> str:
+    """Each rank's critical path (report/paths_view.py), for up to JOB_PATH_MAX_RANKS ranks."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+    from traceanalyzer.report.paths_view import TITLE, path_table
+
+    paths = getattr(job, "paths", None)
+    if paths is None or paths.is_empty():
+        return ""
+    frame = per_rank(paths, getattr(job, "path_gpus", None))
+    heads, rows = path_table(frame.head(JOB_PATH_MAX_RANKS))
+    more = (f"<p>The first {JOB_PATH_MAX_RANKS} of {frame.height} ranks; every rank's is in the "
+            "JSON (critical_path_by_rank).</p>" if frame.height > JOB_PATH_MAX_RANKS else "")
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<h3>{esc(TITLE)}</h3><table><tr>{head}</tr>{body}</table>{more}"
 
 
 _SORT_JS = (Path(__file__).parent.parent / "report" / "assets" / "sort.js").read_text(

@@ -35,8 +35,8 @@ from traceanalyzer.report.terminal import render_summary, safe
               help="Write the trace plus a findings track (Chrome JSON or Perfetto) here.")
 @click.option("--fail-on", type=click.Choice(SEVERITIES), default=None,
               help="Exit with code 1 when a finding has this severity or worse (for CI gating); "
-                   "a finding's severity follows its impact (critical: 40% of the window or "
-                   "more, high: 10%, medium: 3%, else low).")
+                   "a finding's severity follows its impact (critical: 40% of the GPU's active "
+                   "span or more, high: 10%, medium: 3%, else low).")
 @click.option("--top", type=click.IntRange(0, 100_000), default=10, show_default=True, help="Kernels to list in the summary.")
 @click.option("--no-rules", is_flag=True, help="Compute metrics only; run no rules.")
 @window_option

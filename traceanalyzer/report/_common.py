@@ -7,6 +7,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -14,7 +15,7 @@ import polars as pl
 
 from traceanalyzer.devices import identified
 from traceanalyzer.errors import UsageError
-from traceanalyzer.findings import Finding, severity_rank
+from traceanalyzer.findings import SHARE_LABEL, Finding, severity_rank
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], None]) -> None:
@@ -226,6 +227,12 @@ def _elide(s: str, max_depth: int) -> str:
 INFORMATIONAL = "informational: not a cost within the window"
 
 
+def impact_text(finding: Finding) -> str:
+    """A finding's impact as every report words it: its time and its share of the GPU's active
+    span, the base every finding's share is of (findings.SHARE_BASE, docs/metrics.md)."""
+    return f"{fmt_ns(finding.impact_ns)} ({fmt_pct(finding.impact_pct)} {SHARE_LABEL})"
+
+
 def costs_nothing(finding: Finding) -> bool:
     """An informational finding with no cost in the window (its impact says nothing)."""
     return finding.severity == "info" and not finding.impact_ns
@@ -317,8 +324,9 @@ def step_numbering(result: Any) -> str:
 
 
 def device_line(result: Any) -> str:
-    """The GPUs the headline rank ran work on, by the trace's names ("NVIDIA H200", "NVIDIA
-    H200 (+1 more)"), and how many more the trace lists that ran none of it: an Nsight Systems
+    """The GPUs the headline rank ran work on, each named: "NVIDIA H200" for one, "2 × NVIDIA
+    H200 (GPUs 0, 1)" for a process that drove two, "NVIDIA H200 (GPU 0), NVIDIA A100 (GPU 1)"
+    for unlike ones; and how many more the trace lists that ran none of it: an Nsight Systems
     export lists every GPU of the machine, not the ones the process used."""
     meta = result.meta
     if not meta.devices:
@@ -329,13 +337,23 @@ def device_line(result: Any) -> str:
         mine = streams.filter(streams["rank"] == result.metrics.rank) if "rank" in streams.columns \
             else streams
         used = {int(d) for d in mine["device"].drop_nulls().to_list()}
-    shown = [d for d in meta.devices if d.id in used] or list(meta.devices)
-    line = shown[0].name or f"device {shown[0].id}"
-    which = identified(shown[0])  # a name that does not say which GPU: its properties do
-    if which:
-        line += f" ({which})"
-    if len(shown) > 1:
-        line += f" (+{len(shown) - 1} more)"
+    shown = sorted((d for d in meta.devices if d.id in used), key=lambda d: d.id) \
+        or list(meta.devices)
+    if len(shown) == 1:
+        # A name that does not say which GPU it is: its properties may.
+        name, which = shown[0].name, identified(shown[0])
+        if name:
+            line = f"{name} ({which})" if which else name
+        else:
+            line = f"GPU {shown[0].id} (its name not recorded{'; ' + which if which else ''})"
+    else:
+        groups: dict[str, list[int]] = {}
+        for d in shown:
+            groups.setdefault(d.name or "unnamed GPU", []).append(d.id)
+        line = ", ".join(
+            f"{name} (GPU {ids[0]})" if len(ids) == 1
+            else f"{len(ids)} × {name} (GPUs {', '.join(str(i) for i in ids)})"
+            for name, ids in groups.items())
     idle = len(meta.devices) - len(shown)
     if idle > 0:
         line += (f"; the trace lists {idle} more GPU{'s' if idle > 1 else ''} that ran none of "
@@ -362,20 +380,56 @@ def graph_note(result: Any) -> str | None:
             f"{verb} as one kernel each; the kernels inside {them} are not in the trace")
 
 
+@dataclass(frozen=True)
+class HeaderNote:
+    """One fact a report opens with: its label (``device``, ``window``, ``steps``, ``GPU
+    span``, ``kernels``) and its text (plain: each writer escapes it for its format)."""
+
+    label: str
+    text: str
+
+    @property
+    def title(self) -> str:
+        """The label with a capital first letter, for the Markdown and HTML reports."""
+        return self.label[:1].upper() + self.label[1:]
+
+
+def header_notes(result: Any) -> list[HeaderNote]:
+    """The facts every report opens with, each only where it holds: the GPUs the headline rank
+    used (and how many the trace lists that it did not), the window sentence, where the step
+    numbers come from, the GPU's active span when it is much shorter than the window, and CUDA
+    graphs traced as one activity. The terminal, Markdown and HTML reports all take them from
+    here, so that none of them can lack one the others say."""
+    notes = []
+    if devices := device_line(result):
+        notes.append(HeaderNote("device", devices))
+    window = getattr(result, "window", None)
+    if window is not None:
+        notes.append(HeaderNote("window", window.describe()))
+    if result.metrics.step_count:
+        notes.append(HeaderNote("steps", step_numbering(result)))
+    if (span := span_note(result)) is not None:
+        notes.append(HeaderNote("GPU span", span))
+    if (graphs := graph_note(result)) is not None:
+        notes.append(HeaderNote("kernels", graphs))
+    return notes
+
+
 #: The GPU span is named beside the window when it is shorter than this share of it.
 SPAN_NOTE_SHARE = 0.9
 
 
 def span_note(result: Any) -> str | None:
-    """Where the GPU's span (first GPU activity to last, what every percentage and each
-    finding's "% of the window" is of) is much shorter than the analyzed window, a line that
-    says so; else None."""
+    """Where the GPU's active span (first GPU activity to last, what every percentage and each
+    finding's share is of: findings.SHARE_BASE) is much shorter than the analyzed window, a line
+    that says so; else None."""
     window, span = getattr(result, "window", None), result.metrics.span_ns
     analyzed = window.analyzed_ns if window is not None else 0
     if not analyzed or not span or span >= SPAN_NOTE_SHARE * analyzed:
         return None
     return (f"{fmt_ns(span)} of the {fmt_ns(analyzed)} window, from its first GPU activity to "
-            "its last: the percentages, and each finding's share of the window, are of this span")
+            f"its last: every percentage, each finding's share included, is {SHARE_LABEL}, "
+            "not of the window")
 
 
 def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict[str, Any]], int]:

@@ -30,7 +30,7 @@ from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.errors import InputError, UsageError
 from traceanalyzer.findings import Finding
 from traceanalyzer.model import Trace
-from traceanalyzer.report._common import atomic_write, fmt_ns, sorted_findings
+from traceanalyzer.report._common import atomic_write, impact_text, sorted_findings
 from traceanalyzer.report.jsonout import clean
 
 FINDINGS_PROCESS = "traceanalyzer findings"
@@ -163,7 +163,7 @@ def findings_events(findings: list[Finding]) -> list[bytes]:
                              "tid": tid, "args": {"sort_index": tid}})
             lane_end[lane] = e
             args = {"severity": f.severity, "message": f.message,
-                    "impact": f"{fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of the window)",
+                    "impact": impact_text(f),
                     "fix": f.fix, "evidence": clean(dict(row))}
             # ts/dur are written as exact decimal text, not floats, to keep ns precision.
             slices.append(

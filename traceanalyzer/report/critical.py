@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 from traceanalyzer.analysis.critical_path import CATEGORIES
 from traceanalyzer.report._common import fmt_ns
 from traceanalyzer.report.charts import esc
+from traceanalyzer.report.whatif_view import ASSUMES_LABEL, TITLE, fmt_ms, ranked, whatif_view
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
-    from traceanalyzer.findings import Finding
+
+__all__ = ["ranked", "section"]
 
 #: Colours of the breakdown's categories (CSS colours, fixed: no trace text reaches them).
 COLOURS = {
@@ -41,19 +43,6 @@ MAX_LANES = 8
 MAX_RECTS = 600
 
 
-def ranked(findings: list[Finding]) -> list[Finding]:
-    """Findings by predicted saving per step (what-if), largest first; those without a
-    prediction after them, by their rule's impact."""
-
-    def key(f: Finding) -> tuple[int, int, str]:
-        saving = (f.what_if or {}).get("saving_ns")
-        if saving is not None:
-            return (0, -int(saving), f.slug)
-        return (1, -int(f.impact_per_step_ns or f.impact_ns or 0), f.slug)
-
-    return sorted(findings, key=key)
-
-
 def section(result: AnalysisResult) -> str:
     """The section, or "" when the analysis has no critical path."""
     if result.critical_path is None or result.critical_path.is_empty():
@@ -62,49 +51,30 @@ def section(result: AnalysisResult) -> str:
         '<section id="critical-path"><h2>Critical path and what-if</h2>'
         + _whatif_table(result)
         + _breakdown(result)
+        + _ranks(result)
         + _drawing(result)
         + "</section>"
     )
 
 
 def _whatif_table(result: AnalysisResult) -> str:
-    summary = result.what_if or {}
-    now = summary.get("step_time_ns")
-    if not result.findings or now is None:
+    view = whatif_view(result)
+    if view is None:
         return ""
     rows = []
-    for f in ranked(result.findings):
-        w = f.what_if or {}
-        saving = w.get("saving_ns")
-        rule = f.impact_per_step_ns
-        differs = (
-            saving is not None
-            and rule is not None
-            and max(saving, rule) > 0
-            and not 0.5 <= (saving + 1) / (rule + 1) <= 2.0
-        )
-        rows.append(
-            f"<tr><td>{esc(f.slug)}</td>"
-            f"<td>{_ms(w.get('step_time_ns'))}</td><td>{_ms(saving)}</td>"
-            f"<td>{_ms(rule)}{' *' if differs else ''}</td><td>{esc(w.get('assumes', ''))}</td></tr>"
-        )
-    everything = summary.get("all")
-    if everything:
-        rows.append(
-            f"<tr><td><b>all of the above</b></td><td>{_ms(everything['step_time_ns'])}"
-            f"</td><td>{_ms(everything['saving_ns'])}</td><td></td>"
-            f"<td>{esc(everything['assumes'])}</td></tr>"
-        )
+    at = 1 if view.multi_rank else 0  # the label's column
+    for r in [*view.rows, *view.totals]:
+        cells = [esc(c) for c in r.cells(view.multi_rank)]
+        if r.finding is None:  # "all of the above"
+            cells[at] = f"<b>{cells[at]}</b>"
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + f"<td>{esc(r.assumes)}</td></tr>")
+    head = "".join(f"<th>{esc(c)}</th>" for c in [*view.columns, ASSUMES_LABEL])
+    note = view.differs_note()
     return (
-        f"<p>Mean step time now {_ms(now)}. Each finding's fix replayed on the step's dependency "
-        "graph gives the step time below; the findings are <b>ranked by that predicted saving "
-        "per step</b>, not by the rule's own impact (shown beside it, * where the two differ by "
-        "more than 2×: the prediction follows what the fix changes on the critical path, the "
-        "rule's figure counts the time the problem takes wherever it falls). Findings without "
-        "a prediction come last, by their rule's impact.</p>"
-        "<table><thead><tr><th>finding</th><th>step time with the fix</th>"
-        "<th>predicted saving / step</th><th>rule's impact / step</th><th>assumes</th></tr>"
-        "</thead><tbody>" + "".join(rows) + "</tbody></table>"
+        f"<h3>{esc(TITLE)}</h3><p>{esc(view.intro())}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        + (f'<p class="muted">{esc(note)}</p>' if note else "")
     )
 
 
@@ -124,6 +94,20 @@ def _breakdown(result: AnalysisResult) -> str:
         f"<p>{legend}</p><table><thead><tr><th>step</th><th>time</th>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table>"
     )
+
+
+def _ranks(result: AnalysisResult) -> str:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs
+    (report/paths_view.py)."""
+    from traceanalyzer.report.paths_view import TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return (f"<h3>{esc(TITLE)}</h3><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>")
 
 
 def _drawing(result: AnalysisResult) -> str:
@@ -218,4 +202,4 @@ def _coalesced(part: Any, span: int) -> Any:
 
 
 def _ms(ns: Any) -> str:
-    return "–" if ns is None else f"{ns / 1e6:,.3f} ms"
+    return fmt_ms(ns)

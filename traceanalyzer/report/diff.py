@@ -132,7 +132,7 @@ def diff_notes(before: AnalysisResult, after: AnalysisResult) -> list[str]:
             and ma.busy_pct < mb.busy_pct):
         out.append("GPU busy fell while the step got faster: the GPU work per step shrank more "
                    "than the step, which is now bound by something else (often the CPU); busy % "
-                   "is a share of each window, not a goal in itself")
+                   "is a share of the GPU's active span on each side, not a goal in itself")
     out.append("step times are as profiled (a profiler slows the CPU side); a program's own "
                "CUDA-event timing without a profiler can differ")
     return out
@@ -151,7 +151,7 @@ def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
                     ma.step_time_p50_ns),
         MetricDelta("step_time_p95_ns", "Step time (p95)", "ns", mb.step_time_p95_ns,
                     ma.step_time_p95_ns),
-        MetricDelta("span_ns", "Analyzed window", "ns", mb.span_ns, ma.span_ns, None),
+        MetricDelta("span_ns", "GPU's active span", "ns", mb.span_ns, ma.span_ns, None),
         MetricDelta("busy_pct", "GPU busy", "pct", mb.busy_pct, ma.busy_pct, False),
         MetricDelta("idle_pct", "GPU idle", "pct", share(mb, "idle_ns"), share(ma, "idle_ns")),
         MetricDelta("idle_host_wait_pct", "  idle: host wait", "pct",

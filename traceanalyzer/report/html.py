@@ -27,7 +27,7 @@ from traceanalyzer import __version__
 from traceanalyzer.analysis.memory import headline as memory_headline
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import OUTLIER_FACTOR
-from traceanalyzer.findings import Finding
+from traceanalyzer.findings import SHARE_BASE, Finding
 from traceanalyzer.model import Trace
 from traceanalyzer.report import charts
 from traceanalyzer.report._common import (
@@ -40,6 +40,8 @@ from traceanalyzer.report._common import (
     fmt_bytes,
     fmt_ns,
     fmt_pct,
+    header_notes,
+    impact_text,
     pct_of,
     safe_url,
     short_kernel_name,
@@ -164,20 +166,26 @@ def _header(result: AnalysisResult, name: str) -> str:
          else f"GPU {ids[0]}: {desc}")
         for desc, ids in groups.items()
     ]
-    window = "–"
-    if result.window is not None:
-        window = result.window.describe()
-    if m.window_start_ns is not None and m.window_end_ns is not None:
-        window += (f" GPU span {fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
-                   f"{m.window_end_ns:,} ns).")
-    steps = step_numbering(result)
+    # The facts every report opens with (report._common.header_notes); the window's row adds
+    # the GPU span's trace times, for finding the span in another tool.
+    notes, said = [], header_notes(result)
+    for note in said:
+        text = note.text
+        if note.label == "window" and m.window_start_ns is not None and m.window_end_ns is not None:
+            text += (f" GPU span {fmt_ns(m.span_ns)} (trace time {m.window_start_ns:,} → "
+                     f"{m.window_end_ns:,} ns).")
+        notes.append(("GPUs used" if note.label == "device" else note.title, esc(text)))
+    at = 1 if any(note.label == "device" for note in said) else 0  # the window's row, then the steps' (always shown here)
+    if result.window is None:
+        notes.insert(at, ("Window", "–"))
+    if not m.step_count:
+        notes.insert(at + 1, ("Steps", esc(step_numbering(result))))
     rows = [
         ("File", f'<span class="mono break">{esc(meta.path)}</span>'),
         ("Format", esc(meta.source_format) + (f" · {esc(meta.profiler)}" if meta.profiler else "")),
         ("Devices", "<br>".join(esc(d) for d in devices) or "not recorded"),
         ("Rank", f"{meta.rank} of world size {meta.world_size}"),
-        ("Window", esc(window)),
-        ("Steps", esc(steps)),
+        *notes,
     ]
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
     extra = ""
@@ -245,7 +253,7 @@ def _headline(result: AnalysisResult) -> str:
         _card("Step time (mean)", fmt_ns(m.step_time_mean_ns) if m.step_count else "no steps",
               f"p50 {fmt_ns(m.step_time_p50_ns)} · p95 {fmt_ns(m.step_time_p95_ns)}"
               if m.step_count else ""),
-        _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)} window"
+        _card("GPU busy", fmt_pct(m.busy_pct), f"of {fmt_ns(span)}, {SHARE_BASE}"
               + (f" · {result.gpus_note}" if result.gpus_note else "")),
         _card("GPU idle", p(m.idle_ns),
               f"host wait {p(m.idle_host_wait_ns)} · kernel wait {p(m.idle_kernel_wait_ns)} · "
@@ -321,7 +329,7 @@ def _findings(findings: list[Finding], notes: list[str], has_timeline: bool,
     out += [f'<p class="muted">{esc(note)}</p>' for note in notes]
     for i, f in enumerate(findings):
         sev = f.severity if f.severity in ("critical", "high", "medium", "low", "info") else "info"
-        impact = f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)"
+        impact = f"costs {impact_text(f)}"
         if costs_nothing(f):
             impact = INFORMATIONAL
         elif f.impact_per_step_ns is not None:

@@ -17,7 +17,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.analysis.result import AnalysisResult
 from traceanalyzer.analysis.window import WINDOW_KINDS
-from traceanalyzer.findings import OUTCOME_STATUSES, Finding
+from traceanalyzer.findings import OUTCOME_STATUSES, SHARE_BASE, Finding
 from traceanalyzer.model import TraceMeta
 from traceanalyzer.report._common import pct_of, sorted_findings, write_text_atomic
 
@@ -79,7 +79,7 @@ def metrics_dict(result: AnalysisResult) -> dict[str, Any]:
     m = result.metrics
     out = {k: clean(v) for k, v in m.to_dict().items()}
     span = m.span_ns
-    # Shares of the window, so readers need not re-derive them (and all agree on how).
+    # Shares of the GPU's active span, so readers need not re-derive them (and all agree on how).
     out["idle_pct"] = clean(pct_of(m.idle_ns, span))
     out["idle_host_wait_pct"] = clean(pct_of(m.idle_host_wait_ns, span))
     out["idle_kernel_wait_pct"] = clean(pct_of(m.idle_kernel_wait_ns, span))
@@ -140,6 +140,7 @@ def finding_dict(f: Finding) -> dict[str, Any]:
         "impact": {
             "ns": clean(int(f.impact_ns or 0)),
             "pct": clean(f.impact_pct),
+            "pct_of": SHARE_BASE,
             "per_step_ns": clean(f.impact_per_step_ns),
         },
         "rank": f.rank,
@@ -184,7 +185,8 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
             for o in outcomes
         ],
         "steps": steps_rows(result),
-        "what_if": clean(result.what_if),
+        "what_if": what_if_dict(result),
+        "critical_path_by_rank": critical_path_by_rank(result),
         "kernels": frame_rows(result.kernels, "kernels"),
         "categories": frame_rows(result.categories, "categories"),
         "operators": frame_rows(result.operators, "operators"),
@@ -198,21 +200,51 @@ def to_json_dict(result: AnalysisResult) -> dict[str, Any]:
     }
 
 
+def what_if_dict(result: AnalysisResult) -> dict[str, Any] | None:
+    """The what-if summary (analysis.whatif.predict) with ``ranking``: the findings in the
+    order the reports' what-if table ranks them, each with both figures (report/whatif_view.py)."""
+    if result.what_if is None:
+        return None
+    from traceanalyzer.report.whatif_view import ranking_dict
+
+    return clean({**result.what_if, "ranking": ranking_dict(result)})
+
+
 def steps_rows(result: AnalysisResult) -> list[dict[str, Any]]:
-    """The steps, each of the headline rank's with its critical path's breakdown
-    (``critical_path``: ``<category>_ns`` adding up to the step; docs/critical-path.md)."""
+    """The steps, each with its rank's critical path's breakdown (``critical_path``:
+    ``<category>_ns`` adding up to the step) and the path's time on each GPU of the rank
+    (``critical_path_gpus``: [{device, path_ns}]); docs/critical-path.md."""
     rows = frame_rows(result.steps, "steps")
-    cp = result.critical_path
-    by_step: dict[Any, dict[str, Any]] = {}
-    if cp is not None and not cp.is_empty():
-        cats = [c for c in cp.columns if c.endswith("_ns")
-                and c not in ("start_ns", "end_ns", "duration_ns")]
-        by_step = {r["step"]: {c: clean(r[c]) for c in cats} for r in cp.iter_rows(named=True)}
     rank = result.metrics.rank
+    paths = result.critical_path_ranks
+    if paths is None and result.critical_path is not None:  # an entry of an older layout
+        paths = result.critical_path.with_columns(rank=pl.lit(rank, pl.Int32))
+    by_step: dict[Any, dict[str, Any]] = {}
+    if paths is not None and not paths.is_empty():
+        cats = [c for c in paths.columns if c.endswith("_ns")
+                and c not in ("start_ns", "end_ns", "duration_ns")]
+        by_step = {(r["rank"], r["step"]): {c: clean(r[c]) for c in cats}
+                   for r in paths.iter_rows(named=True)}
+    gpus: dict[Any, list[dict[str, Any]]] = {}
+    if result.critical_path_gpus is not None:
+        for r in result.critical_path_gpus.iter_rows(named=True):
+            gpus.setdefault((r["rank"], r["step"]), []).append(
+                {"device": r["device"], "path_ns": clean(r["path_ns"])})
     for row in rows:
-        mine = row.get("rank", rank) == rank
-        row["critical_path"] = by_step.get(row.get("step")) if mine else None
+        key = (row.get("rank", rank), row.get("step"))
+        row["critical_path"] = by_step.get(key)
+        row["critical_path_gpus"] = gpus.get(key, []) if key in by_step else None
     return rows
+
+
+def critical_path_by_rank(result: AnalysisResult) -> list[dict[str, Any]]:
+    """Per rank: steps, mean step time, the mean per step of each kind of its critical path,
+    the kind it is bound by and the path's mean time per step on each GPU (analysis.path_ranks)."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+
+    if result.critical_path_ranks is None:
+        return []
+    return frame_rows(per_rank(result.critical_path_ranks, result.critical_path_gpus), "ranks")
 
 
 def memory_dict(result: AnalysisResult) -> dict[str, Any]:
@@ -304,7 +336,8 @@ JSON_SCHEMA: dict[str, Any] = _obj(
             "severity": {"type": "string", "enum": ["info", "low", "medium", "high", "critical"]},
             "title": {"type": "string"},
             "message": {"type": "string"},
-            "impact": _obj({"ns": {"type": "integer"}, "pct": _NUM, "per_step_ns": _INT}),
+            "impact": _obj({"ns": {"type": "integer"}, "pct": _NUM, "pct_of": {"type": "string"},
+                            "per_step_ns": _INT}),
             "rank": _INT,
             "fix": {"type": "string"},
             "evidence": {"type": "array", "items": {"type": "object"}},
@@ -319,9 +352,11 @@ JSON_SCHEMA: dict[str, Any] = _obj(
         "steps": _rows({"step": _INT, "name": _STR, "start_ns": {"type": "integer"},
                         "end_ns": {"type": "integer"}, "duration_ns": {"type": "integer"},
                         "launch_count": {"type": "integer"}, "outlier": {"type": "boolean"},
-                        "critical_path": {"type": ["object", "null"]}},
+                        "critical_path": {"type": ["object", "null"]},
+                        "critical_path_gpus": {"type": ["array", "null"]}},
                        ["start_ns", "end_ns", "duration_ns"]),
         "what_if": {"type": ["object", "null"]},
+        "critical_path_by_rank": {"type": "array", "items": {"type": "object"}},
         "kernels": _rows({"name": {"type": "string"}, "category": {"type": "string"},
                           "instances": {"type": "integer"}, "total_ns": {"type": "integer"},
                           "mean_ns": _NUM, "pct_gpu_time": _NUM},

@@ -16,13 +16,12 @@ from traceanalyzer.report._common import (
     exposed_transfer,
     fmt_ns,
     fmt_pct,
-    graph_note,
+    header_notes,
+    impact_text,
     memory_lines,
     pct_of,
     rank_rows,
     sorted_findings,
-    span_note,
-    step_numbering,
     step_rows,
     write_text_atomic,
 )
@@ -65,22 +64,13 @@ def render_markdown(result: AnalysisResult) -> str:
     meta = result.meta
     name = PurePath(meta.path).name or meta.path
     lines = [f"### traceanalyzer: {md_escape(name)}", ""]
-    devices = ", ".join(sorted({md_escape(d.name) for d in meta.devices if d.name}))
     facts = [md_escape(meta.profiler or meta.source_format)]
-    if devices:
-        facts.append(devices)
     if meta.world_size > 1:
         facts.append(f"rank {meta.rank} of {meta.world_size}")
     facts.append(counted(m.step_count, "step") if m.step_count else "no steps found")
     lines += [" · ".join(facts), ""]
-    if result.window is not None:
-        lines += [f"**Window:** {md_escape(result.window.describe())}", ""]
-    if m.step_count:
-        lines += [f"**Steps:** {md_escape(step_numbering(result))}", ""]
-    if (span := span_note(result)) is not None:
-        lines += [f"**GPU span:** {md_escape(span)}", ""]
-    if (note := graph_note(result)) is not None:
-        lines += [f"**Kernels:** {md_escape(note)}", ""]
+    for fact in header_notes(result):
+        lines += [f"**{fact.title}:** {md_escape(fact.text)}", ""]
     rows = [
         ("Step time (mean / p50 / p95)",
          " / ".join(fmt_ns(x) for x in (m.step_time_mean_ns, m.step_time_p50_ns,
@@ -128,6 +118,7 @@ def render_markdown(result: AnalysisResult) -> str:
                   f"{fmt_pct(r['other_pct'])} | {r['kernels']} | {r['launches']} | {r['mark']} |"
                   for r in steps]
         lines.append("")
+    lines += _paths_section(result)
     lines += _memory_section(result)
     findings = sorted_findings(result.findings)
     if findings:
@@ -141,11 +132,12 @@ def render_markdown(result: AnalysisResult) -> str:
                 f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}` "
                 f"{md_escape(f.message)} — "
                 + (INFORMATIONAL if costs_nothing(f) else
-                   f"costs {fmt_ns(f.impact_ns)} ({fmt_pct(f.impact_pct)} of the window)")
+                   f"costs {impact_text(f)}")
                 + f". *Fix:* {md_escape(f.fix)}"
             )
         if len(findings) > MAX_FINDINGS:
             lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")
+        lines += _whatif_section(result)
     else:
         lines.append("**No findings.**")
     errors = [o for o in result.rule_outcomes if o.status == "error"]
@@ -166,6 +158,43 @@ def render_markdown(result: AnalysisResult) -> str:
         if len(meta.warnings) > MAX_WARNINGS:
             lines.append(f"- and {len(meta.warnings) - MAX_WARNINGS:,} more: see the full report.")
     return "\n".join(lines) + "\n"
+
+
+def _paths_section(result: AnalysisResult) -> list[str]:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs."""
+    from traceanalyzer.report.paths_view import GPU_LABEL, TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return []
+    align = ["---" if i == 3 or h == GPU_LABEL else "---:" for i, h in enumerate(heads)]
+    return [f"**{TITLE}**", "", "| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def _whatif_section(result: AnalysisResult) -> list[str]:
+    """The what-if table (report/whatif_view.py): the HTML's rows, figures and labels."""
+    from traceanalyzer.report.whatif_view import ASSUMES_LABEL, TITLE, whatif_view
+
+    view = whatif_view(result)
+    if view is None:
+        return []
+    cols = [*view.columns, ASSUMES_LABEL]
+    first = 1 if view.multi_rank else 0
+    numeric = {*range(first + 1, first + 4), *([0] if view.multi_rank else [])}
+    align = ["---:" if i in numeric else "---" for i in range(len(cols))]
+    out = ["", f"**{TITLE}**", "", md_escape(view.intro()), "",
+           "| " + " | ".join(md_escape(c) for c in cols) + " |", "|" + "|".join(align) + "|"]
+    for r in [*view.rows, *view.totals]:
+        # The figures are the tool's own text ("12.021 ms *"), written as they are; the label
+        # (a rule's slug) as code.
+        cells = [c.replace("*", "\\*") for c in r.cells(view.multi_rank)]
+        label = f"`{_code(r.label)}`" if r.finding is not None else f"**{md_escape(r.label)}**"
+        cells[first] = label
+        out.append("| " + " | ".join([*cells, md_escape(r.assumes)]) + " |")
+    if (note := view.differs_note()):
+        out += ["", md_escape(note)]
+    return out
 
 
 def _ncu_section(result: AnalysisResult) -> list[str]:

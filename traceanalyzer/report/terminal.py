@@ -16,14 +16,12 @@ from traceanalyzer.report._common import (
     INFORMATIONAL,
     costs_nothing,
     counted,
-    device_line,
     exposed_transfer,
     fmt_ns,
-    graph_note,
+    header_notes,
+    impact_text,
     memory_lines,
     rank_rows,
-    span_note,
-    step_numbering,
     step_rows,
 )
 from traceanalyzer.report.perf import perf_rows
@@ -111,24 +109,26 @@ def _steps_table(result: AnalysisResult) -> list[str]:
                          "launches", "note"], right={0, 1, 2, 3, 4, 5, 6, 7})]
 
 
+def _paths_table(result: AnalysisResult) -> list[str]:
+    """Each rank's critical path, where the trace holds several ranks or a rank several GPUs
+    (report/paths_view.py)."""
+    from traceanalyzer.report.paths_view import GPU_LABEL, TITLE, result_path_table
+
+    heads, rows = result_path_table(result)
+    if not rows:
+        return []
+    right = {i for i, h in enumerate(heads) if i not in (0, 3) and h != GPU_LABEL}
+    return ["", f"{TITLE}:", table(rows, heads, right=right)]
+
+
 def render_summary(result: AnalysisResult, top: int = 10) -> str:
     """The terminal summary of one analysis: metrics, the ``top`` kernels, findings."""
     m, meta = result.metrics, result.meta
     lines = [f"== {safe(meta.path)} ({meta.source_format}, rank {m.rank} of {meta.world_size})"]
-    devices = device_line(result)
-    if devices:
-        lines.append(f"   device: {safe(devices)}")
-    window = result.window
-    if window is not None:
-        lines.append(f"   window: {safe(window.describe())}")
-    if m.step_count:
-        lines.append(f"   steps: {safe(step_numbering(result))}")
-    if (span := span_note(result)) is not None:
-        lines.append(f"   GPU span: {safe(span)}")
-    if (note := graph_note(result)) is not None:
-        lines.append(f"   kernels: {safe(note)}")
+    for fact in header_notes(result):  # wrapped at words, as the window line always was
+        lines += wrapped(f"{fact.label}: {safe(fact.text)}", "     ", "   ")
     for warning in meta.warnings:
-        lines.append(f"   warning: {safe(warning)}")
+        lines += wrapped(f"warning: {safe(warning)}", "     ", "   ")
     idle = m.idle_ns or 0
     rows = [
         ["GPU span", fmt_ns(m.span_ns), ""],
@@ -173,9 +173,10 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += [f"  {safe(note)}" for note in perf_notes]
     lines += _ranks_table(result)
     lines += _steps_table(result)
+    lines += _paths_table(result)
     lines += _memory_section(result)
     if not result.kernels.is_empty():
-        krows = [[safe(r["name"], 70), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
+        krows = [[safe(r["name"], KERNEL_NAME_WIDTH), r["category"], str(r["instances"]), fmt_ns(r["total_ns"]),
                   fmt_ns(r["mean_ns"]), f"{r['pct_gpu_time']:.1f}%"]
                  for r in result.kernels.head(top).iter_rows(named=True)]
         lines += ["", f"Top {counted(min(top, result.kernels.height), 'kernel')} of {result.kernels.height}:",
@@ -186,14 +187,18 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     if result.findings:
         lines.append(f"Findings ({len(result.findings)}, by impact):")
         for f in result.findings:
-            lines.append(f"  [{f.severity}] {f.slug}: {safe(f.message)}")
+            # Wrapped to WIDTH at words: a message's lines go on at 6 spaces, the cost and
+            # fix line's at 8, so a reader (or a script) tells where each begins.
+            lines += wrapped(f"[{f.severity}] {f.slug}: {safe(f.message)}", "      ", "  ")
             cost = (INFORMATIONAL if costs_nothing(f)
-                    else f"impact {fmt_ns(f.impact_ns)} ({f.impact_pct:.1f}% of window)")
+                    else f"impact {impact_text(f)}")
             fix = _first_sentence(f.fix)
             if fix.endswith("…"):  # cut short: say where the whole text is
                 fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"
-            lines.append(f"      {cost}; fix: {safe(fix)}")
-        lines += [f"  Note: {note}" for note in result.notes()]
+            lines += wrapped(f"{cost}; fix: {safe(fix)}", "        ", "      ")
+        for note in result.notes():
+            lines += wrapped(f"Note: {note}", "    ", "  ")
+        lines += _whatif_section(result)
     elif result.rule_outcomes:
         lines.append("Findings: none.")
     skipped = [o for o in result.rule_outcomes if o.status == "not_applicable"]
@@ -203,13 +208,52 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
         by_reason: dict[str, list[str]] = {}
         for o in skipped:
             by_reason.setdefault(o.reason or "", []).append(o.slug)
-        lines.append("Not applicable: " + "; ".join(
-            f"{', '.join(slugs)} ({safe(reason)})" for reason, slugs in by_reason.items()))
+        lines += wrapped("Not applicable: " + "; ".join(
+            f"{', '.join(slugs)} ({safe(reason)})" for reason, slugs in by_reason.items()),
+            "  ", "")
     errors = [o for o in result.rule_outcomes if o.status == "error"]
     if errors:
         lines.append("Rule errors (bugs in traceanalyzer, not verdicts on this trace): "
                      + "; ".join(f"{o.slug} ({safe(o.reason)})" for o in errors))
     return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+#: The terminal's width: the header lines, the findings and the what-if wrap to it.
+WIDTH = 100
+#: Kernel names in the top-kernel table are cut to this (the table then fits WIDTH).
+KERNEL_NAME_WIDTH = 55
+
+
+def wrapped(text: str, indent: str, first: str | None = None, width: int = WIDTH) -> list[str]:
+    """``text`` wrapped at word boundaries to ``width`` columns (a word longer than a line, such
+    as a kernel name, stands on its own line, whole), the first line led by ``first``."""
+    import textwrap
+
+    lead = indent if first is None else first
+    return textwrap.wrap(text, width=width, initial_indent=lead, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [lead.rstrip()]
+
+
+def _whatif_section(result: AnalysisResult) -> list[str]:
+    """The what-if table (report/whatif_view.py): the same rows, figures and labels as the HTML
+    and Markdown reports, the assumptions listed under it."""
+    from traceanalyzer.report.whatif_view import TITLE, whatif_view
+
+    view = whatif_view(result)
+    if view is None:
+        return []
+    body = [[safe(c) for c in r.cells(view.multi_rank)] for r in [*view.rows, *view.totals]]
+    first = 1 if view.multi_rank else 0
+    right = set(range(first + 1, first + 4))
+    lines = ["", f"{TITLE}:", *wrapped(view.intro(), "  "),
+             *("  " + line for line in table(body, view.columns, right=right).splitlines())]
+    if (note := view.differs_note()):
+        lines += wrapped(note, "    ", "  ")
+    lines.append("  Assumes:")
+    for r in [*view.rows, *view.totals]:
+        who = r.label + (f" (rank {r.rank})" if view.multi_rank and r.rank is not None else "")
+        lines += wrapped(f"{who}: {safe(r.assumes)}", "      ", "    ")
+    return lines
 
 
 def _ncu_section(result: AnalysisResult) -> list[str]:
@@ -274,6 +318,7 @@ def render_job(result: JobResult, top: int = 5) -> str:
     else:
         lines += ["", f"(the per-rank table of {ranks.height:,} rows is in --json, --parquet and "
                       "--html)"]
+    lines += _job_paths(result)
     if scale is not None and scale.distributions.height and ranks.height > 2:
         lines += ["", "Per-rank metrics over the ranks:", _distribution_table(scale.distributions)]
     if result.stragglers:
@@ -307,6 +352,10 @@ def render_job(result: JobResult, top: int = 5) -> str:
                  for w in worst.iter_rows(named=True)]
         lines.append(table(wrows, ["step", "collective", "#", "skew", "last rank"],
                            right={2, 3, 4}))
+    if result.critical is not None:
+        from traceanalyzer.analysis.critical_ranks import render_lines
+
+        lines += [""] + [safe(line, 400) for line in render_lines(result.critical)]
     if scale is not None:
         others = [f for f in scale.findings if not f["kind"].startswith("straggler")]
         if others:
@@ -327,6 +376,26 @@ def render_job(result: JobResult, top: int = 5) -> str:
     for warning in result.warnings:
         lines.append(f"warning: {safe(warning)}")
     return visible("\n".join(lines), keep_newlines=True)  # and whatever a field missed
+
+
+def _job_paths(result: JobResult) -> list[str]:
+    """Each rank's critical path (report/paths_view.py), for jobs of at most
+    JOB_TABLE_MAX_RANKS ranks; then the ranks' count by the kind their path is bound by."""
+    from traceanalyzer.analysis.path_ranks import per_rank
+    from traceanalyzer.report.paths_view import GPU_LABEL, SHORT, TITLE, path_table
+
+    if result.paths is None or result.paths.is_empty():
+        return []
+    frame = per_rank(result.paths, result.path_gpus)
+    if frame.height > JOB_TABLE_MAX_RANKS:
+        counts = frame.group_by("bound_by").len().sort(["len", "bound_by"],
+                                                        descending=[True, False])
+        said = ", ".join(f"{SHORT[r['bound_by']]} on {counted(r['len'], 'rank')}"
+                         for r in counts.iter_rows(named=True))
+        return ["", f"Critical path bound by: {said} (per rank in --json)"]
+    heads, rows = path_table(frame)
+    right = {i for i, h in enumerate(heads) if i not in (0, 3) and h != GPU_LABEL}
+    return ["", f"{TITLE}:", table(rows, heads, right=right)]
 
 
 def _job_rank_table(result: JobResult) -> list[str]:

@@ -16,10 +16,11 @@ _HEADER = """\
 traceanalyzer's findings come from rules: one YAML file per rule in the top-level `rules/`
 folder (shipped in the wheel). Each rule has a stable slug and id, a severity, a message filled
 with measured numbers, its rationale, the fix, and parameters with units in their names.
-A finding's severity follows its impact, the share of the analyzed window it costs: **critical**
+A finding's severity follows its impact, the share of the GPU's active span it costs (first to
+last GPU activity in the analyzed window, docs/metrics.md#shares): **critical**
 at 40% or more, **high** at 10%, **medium** at 3%, **low** below that. So `--fail-on high` fails a
 build for a problem that costs a tenth of the run, not for one that costs 0.5%, and a GPU idle
-half the window is critical. Findings are listed by impact, largest first, so severity and order
+half its active span is critical. Findings are listed by impact, largest first, so severity and order
 agree. A rule file's `severity` is the most its findings can get: every built-in rule says
 `critical` (whatever its impact earns), a rule of your own may say less to keep its findings
 below a level, and an `info` rule's findings stay `info`. When `--fail-on` makes `analyze` exit

@@ -1,7 +1,7 @@
 """The rule engine: run each active rule on a trace's views and turn detections into findings.
 
 The engine owns everything users read: severity, the message filled from measured fields,
-impact in time and % of the window, per-step impact, evidence rows and the fix. Detectors and
+impact in time and % of the GPU's active span, per-step impact, evidence rows and the fix. Detectors and
 queries only measure. A rule that cannot judge the input says so (``not_applicable`` with the
 reason) instead of staying silent; a rule that crashes is an ``error`` of the tool, never a
 verdict on the trace (``TRACEANALYZER_DEBUG=1`` lets the exception through instead).

@@ -6,7 +6,7 @@ One rule per YAML file, flat keys (the semgrep / ruff model)::
     id: TA001
     severity: medium               # info | low | medium | high | critical
     title: GPU idle between kernels
-    message: "GPU idle {idle_pct:.1f}% of the window ..."   # named measured fields only
+    message: "GPU idle {idle_pct:.1f}% of the GPU's active span ..."   # named measured fields only
     quiet: "No GPU idle gap of {min_gap_us} µs or more."     # text when nothing is found
     rationale: ...
     fix: ...
@@ -554,9 +554,11 @@ _PLURAL_SPEC_RE = re.compile(r"^[^{}|]+\|[^{}|]+$")
 
 
 def _counted(value: Any, spec: str) -> str:
-    """``{n!p:copy|copies}``: "1 copy", "3 copies" (the count with the form of its noun)."""
+    """``{n!p:copy|copies}``: "1 copy", "3 copies", "1,280 copies" (the count, with thousands
+    separators, and the form of its noun)."""
     one, many = spec.split("|")
-    return f"{value} {one if value == 1 else many}"
+    count = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+    return f"{count} {one if value == 1 else many}"
 
 
 def render(template: str, values: dict[str, Any], where: str) -> str:

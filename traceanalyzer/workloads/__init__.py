@@ -90,7 +90,6 @@ WORKLOADS: dict[str, WorkloadInfo] = {
             "bf16 residual add reading a transposed view vs the operand transposed once before "
             "the steps",
             ("memory-bound-below-bandwidth",),
-            torch_only_rules=("memory-bound-below-bandwidth",),
         ),
         WorkloadInfo(
             "small_batch_decode",

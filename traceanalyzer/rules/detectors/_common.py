@@ -181,6 +181,33 @@ def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",
     return indexed.join(pairs, on="_row", how="left").sort("_row").drop("_row")
 
 
+#: What a message names as the operator behind some work that ran inside none, on a trace that
+#: records operators (torch.profiler: some work runs outside every operator).
+UNRECORDED_OP = "an unrecorded operator"
+
+
+def records_operators(views: Views) -> bool:
+    """Whether the trace records framework operators (torch.profiler does; Nsight Systems and
+    most Perfetto traces record none, so no sentence may speak of "the operator" there)."""
+    cpu = views.cpu
+    return cpu.height > 0 and "kind" in cpu.columns and bool((cpu["kind"] == "op").any())
+
+
+def origin(views: Views, calls: pl.Series | None) -> str:
+    """What a message names as the origin of work that ran inside no recorded operator: on a
+    trace that records operators, :data:`UNRECORDED_OP`; on one that records none, what it does
+    record, the runtime or driver call that launched most of the work ("cudaMemcpyAsync
+    calls"; ``calls``: the launching calls' names), else "launches the trace does not name"."""
+    if records_operators(views):
+        return UNRECORDED_OP
+    names = calls.drop_nulls() if calls is not None else None
+    if names is None or names.len() == 0:
+        return "launches the trace does not name"
+    counts = names.to_frame("name").group_by("name").len().sort(["len", "name"],
+                                                                 descending=[True, False])
+    return f"{counts['name'][0]} calls"
+
+
 def ms(ns: float | int | None) -> float:
     return 0.0 if ns is None else float(ns) / NS_PER_MS
 

@@ -67,10 +67,11 @@ def gemm_shapes(views: Views) -> pl.DataFrame:
 
 def shapes_by_time(gemms: pl.DataFrame, keys: list[str], detail: str) -> pl.DataFrame:
     """The GEMM calls (from :func:`with_gpu_time`) grouped by ``keys`` (a shape among them):
-    calls, kernel time, and the first kernel, stream and ``detail``; most kernel time first."""
+    calls, kernel time, and the first kernel (unless ``keys`` name it), stream and ``detail``;
+    most kernel time first."""
+    first = [c for c in ("kernel", "stream", detail) if c not in keys]
     return gemms.group_by(keys).agg(
-        pl.len().alias("calls"), pl.col("gpu_ns").sum(), pl.col("kernel").first(),
-        pl.col("stream").first(), pl.col(detail).first(),
+        pl.len().alias("calls"), pl.col("gpu_ns").sum(), *(pl.col(c).first() for c in first),
     ).sort(["gpu_ns", "shape"], descending=[True, False])
 
 

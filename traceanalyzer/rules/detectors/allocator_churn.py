@@ -18,6 +18,7 @@ from traceanalyzer.rules.detectors._common import (
     ms,
     own_rank,
     pct,
+    records_operators,
     window_length,
 )
 
@@ -44,6 +45,7 @@ FREE_APIS = ("cudaFree", "cuMemFree", "cuMemFree_v2", "hipFree")
         "step_ms",
         "predicted_step_ms",
         "top_op",
+        "under_op",
     ),
 )
 def allocator_churn(views: Views, p: Params) -> Detection | None:
@@ -139,6 +141,9 @@ def allocator_churn(views: Views, p: Params) -> Detection | None:
             "step_ms": ms(step_ns),
             "predicted_step_ms": ms(step_ns - lost_per_step),
             "top_op": ops["op"][0] if ops.height else None,
+            # Named only where the trace records operators (an Nsight Systems trace has none).
+            "under_op": (f", mostly under {ops['op'][0]}"
+                         if ops.height and records_operators(views) else ""),
         },
         evidence=evidence,
     )

@@ -66,7 +66,7 @@ def collective_wait(views: Views, p: Params) -> Detection | None:
         evidence=evidence,
     )
 
-_CPU_PACED = ("This rank's GPU also waited for its host {host_wait:.0f}% of the window: its step "
+_CPU_PACED = ("This rank's GPU also waited for its host {host_wait:.0f}% of its active span: its step "
               "is CPU-bound, and ranks paced by their CPUs drift apart with their hosts' timing "
               "(or a profiler's overhead), so the rank waited for may be late on its host rather "
               "than given more GPU work.")

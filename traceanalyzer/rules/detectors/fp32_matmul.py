@@ -12,6 +12,7 @@ from traceanalyzer.rules.detectors._common import (
     kernels_of,
     ms,
     op_inputs,
+    origin,
     pct,
     with_inputs,
 )
@@ -91,7 +92,7 @@ def fp32_matmul(views: Views, p: Params) -> Detection | None:
             "kernel_count": fp32.height,
             "tf32_pct": pct(fp32.filter("tf32")["dur"].sum(), fp32_ns),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "top_kernel": by_name["name"][0],
-            "top_op": ops["input_op"][0] if ops.height else "an unrecorded operator",
+            "top_op": ops["input_op"][0] if ops.height else origin(views, fp32["launch_name"]),
         },
         evidence=evidence,
     )

@@ -13,6 +13,7 @@ from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     analyzed_device,
     ms,
+    origin,
     own_rank,
     pct,
     window_length,
@@ -92,7 +93,7 @@ def memcpy_bound(views: Views, p: Params) -> Detection | None:
             "directions": _directions(copies, copy_ns, link),
             "verdict": _verdict(copies, link),
             "link": _link_words(link),
-            "top_op": ops["op_name"][0] if ops.height else "an unrecorded operator",
+            "top_op": ops["op_name"][0] if ops.height else origin(views, copies["launch_name"]),
         },
         evidence=evidence,
     )

@@ -12,6 +12,7 @@ from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     attach_source,
     ms,
+    origin,
     own_rank,
     pct,
     window_length,
@@ -101,7 +102,7 @@ def pageable_memcpy(views: Views, p: Params) -> Detection | None:
             "htod_ms": ms(htod_copies["dur"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "exposed_htod_ms": ms(htod_copies["exposed_ns"].sum()),  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             "bytes_mb": float(pageable["bytes"].sum() or 0) / 1e6,
-            "top_op": ops["op_name"][0] if ops.height else "an unrecorded operator",
+            "top_op": ops["op_name"][0] if ops.height else origin(views, pageable["launch_name"]),
         },
         evidence=evidence,
     )

@@ -61,7 +61,8 @@ def small_batch_matmul(views: Views, p: Params) -> Detection | None:
     if not total:
         return None
     target = p["target_row_count"]
-    if views.cpu["input_dims"].null_count() < views.cpu.height:
+    has_shapes = views.cpu["input_dims"].null_count() < views.cpu.height
+    if has_shapes:
         shapes = own_rank(views, gemm_shapes(views)).filter(
             pl.col("name").is_in(WEIGHT_GEMM_OPS), pl.col("m") <= p["max_row_count"],
             pl.col("n") * pl.col("k") >= p["min_weight_count"],
@@ -93,7 +94,10 @@ def small_batch_matmul(views: Views, p: Params) -> Detection | None:
     impact = int(small.select((pl.col("gpu_ns") * (1 - pl.col("rows") / target)).sum()).item())
     if not saving_matters(views, impact, p):
         return None
-    groups = shapes_by_time(small, ["op", "shape", "rows"], "intensity")
+    # Without shapes each kernel is its own row: cuBLAS may run one shape as several kernels
+    # (a split-K and a plain variant of one tile), and the evidence must name them all.
+    keys = ["op", "shape", "rows"] + ([] if has_shapes else ["kernel"])
+    groups = shapes_by_time(small, keys, "intensity")
     top = groups.row(0, named=True)
     return Detection(
         impact_ns=impact,

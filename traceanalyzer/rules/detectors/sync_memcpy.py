@@ -13,8 +13,10 @@ from traceanalyzer.rules.detectors._common import (
     attach_source,
     enclosing_op,
     ms,
+    origin,
     own_rank,
     pct,
+    records_operators,
     window_length,
 )
 from traceanalyzer.rules.detectors._sync import API_VERSION, EVIDENCE_SOURCES
@@ -39,7 +41,7 @@ _KIND_NOUNS = {"op": "framework operators", "python": "Python frames", "other": 
 
 @detector(
     params=("min_blocked_pct",),
-    fields=("call_count", "blocked_ms", "top_api", "top_op"),
+    fields=("call_count", "blocked_ms", "top_api", "top_op", "from_op"),
 )
 def sync_memcpy(views: Views, p: Params) -> Detection | None:
     """Synchronous memcpy/memset API calls (Nsight's cuda_memcpy_sync / cuda_memset_sync); impact
@@ -75,13 +77,17 @@ def sync_memcpy(views: Views, p: Params) -> Detection | None:
         ((pl.col("end_ns") - pl.col("start_ns")) / NS_PER_US).alias("blocked_us"),
         "source", "tid",
     )
+    top_op = ops["op"][0] if ops.height else origin(views, calls["name"])
     return Detection(
         impact_ns=blocked,
         fields={
             "call_count": calls.height,
             "blocked_ms": ms(blocked),
             "top_api": apis["name"][0],
-            "top_op": ops["op"][0] if ops.height else "an unrecorded operator",
+            "top_op": top_op,
+            # The operator is named only where the trace records operators: elsewhere (Nsight
+            # Systems) the calls named before it are all the trace says of where they came from.
+            "from_op": f", from {top_op}" if records_operators(views) else "",
         },
         evidence=evidence,
     )
