@@ -47,6 +47,29 @@ CASES: list[tuple[str, str]] = [
     ("_kernel_quantize_fp8_row", "elementwise"),
     ("void vllm::dynamic_per_token_scaled_fp8_quant_kernel<c10::BFloat16, c10::Float8_e4m3fn>"
      "(c10::Float8_e4m3fn*, float*, c10::BFloat16 const*, float const*, int)", "elementwise"),
+    # cuDNN kernels that take a cudnn::reduced_divisor argument are not reductions (HTA's AlexNet
+    # trace, the held-out image-inference run); its layout changes are copies
+    ("void fft2d_c2r_32x32<float, false, false, 0u, false, false>(float*, float2 const*, int, int, int, "
+     "int, int, int, int, int, int, float, float, cudnn::reduced_divisor, bool, float*, float*, int2, "
+     "int, int)", "gemm"),
+    ("void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int, int, int, int, "
+     "int, int, int, cudnn::reduced_divisor, bool, int2, int, int)", "gemm"),
+    ("void nhwcAddPaddingKernel<__nv_bfloat16, __nv_bfloat16, float, true, (cudnnKernelDataType_t)0>(int, "
+     "int, int, int, int, int, int, int, __nv_bfloat16 const*, __nv_bfloat16*, int, int, int, int, float, "
+     "float, cudnn::reduced_divisor, cudnn::reduced_divisor, cudnn::reduced_divisor)", "elementwise"),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>"
+     "(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)", "elementwise"),
+    ("void cudnn::engines_precompiled::nhwcToNchwKernel<__nv_bfloat16, __nv_bfloat16, float, true, false, "
+     "(cudnnKernelDataType_t)0>(cudnn::engines_precompiled::nhwc2nchw_params_t<float>, __nv_bfloat16 "
+     "const*, __nv_bfloat16*)", "elementwise"),
+    # a binary search per element (the A100 DLRM trace), not a sort or a reduction
+    ("void at::native::(anonymous namespace)::searchsorted_cuda_kernel<float, long>(long*, float const*, "
+     "float const*, long const*, long, long, long, bool, bool)", "other"),
+    ("void cudnn::cnn::reduce_wgrad_nchw_helper<float, float>(void*, void const*, float, int, int)",
+     "reduction"),
+    ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, float, int>::Policy800, "
+     "false, long, float, int, int>(int*, int*, long const*, long*, float const*, float*, int, int, int)",
+     "reduction"),
     # --- GEMMs ------------------------------------------------------------------------------------
     ("_kernel_matmul_fp8_row", "gemm"),
     ("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NTN", "gemm"),

@@ -29,9 +29,14 @@ KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (
     ("optimizer", r"(^|[^_]|[^n]_)adam|(^|[^_]|[^n]_)sgd_|lamb([^d]|$)|_foreach_|multi_tensor_apply|fused_optimizer|optimizer|rmsprop"),
     # cuDNN's batch norm kernels are named bn_fw_tr_*, bn_fw_inf_*, bn_bw_* (cudnn::bn_bw_1C11...).
     ("norm", r"norm([^iot]|$)|rms|welford|gammabeta|(^|[^a-z0-9])bn_(fw|bw)_"),
-    ("gemm", r"(^|[^b]|[^f]b)gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem|scudnn|winograd|wgrad_alg|dgrad_engine|dgrad_alg|dgrad2d"),
-    ("reduction", r"reduce|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|sort|triton_red|triton_per|softmax|max_?pool|avg_?pool|average_?pool"),
-    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu|permute|transpose|bucketize|jagged|quant|fbgemm|offsets_range|bounds_check|to_dense"),
+    # Convolutions count as matrix math: implicit GEMM, Winograd, and cuDNN's FFT convolution
+    # (fft2d_r2c/fft2d_c2r around a complex GEMM).
+    ("gemm", r"(^|[^b]|[^f]b)gemm|nvjet|matmul|xmma|cutlass|cublas|sm[0-9]+_.*_tn|sm[0-9]+_.*_nt|wgmma|gemv|dot_kernel|_mm_|bmm|hipblaslt|tensile|^cijk_|(?-u:\b)mm(?-u:\b)|triton_tem|scudnn|winograd|wgrad_alg|dgrad_engine|dgrad_alg|dgrad2d|(^|[^a-z])fft[123]d_[rc]2[rc]"),
+    # Not cuDNN's ``reduced_divisor`` argument (its FFT and padding kernels take one), nor
+    # searchsorted (a binary search per element).
+    ("reduction", r"reduce([^d]|d[^_]|d?$)|reduction|sum_kernel|argmax|argmin|cumsum|scan|topk|(^|[^h])sort|triton_red|triton_per|softmax|max_?pool|avg_?pool|average_?pool"),
+    # cuDNN's layout changes (nchwToNhwc, nhwcToNchw, nhwcAddPadding) are copies.
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|nchwtonhwc|nhwctonchw|nhwcaddpadding|cat_?array|catarray|index|gather|scatter|where|gelu|silu|relu|sigmoid|tanh|dropout|add|mul|div|sub|exp|cast|neg|clamp|pow|sqrt|distribution|embedding|swiglu|permute|transpose|bucketize|jagged|quant|fbgemm|offsets_range|bounds_check|to_dense"),
 )
 
 

@@ -167,6 +167,9 @@ class Peaks:
     source: str  # the datasheet the figures come from
     #: The share of ``hbm_gbps`` a streaming kernel reaches (:data:`REACHABLE_HBM_FRACTION`).
     hbm_reachable_fraction: float = 0.0
+    #: What the ``bf16`` figure is the peak of: "BF16" (= FP16), or "FP16" on a GPU without
+    #: BF16 tensor cores (Volta), where it is the FP16 tensor-core peak.
+    matrix: str = "BF16"
 
     @property
     def reachable_gbps(self) -> float:
@@ -187,6 +190,8 @@ _NV = "https://www.nvidia.com/en-us/data-center/"
 _AMD = "https://www.amd.com/en/products/accelerators/instinct/"
 _A100 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
          "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
+_V100 = ("https://images.nvidia.com/content/technologies/volta/pdf/"
+         "volta-v100-datasheet-update-us-1165301-r5.pdf")
 #: Datasheet figures, dense (the datasheets' sparse figures halved). Per GPU for the
 #: multi-GPU products (HGX B200: the 8-GPU figures / 8; GB200 NVL72: per superchip / 2).
 PEAKS: dict[str, Peaks] = {p.name: p for p in (
@@ -204,9 +209,16 @@ PEAKS: dict[str, Peaks] = {p.name: p for p in (
     Peaks("L40S", 362.05, 733.0, 183.0, 91.6, 864.0, _NV + "l40s/"),
     Peaks("L4", 121.0, 242.5, 60.0, 30.3, 300.0, _NV + "l4/"),
     Peaks("A10G", 70.0, None, 35.0, 31.2, 600.0, "https://aws.amazon.com/ec2/instance-types/g5/"),
+    # Volta has FP16 tensor cores only: no BF16, TF32 or FP8; its "bf16" figure is FP16's.
+    Peaks("V100 SXM2", 125.0, None, None, 15.7, 900.0, _V100, matrix="FP16"),
+    Peaks("V100 PCIe", 112.0, None, None, 14.0, 900.0, _V100, matrix="FP16"),
+    Peaks("V100S PCIe", 130.0, None, None, 16.4, 1134.0, _V100, matrix="FP16"),
     Peaks("MI300X", 1307.4, 2614.9, 653.7, 163.4, 5300.0, _AMD + "mi300/mi300x.html"),
     Peaks("MI325X", 1307.4, 2614.9, 653.7, 163.4, 6000.0, _AMD + "mi300/mi325x.html"),
-    Peaks("MI250X", 383.0, None, None, 95.7, 3276.8, _AMD + "mi200/mi250x.html"),
+    # An MI250X or MI250 is two dies (GCDs) that ROCm shows as two devices: a trace's device is
+    # one of them, with half the card's datasheet figures.
+    Peaks("MI250X GCD", 191.5, None, None, 47.9, 1638.4, _AMD + "mi200/mi250x.html (card / 2)"),
+    Peaks("MI250 GCD", 181.0, None, None, 45.3, 1638.4, _AMD + "mi200/mi250.html (card / 2)"),
     Peaks("MI210", 181.0, None, None, 45.3, 1638.4, _AMD + "mi200/mi210.html"),
 )}
 
@@ -226,17 +238,63 @@ _PEAKS_BY_NAME: tuple[tuple[str, str], ...] = (
     (r"\bl40s\b", "L40S"),
     (r"\bl4\b", "L4"),
     (r"\ba10g\b", "A10G"),
+    (r"\bv100s\b", "V100S PCIe"),
+    (r"\bv100\b.*\bpcie\b", "V100 PCIe"),
+    (r"\bv100\b", "V100 SXM2"),
     (r"\bmi325x?\b", "MI325X"),
     (r"\bmi300x?\b", "MI300X"),
-    (r"\bmi250x?\b", "MI250X"),
+    (r"\bmi250x\b", "MI250X GCD"),
+    (r"\bmi250\b", "MI250 GCD"),
     (r"\bmi210\b", "MI210"),
+)
+
+#: AMD GPUs by what ROCm records when the name does not say (an empty name, "AMD Radeon
+#: Graphics"): (gfx major.minor as computeMajor/Minor, compute units, the least memory in GiB)
+#: -> the table's entry. gfx90a with 110 CUs is an MI250X GCD, with 104 an MI250 GCD or an MI210
+#: (the same figures); gfx942 with 304 CUs an MI300X (192 GiB) or MI325X (256 GiB).
+_AMD_BY_PROPERTIES: tuple[tuple[str, int, int, str], ...] = (
+    ("9.4", 304, 250, "MI325X"),
+    ("9.4", 304, 0, "MI300X"),
+    ("9.0", 110, 0, "MI250X GCD"),
+    ("9.0", 104, 0, "MI250 GCD"),
 )
 
 
 def peaks_of(device: Device | None) -> Peaks | None:
-    """The peak table's entry for ``device``, from its recorded name; None when unknown."""
+    """The peak table's entry for ``device``, from its recorded name, else (an AMD GPU whose
+    name does not say which) from its gfx version, compute units and memory; None when
+    unknown."""
     name = ((device.name if device else None) or "").lower()
     for pattern, key in _PEAKS_BY_NAME:
         if re.search(pattern, name):
+            if key == "MI250X GCD" and device is not None and device.sm_count == 104:
+                return PEAKS["MI250 GCD"]  # ROCm names both "AMD Instinct MI250X/MI250"
+            return PEAKS[key]
+    return by_properties(device)
+
+
+def by_properties(device: Device | None) -> Peaks | None:
+    """An AMD GPU's table entry from its recorded properties (:data:`_AMD_BY_PROPERTIES`)."""
+    if device is None or vendor_of(device) != "amd" or device.sm_count is None:
+        return None
+    gib = (device.memory_bytes or 0) / 2**30
+    for gfx, cus, min_gib, key in _AMD_BY_PROPERTIES:
+        if device.compute_capability == gfx and device.sm_count == cus and gib >= min_gib:
             return PEAKS[key]
     return None
+
+
+def identified(device: Device | None) -> str | None:
+    """Where the name does not say which GPU it is but its properties do, in words for the
+    device line: "MI300X by its 304 compute units, gfx 9.4 and 192 GiB"."""
+    if device is None:
+        return None
+    name = (device.name or "").lower()
+    if any(re.search(pattern, name) for pattern, _ in _PEAKS_BY_NAME):
+        return None
+    peaks = by_properties(device)
+    if peaks is None:
+        return None
+    gib = (device.memory_bytes or 0) / 2**30
+    return (f"{peaks.name} by its {device.sm_count} compute units, gfx "
+            f"{device.compute_capability} and {gib:.0f} GiB")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 import yaml
 
@@ -50,3 +51,23 @@ def test_bad_twin_has_longer_steps_like_the_measurement(bad, good):
                              rules=False).metrics.step_time_p50_ns
 
     assert p50(bad) > p50(good)
+
+
+STALL = [SAMPLES / "torch" / f"dataloader_stall_{v}.json.gz" for v in ("bad", "good")]
+
+
+@pytest.mark.parametrize("path", STALL, ids=lambda p: p.name)
+def test_each_step_row_adds_up_to_its_step(path):
+    # The data-loader stall traces idle across step edges: a gap was counted whole in the step
+    # it started in, so rows read 105% (good, step 3) and 8.9% (bad, step 4). Each gap is now
+    # cut at the step edges, and idle before the GPU's first work or after its last is host wait.
+    from traceanalyzer.report._common import step_rows
+
+    r = analyze_trace(load(path, use_cache=False), rules=False)
+    gaps = r.steps.select(
+        total=pl.col("busy_ns") + pl.col("idle_host_wait_ns") + pl.col("idle_kernel_wait_ns")
+        + pl.col("idle_other_ns"), d=pl.col("duration_ns"))
+    assert (gaps["total"] == gaps["d"]).all()
+    for row in step_rows(r)[0]:
+        shown = row["busy_pct"] + row["host_wait_pct"] + row["kernel_wait_pct"] + row["other_pct"]
+        assert shown == pytest.approx(100, abs=0.01)

@@ -150,3 +150,29 @@ def test_the_window_is_found_on_the_same_steps_as_the_analysis_sees(trace):
     assert (slim.step_source, slim.step_label) == (full.step_source, full.step_label)
     assert "call_stack" not in slim.launches.columns
     assert slim.launches["step"].equals(full.launches["step"])
+
+
+WHOLE_TORCH = sorted((PROGRAMS / "torch").glob("*_whole.json.gz"))  # no ProfilerStep: inferred
+
+
+@pytest.mark.parametrize("path", WHOLE_TORCH, ids=lambda p: p.name)
+def test_inferred_steps_of_the_window_are_the_steps_analyzed(path):
+    # The GPT program's whole-process capture: the window was chosen on 7 inferred steps
+    # (0-6, 646 ms) while the analysis inferred them again from the window's kernels, found
+    # another anchor kernel and 6 steps (0-5, 555.7 ms): "analyzed steps 0-6" beside "steps: 6
+    # (steps 0-5 ...)". The analysis now keeps the window's steps.
+    result, window = _analyzed(path)
+    assert window.step_source == "inferred"
+    steps = result.steps["step"].to_list()
+    assert (window.first_step, window.last_step) == (min(steps), max(steps))
+    assert window.steps_analyzed == len(steps) == result.metrics.step_count
+    assert int(result.steps["duration_ns"].sum()) == window.steps_ns
+    # --steps on inferred steps analyzes those steps (it found none before: "the selected
+    # window", no step table).
+    from traceanalyzer.analysis.window import Selection
+
+    first = min(steps) + 1
+    chosen = choose_window(read_any(path), selection=Selection(steps=(first, first + 1)))
+    picked = analyze_trace(chosen,
+                           rules=False)
+    assert picked.steps["step"].to_list() == [first, first + 1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from tests.support.paths import PUBLIC, SAMPLES
 from traceanalyzer.devices import PEAKS, peaks_of
 from traceanalyzer.model import Device
 from traceanalyzer.perfmodel.model import PerfOptions, Roofline, perf_metrics, roofline_table
@@ -29,7 +30,8 @@ H200 = Roofline("NVIDIA H200", PEAKS["H200 SXM"])
         ("NVIDIA H20", "H20"),
         ("AMD Instinct MI300X", "MI300X"),
         ("AMD Instinct MI325X", "MI325X"),
-        ("AMD Instinct MI250X", "MI250X"),
+        ("AMD Instinct MI250X", "MI250X GCD"),
+        ("AMD Instinct MI250", "MI250 GCD"),
         ("AMD Instinct MI210", "MI210"),
     ],
 )
@@ -244,3 +246,79 @@ def test_recorded_fp32_gemms_are_judged_by_the_math_their_kernels_ran(trace, pre
     mm = table.filter(pl.col("name") == "aten::mm").row(0, named=True)
     assert mm["precision"] == precision and mm["compute_roof_tflops"] == roof
     assert 50 < mm["roofline_pct"] <= 100  # TF32 at 341 TFLOP/s is 69% of its roof, not 510%
+
+
+NAIVE_MP = SAMPLES / "torch" / "naive_model_parallel_good.json.gz"  # one process, two H200s
+
+
+@pytest.mark.skipif(not NAIVE_MP.exists(), reason="sample traces absent")
+def test_mfu_of_a_process_on_two_gpus_is_against_both_peaks():
+    # The model-parallel step runs its FLOPs on two H200s: against one H200's peak MFU read
+    # 119.7%, more than any GPU can do.
+    from traceanalyzer import analyze
+    from traceanalyzer.perfmodel import metrics_of
+
+    m = metrics_of(analyze(NAIVE_MP, use_cache=False))
+    assert m["peak_tflops"] == pytest.approx(2 * 989.4)
+    assert m["peak_name"] == "2 x H200 SXM dense BF16"
+    assert 0 < m["mfu_pct"] < 100
+    assert m["mfu_pct"] == pytest.approx(100 * m["achieved_tflops"] / m["peak_tflops"])
+
+
+MI250 = PUBLIC / "kineto" / "hta_mi250_rocm.json.gz"  # "AMD Radeon Graphics", gfx 9.0, 104 CUs
+VLLM_MI300 = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # name "", gfx 9.4
+
+
+def test_an_mi250_device_is_one_gcd():
+    # ROCm shows each of an MI250X's two dies as a device: the card's 383 TFLOP/s and 3.3 TB/s
+    # made a trace's MFU and roofline half what they are.
+    gcd = peaks_of(Device(id=0, name="AMD Instinct MI250X/MI250", sm_count=110))
+    assert gcd is PEAKS["MI250X GCD"] and gcd.bf16 == pytest.approx(383 / 2)
+    assert gcd.hbm_gbps == pytest.approx(3276.8 / 2)
+    assert peaks_of(Device(id=0, name="AMD Instinct MI250X/MI250", sm_count=104)) is PEAKS["MI250 GCD"]
+
+
+@pytest.mark.skipif(not (MI250.exists() and VLLM_MI300.exists()), reason="public traces absent")
+def test_amd_gpus_whose_name_does_not_say_are_known_by_their_properties():
+    from traceanalyzer import analyze
+    from traceanalyzer.ingest import load
+    from traceanalyzer.perfmodel import metrics_of
+    from traceanalyzer.report._common import device_line
+
+    for path, key, words in (
+        (MI250, "MI250 GCD", "AMD Radeon Graphics (MI250 GCD by its 104 compute units, gfx 9.0 "
+                             "and 64 GiB)"),
+        (VLLM_MI300, "MI300X", "GPU 2 (its name not recorded; MI300X by its 304 compute units, "
+                               "gfx 9.4 and 192 GiB)"),
+    ):
+        device = load(path, use_cache=False).meta.devices[0]
+        assert device.vendor == "amd" and peaks_of(device) is PEAKS[key]
+        result = analyze(path, use_cache=False)
+        assert device_line(result).startswith(words)
+        m = metrics_of(result)
+        assert m["peak_name"] == f"{key} dense BF16" and m["mfu_pct"] is not None
+
+
+V100 = PUBLIC / "kineto" / "hta_v100_rank_of2_test.json.gz"  # Tesla V100-SXM2-16GB
+
+
+def test_a_v100_is_judged_against_its_fp16_tensor_cores():
+    peaks = peaks_of(Device(id=0, name="Tesla V100-SXM2-16GB"))
+    assert peaks is PEAKS["V100 SXM2"] and peaks.bf16 == 125.0 and peaks.tf32 is None
+    assert Roofline("Tesla V100-SXM2-16GB", peaks).peak_label == "V100 SXM2 dense FP16"
+    assert peaks_of(Device(id=0, name="Tesla V100-PCIE-32GB")) is PEAKS["V100 PCIe"]
+    assert peaks_of(Device(id=0, name="Tesla V100S-PCIE-32GB")) is PEAKS["V100S PCIe"]
+
+
+@pytest.mark.skipif(not V100.exists(), reason="public traces absent")
+def test_mfu_on_a_real_v100_trace():
+    # HTA's V100 trace read "MFU: no peak known for Tesla V100-SXM2-16GB", and the two roofline
+    # rules were not applicable for the same reason.
+    from traceanalyzer import analyze
+    from traceanalyzer.perfmodel import metrics_of
+
+    result = analyze(V100, use_cache=False)
+    m = metrics_of(result)
+    assert m["peak_name"] == "V100 SXM2 dense FP16" and m["mfu_pct"] is not None
+    outcomes = {o.slug: o for o in result.rule_outcomes}
+    assert outcomes["gemm-below-roofline"].status != "not_applicable"

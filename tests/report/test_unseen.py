@@ -80,6 +80,25 @@ def test_inferred_steps_say_they_are_numbered_in_order():
     assert "inferred from a repeating kernel sequence, numbered in order" in line
 
 
+VLLM = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # one execute_... range
+
+
+@pytest.mark.skipif(not VLLM.exists(), reason="public traces absent")
+def test_a_serving_range_is_not_said_to_carry_its_step_number():
+    # vLLM's execute_32_context_0(sq0...)_generation_32(...) holds numbers (batch sizes), one of
+    # them a 0: step 0 was said to be "numbered as the trace names them", and the name was cut
+    # at 60 characters mid-word with no mark.
+    result = analyze(VLLM, use_cache=False)
+    name = result.steps["name"][0]
+    assert name.startswith("execute_32_context_0(") and len(name) > 60
+    from traceanalyzer.report._common import step_numbering
+
+    line = step_numbering(result)
+    assert "numbered as the trace names them" not in line
+    assert line == (
+        f"1 (step 0, numbered in order: the trace's {name[:59]}… ranges carry no step number)")
+
+
 # --- 2. the exposed transfer in every report --------------------------------------------------
 
 COMM = _have(NSYS_2GPU, DDP0, V100, NSYS_DDP0)
@@ -324,3 +343,23 @@ def test_kernel_counts_say_when_a_cuda_graph_is_one_activity():
     nodes = analyze(GRAPH_NODES, use_cache=False)
     assert "traced whole" not in render_summary(nodes)
     assert nodes.metrics.kernels_per_step > result.metrics.kernels_per_step
+
+
+GPT_BAD = SAMPLES / "torch" / "gpt_step_bad.json.gz"
+
+
+@pytest.mark.skipif(not GPT_BAD.exists(), reason="sample traces absent")
+def test_launch_api_time_has_one_name_in_every_report():
+    # The terminal said "launch API time" (docs/metrics.md's name), the Markdown, HTML and diff
+    # "Launch overhead", the launch-overhead-bound rule's word for the GPU's wait on launches.
+    result = analyze(GPT_BAD, use_cache=False)
+    pct = f"{result.metrics.launch_overhead_pct:.1f}%"
+    outputs = _outputs(result)
+    assert re.search(rf"launch API time\s+{re.escape(pct)}", outputs["terminal"])
+    assert f"| Launch API time (CPU) | {pct} |" in outputs["markdown"]
+    assert "Launch API time (CPU)" in outputs["html"]
+    for text in outputs.values():
+        assert "Launch overhead" not in text
+    # The model's rows are capitalized like the others in the Markdown table.
+    assert "| Model FLOPs per step |" in outputs["markdown"]
+    assert "| Achieved |" in outputs["markdown"]

@@ -360,6 +360,9 @@ def test_render_durations_in_the_unit_that_suits_them():
         "took 62.9 ms, 1.5 ms, 800 ns")
     # Below a millisecond a fixed "ms" read "0.0 ms" for a 15 µs kernel.
     assert render("{t_ms!d:.1f}", {"t_ms": 0.0151}, "w") == "15.1 µs"
+    # From a second up, seconds: "12854.1 ms" read as a number to count digits of.
+    assert render("{t_ms!d:.1f}", {"t_ms": 12854.1}, "w") == "12.9 s"
+    assert render("{t_ms!d:.1f}", {"t_ms": 999.9}, "w") == "999.9 ms"
     assert render("{t_ms!d:.1f}", {"t_ms": 0}, "w") == "0.0 ms"
     assert render("{t_ms!d:d}", {"t_ms": 0.25}, "w") == "250 µs"
     assert render("{t_ms!d}", {"t_ms": None}, "w") == "not recorded"

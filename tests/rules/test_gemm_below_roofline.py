@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from tests.support.paths import PUBLIC
 from tests.support.synth import US, Synth, run
 
 DIMS = [[4096, 4096], [4096, 4096]]
@@ -82,3 +83,16 @@ def test_an_fp32_gemm_on_tf32_tensor_cores_is_judged_against_the_tf32_peak():
     assert "gemm-below-roofline" not in run(fp32_build(1000, FFMA_KERNEL))[0]
     # On the CUDA cores at 2700 µs: 51 TFLOP/s, 76% of the FP32 roof.
     assert "gemm-below-roofline" not in run(fp32_build(2700, FFMA_KERNEL))[0]
+
+
+MI300X = PUBLIC / "kineto" / "tracelens_torch_compile_triton.json.gz"
+
+
+@pytest.mark.skipif(not MI300X.exists(), reason="public traces absent")
+def test_advice_on_an_amd_gpu_names_its_libraries():
+    # TraceLens' MI300X trace: the fix said "tensor cores", TF32 and "another cuBLASLt heuristic".
+    from traceanalyzer import analyze
+
+    f = {f.slug: f for f in analyze(MI300X, use_cache=False).findings}["gemm-below-roofline"]
+    assert "hipBLASLt" in f.fix and "matrix cores" in f.fix
+    assert "cuBLAS" not in f.fix and "tensor cores" not in f.fix

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from tests.support.paths import PUBLIC, SAMPLES
 from tests.support.synth import US, Synth, busy_loop, run
+from traceanalyzer import analyze
 
 
 def test_gpu_idle_gaps_fires_on_host_wait_gaps():
@@ -43,3 +49,24 @@ def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
         row["rank"] = 1
     findings, _ = run(s)  # run() checks every impact against rank 0's window
     assert "gpu-idle-gaps" not in findings
+
+
+ALEXNET = PUBLIC / "kineto" / "hta_alexnet_sync.json.gz"  # a 10 s wait in a 12.9 s GPU span
+RESIDENT = SAMPLES / "programs" / "torch" / "copy_bound_resident_torch.json.gz"
+
+
+@pytest.mark.skipif(not ALEXNET.exists(), reason="public traces absent")
+def test_idle_of_seconds_reads_in_seconds_on_a_real_trace():
+    # HTA's AlexNet trace idles 12.9 s: "12853.3 ms" is a number no reader parses at a glance.
+    findings = {f.slug: f for f in analyze(ALEXNET, use_cache=False).findings}
+    assert "GPU idle 12.9 s (" in findings["gpu-idle-gaps"].message
+    assert "the GPU was idle 12.9 s in them" in findings["low-gpu-utilization"].message
+    for f in findings.values():
+        assert not re.search(r"\d{4,}\.\d ms", f.message), f.message
+
+
+def test_worst_step_idle_in_the_unit_of_the_total():
+    # The resident-copy program idles 139 µs, all in step 2: the step's share read "0.1 ms".
+    f = {f.slug: f for f in analyze(RESIDENT, use_cache=False).findings}["gpu-idle-gaps"]
+    assert "GPU idle 139.0 µs (" in f.message
+    assert "Most idle in step 2 (139.0 µs)" in f.message

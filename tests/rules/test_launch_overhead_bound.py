@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tests.support.paths import SAMPLES
 from tests.support.synth import US, Synth, run
 
 
@@ -33,3 +36,17 @@ def test_without_steps_the_message_speaks_of_the_window_not_of_one_step():
     f = findings["launch-overhead-bound"]
     assert f.message.startswith("The window (no steps found) launched 60 kernels, ")
     assert "1 of 1 step" not in f.message
+
+
+GPT_FP16 = SAMPLES / "programs" / "torch" / "gpt_fp16_torch.json.gz"  # one of its 6 steps flagged
+
+
+@pytest.mark.skipif(not GPT_FP16.exists(), reason="sample traces absent")
+def test_one_flagged_step_of_several_is_named_not_each():
+    # Read "1 of 6 steps launched 398 kernels each": one step, named, launches its kernels.
+    from traceanalyzer import analyze
+
+    f = {f.slug: f for f in analyze(GPT_FP16, use_cache=False).findings}["launch-overhead-bound"]
+    step = f.evidence[0]["step"]
+    assert f.message.startswith(f"1 of 6 steps (step {step}) launched 398 kernels, ")
+    assert "each" not in f.message.split(",")[0]

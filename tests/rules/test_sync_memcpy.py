@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import polars as pl
 import pytest
 
 from tests.support.paths import PUBLIC, SAMPLES
@@ -46,15 +47,30 @@ def test_cpu_only_trace_is_not_said_to_have_no_cpu_activity():
     assert "no CPU activity" not in reason
     # Measured: the window (its one step) holds none of the 4 operators, which come after it.
     assert steady.window.captured_rows["cpu"] == 4
-    assert reason.startswith(
-        "the analyzed window holds no CPU operators or runtime calls: "
-        "the capture's 4 lie outside it"
+    # Checked on the frames: the 4 rows are aten::empty operators after the step's end, and the
+    # trace records no runtime calls; the reason says both.
+    step = trace.annotations.filter(pl.col("kind") == "step")
+    assert (trace.cpu["start_ns"] >= step["end_ns"].max()).all()
+    assert trace.cpu["name"].unique().to_list() == ["aten::empty"]
+    assert reason == (
+        "the analyzed window holds no CPU operators or runtime calls: the capture's 4 CPU "
+        "events (4 operators, no runtime calls) lie outside it; --window all analyzes them"
     )
     whole = analyze(CPU_ONLY, window="all", use_cache=False)
     assert _reason(whole) == (
         "the analyzed window holds no CUDA/HIP runtime or driver calls "
         "(its CPU events: 4 framework operators)"
     )
+
+
+@pytest.mark.skipif(not CPU_ONLY.exists(), reason="public traces absent")
+def test_cpu_only_trace_rules_on_gpu_work_say_there_is_none():
+    # The rules that judge GPU kernels say the trace has none, in any window, not that shapes,
+    # grid sizes or a peak are missing, nor that --window all would make them run.
+    for window in ("steps", "all"):
+        result = analyze(CPU_ONLY, window=window, use_cache=False)
+        for slug in ("gemm-below-roofline", "memory-bound-below-bandwidth", "small-grid"):
+            assert _reason(result, slug) == "the trace has no GPU activity", (window, slug)
 
 
 @pytest.mark.skipif(not BERT.exists(), reason="holdout traces absent")

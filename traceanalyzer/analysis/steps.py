@@ -16,6 +16,8 @@ docs/metrics.md ("Steps") states the rule.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from traceanalyzer.model import Trace
@@ -37,6 +39,10 @@ STEPS_SCHEMA = {"rank": pl.Int32, "step": pl.Int64, "name": pl.String,
 SOURCE_PROFILER = "ProfilerStep"
 SOURCE_RANGE = "range"
 SOURCE_INFERRED = "inferred"
+
+#: ``meta.extra`` key of the inferred steps a window was cut to (analysis.window
+#: .keep_inferred_steps): rows of rank, step, CPU start and end.
+INFERRED_STEPS = "inferred_steps"
 
 #: A kernel sequence must repeat at least this many times to be taken as steps.
 MIN_INFERRED_STEPS = 3
@@ -107,6 +113,14 @@ def _repeating_ranges(ann: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:
     use_number = best["numbered"] and per_rank_unique
     chosen = chosen.with_columns(step=pl.col("number") if use_number else pl.lit(None, pl.Int64))
     return chosen.drop("template", "number"), str(best["template"])
+
+
+def kept_steps(rows: list[Any]) -> pl.DataFrame:
+    """The inferred steps a window kept (``meta.extra[INFERRED_STEPS]``) as a steps frame."""
+    frame = pl.DataFrame([list(r) for r in rows], schema=["rank", "step", "start_ns", "end_ns"],
+                         orient="row")
+    return (frame.with_columns(name=pl.format("inferred step {}", pl.col("step")))
+            .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("rank", "start_ns"))
 
 
 def infer_steps(raw_launches: pl.DataFrame) -> tuple[pl.DataFrame, str | None]:

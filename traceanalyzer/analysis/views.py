@@ -20,7 +20,14 @@ from traceanalyzer.analysis.kernels import kernel_summary
 from traceanalyzer.analysis.launches import launches
 from traceanalyzer.analysis.metrics import compute_metrics
 from traceanalyzer.analysis.result import Metrics
-from traceanalyzer.analysis.steps import SOURCE_INFERRED, find_steps, infer_steps, with_wall_times
+from traceanalyzer.analysis.steps import (
+    INFERRED_STEPS,
+    SOURCE_INFERRED,
+    find_steps,
+    infer_steps,
+    kept_steps,
+    with_wall_times,
+)
 from traceanalyzer.analysis.timings import step
 from traceanalyzer.model import Trace
 
@@ -95,6 +102,11 @@ class Views:
     def _found_steps(self) -> tuple[pl.DataFrame, str | None, str | None]:
         steps, source, label = find_steps(self.trace)
         if steps.is_empty():
+            kept = self.trace.meta.extra.get(INFERRED_STEPS)
+            window = self.trace.meta.extra.get("window")
+            if kept:  # a window cut to inferred steps: those steps (analysis.window)
+                label = window.get("step_label") if isinstance(window, dict) else None
+                return kept_steps(kept), SOURCE_INFERRED, label
             inferred, inferred_label = infer_steps(self._raw_launches)
             if not inferred.is_empty():
                 return inferred, SOURCE_INFERRED, inferred_label

@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analysis.launches import join_calls, unique_calls
+from traceanalyzer.analysis.steps import INFERRED_STEPS
 from traceanalyzer.errors import UsageError
 from traceanalyzer.model import API_KINDS, TIME_LIMIT_NS, Trace
 
@@ -110,7 +111,13 @@ def narrow(trace: Trace, selection: Selection) -> Trace:
         ranks = pl.concat([f.select(pl.col("rank").cast(pl.Int32)) for f in work.frames().values()])
         work = narrow_to(work, ranks.unique().with_columns(lo=pl.lit(lo), hi=pl.lit(hi)))
     if selection.steps is not None:
-        work = narrow_to(work, _step_bounds(work, *selection.steps))
+        from traceanalyzer.analysis.views import StepViews
+
+        views = StepViews(work)
+        work = narrow_to(work, _step_bounds(work, *selection.steps, views=views))
+        first, last = selection.steps
+        keep_inferred_steps(work, views.steps.filter(pl.col("step").is_between(first, last)),
+                            views.step_source)
     if all(f.is_empty() for f in work.frames().values()) and not (trace.gpu.is_empty()
                                                                   and trace.cpu.is_empty()):
         # An empty report would look like an idle GPU; say that the selection missed instead.
@@ -126,12 +133,24 @@ def narrow(trace: Trace, selection: Selection) -> Trace:
     return work
 
 
-def _step_bounds(trace: Trace, first: int, last: int) -> pl.DataFrame:
+def keep_inferred_steps(trace: Trace, steps: pl.DataFrame, source: str | None) -> None:
+    """Where the window was cut to inferred steps, keep them with the cut trace: inferring them
+    again from the window's kernels alone can pick another anchor kernel, drop a step as cut off
+    and renumber the rest (a whole-process capture of the GPT program: "analyzed steps 0-6"
+    beside a table of steps 0-5), so the analysis uses the steps the window was chosen by."""
+    if source != "inferred" or steps.is_empty():
+        return
+    trace.meta.extra[INFERRED_STEPS] = steps.select(
+        "rank", "step", "start_ns", "end_ns").rows()
+
+
+def _step_bounds(trace: Trace, first: int, last: int, views: Any = None) -> pl.DataFrame:
     """Per rank: from the CPU start of step ``first`` to the end of step ``last`` (its wall-clock
     end, or the next step's CPU start if that comes first: the CPU runs ahead of the GPU)."""
     from traceanalyzer.analysis.views import StepViews
 
-    found = StepViews(trace).steps.sort("rank", "start_ns").with_columns(
+    views = views if views is not None else StepViews(trace)
+    found = views.steps.sort("rank", "start_ns").with_columns(
         next_start=pl.col("start_ns").shift(-1).over("rank"))
     steps = found.filter(pl.col("step").is_between(first, last))
     if steps.is_empty():
@@ -220,8 +239,9 @@ class Window:
     lead_after_step: int | None = None
     #: From the headline rank's last step's end to the window's end (other ranks' later steps).
     tail_ns: int = 0
-    #: Rows of the cpu and gpu frames in the whole capture, before the window cut them: what a
-    #: "no CPU activity" could be said of (rules.engine.missing_requirement).
+    #: Rows of the cpu and gpu frames in the whole capture, before the window cut them, and of
+    #: the cpu frame's runtime/driver calls (``cpu_api``): what a "no CPU activity" could be said
+    #: of (rules.engine.missing_requirement).
     captured_rows: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -378,7 +398,9 @@ def choose_window(trace: Trace, requested: str = "steps",
     from traceanalyzer.analysis.views import StepViews
 
     captured = _extent(trace)
-    captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height}
+    captured_rows = {"cpu": trace.cpu.height, "gpu": trace.gpu.height,
+                     "cpu_api": int(trace.cpu["kind"].is_in(API_KINDS).sum())
+                     if trace.cpu.height else 0}
     meta = dataclasses.replace(trace.meta, extra=dict(trace.meta.extra),
                                warnings=list(trace.meta.warnings))
     trace = Trace(meta=meta, **trace.frames())
@@ -428,6 +450,7 @@ def choose_window(trace: Trace, requested: str = "steps",
                 window.warmup_span_ns = max(0, lo - int(first["lo"].min()))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             window.first_step_start_ns = int(first["lo"].min())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             trace = narrow_to(trace, bounds)
+            keep_inferred_steps(trace, kept, views.step_source)
             _fill_steps(window, views, kept)
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
             mine = kept.filter(pl.col("rank") == kept["rank"].min())

@@ -144,12 +144,30 @@ def metrics_of(result: AnalysisResult) -> dict[str, Any]:
         result.metrics.step_time_p50_ns,
         roofline_of(result),
     )
+    gpus = _gpus_used(result)
+    if gpus > 1 and out["peak_tflops"]:
+        # A process that drives several GPUs (model parallelism in one process) counts the FLOPs
+        # of all of them in a step: its peak is theirs together, else MFU passes 100%.
+        out["peak_tflops"] = out["peak_tflops"] * gpus
+        out["peak_name"] = f"{gpus} x {out['peak_name']}"
+        if out["achieved_tflops"] is not None:
+            out["mfu_pct"] = 100.0 * out["achieved_tflops"] / out["peak_tflops"]
     check = summary.get("trace_flops") or {}
     out["trace_flops_ratio"] = check.get("ratio")
     out["trace_flops_calls"] = check.get("calls")
     if out["flops_per_step"] is None and summary.get("reason"):
         out["mfu_reason"] = f"no model FLOPs: {summary['reason']}; give --flops-per-step"
     return out
+
+
+def _gpus_used(result: AnalysisResult) -> int:
+    """How many GPUs the headline rank ran work on (its streams' devices), at least 1."""
+    streams = getattr(result, "streams", None)
+    if streams is None or streams.is_empty() or "device" not in streams.columns:
+        return 1
+    if "rank" in streams.columns:
+        streams = streams.filter(pl.col("rank") == result.metrics.rank)
+    return max(1, streams["device"].drop_nulls().n_unique())
 
 
 def _kernels(result: AnalysisResult) -> pl.DataFrame:

@@ -325,7 +325,7 @@ class Roofline:
             return "--peak-tflops"
         if self.peaks is None:
             return None
-        return f"{self.peaks.name} dense BF16"
+        return f"{self.peaks.name} dense {self.peaks.matrix}"
 
     def ridge(self, precision: str | None = None) -> float | None:
         """The ridge point, FLOP per byte: compute roof / bandwidth."""

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import polars as pl
 
+from traceanalyzer.devices import identified
 from traceanalyzer.errors import UsageError
 from traceanalyzer.findings import SHARE_LABEL, Finding, severity_rank
 
@@ -280,6 +281,10 @@ def step_span(first: Any, last: Any) -> str:
     return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
+#: A step's name in the "steps" line, cut (with "…") past this many characters.
+_STEP_NAME_CHARS = 60
+
+
 def step_numbering(result: Any) -> str:
     """The headline rank's steps and where their numbers come from, for the reports' "steps"
     line: "3 (steps 2-4, numbered as the trace names them: ProfilerStep#2 to ProfilerStep#4)",
@@ -297,16 +302,21 @@ def step_numbering(result: Any) -> str:
     first, last = steps.row(0, named=True), steps.row(-1, named=True)
     span = step_span(first["step"], last["step"])
     # Names come from the trace: cut (callers escape them).
-    names = ([str(n)[:60] for n in steps["name"].to_list()] if "name" in steps.columns else [])
+    full = [str(n) for n in steps["name"].to_list()] if "name" in steps.columns else []
+    names = [n if len(n) <= _STEP_NAME_CHARS else n[: _STEP_NAME_CHARS - 1] + "…" for n in full]
     source = getattr(getattr(result, "window", None), "step_source", None)
     if source == "inferred" or (names and names[0].startswith("inferred step")):
         how = "inferred from a repeating kernel sequence, numbered in order"
-    elif names and all(re.search(rf"(?<![0-9]){n}(?![0-9])", name)
-                       for n, name in zip(steps["step"].to_list(), names, strict=True)):
+    elif full and all([int(d) for d in re.findall(r"[0-9]+", name)] == [n]
+                      for n, name in zip(steps["step"].to_list(), full, strict=True)):
+        # The step's number is the one number in its name (ProfilerStep#12, "step 12"), as
+        # analysis.steps takes it: a serving range's batch sizes (execute_32_context_0(...))
+        # do not number it.
         ends = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
         how = f"numbered as the trace names them: {ends}"
     else:
-        how = f"numbered in order: the trace's {names[0] if names else 'step'} ranges carry none"
+        how = (f"numbered in order: the trace's {names[0] if names else 'step'} ranges carry no "
+               "step number")
     return f"{steps.height:,} ({span}, {how})"
 
 
@@ -327,7 +337,12 @@ def device_line(result: Any) -> str:
     shown = sorted((d for d in meta.devices if d.id in used), key=lambda d: d.id) \
         or list(meta.devices)
     if len(shown) == 1:
-        line = shown[0].name or f"GPU {shown[0].id} (its name not recorded)"
+        # A name that does not say which GPU it is: its properties may.
+        name, which = shown[0].name, identified(shown[0])
+        if name:
+            line = f"{name} ({which})" if which else name
+        else:
+            line = f"GPU {shown[0].id} (its name not recorded{'; ' + which if which else ''})"
     else:
         groups: dict[str, list[int]] = {}
         for d in shown:

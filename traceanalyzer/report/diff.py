@@ -171,7 +171,7 @@ def _metric_rows(b: AnalysisResult, a: AnalysisResult) -> list[MetricDelta]:
         MetricDelta("kernels_per_step", "Kernels per step", "count", mb.kernels_per_step,
                     ma.kernels_per_step),
         MetricDelta("kernel_count", "Kernels", "count", mb.kernel_count, ma.kernel_count, None),
-        MetricDelta("launch_overhead_pct", "Launch overhead (CPU)", "pct",
+        MetricDelta("launch_overhead_pct", "Launch API time (CPU)", "pct",
                     mb.launch_overhead_pct, ma.launch_overhead_pct),
         MetricDelta("launch_delay_p50_ns", "Launch→start delay (p50)", "ns",
                     mb.launch_delay_p50_ns, ma.launch_delay_p50_ns),

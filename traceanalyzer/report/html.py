@@ -269,7 +269,7 @@ def _headline(result: AnalysisResult) -> str:
         _card("Kernels per step",
               "–" if m.kernels_per_step is None else f"{m.kernels_per_step:,.0f}",
               counted(m.step_count, "step")),
-        _card("Launch overhead", fmt_pct(m.launch_overhead_pct),
+        _card("Launch API time (CPU)", fmt_pct(m.launch_overhead_pct),
               f"launch→start p50 {fmt_ns(m.launch_delay_p50_ns)} · p95 "
               f"{fmt_ns(m.launch_delay_p95_ns)}"),
         _mfu_card(result),

@@ -87,8 +87,10 @@ def render_markdown(result: AnalysisResult) -> str:
             f"{fmt_pct(pct_of(transfer, m.span_ns))} ({fmt_ns(transfer)})")]
           if (transfer := exposed_transfer(m)) is not None else []),
         ("Kernels per step", "–" if m.kernels_per_step is None else f"{m.kernels_per_step:.0f}"),
-        ("Launch overhead (CPU)", fmt_pct(m.launch_overhead_pct)),
-        *[(r.label, md_escape(f"{r.value} ({r.reason})" if r.reason else r.value))
+        ("Launch API time (CPU)", fmt_pct(m.launch_overhead_pct)),
+        # Capitalized like the rows above ("model FLOPs per step" is a terminal row's label).
+        *[(r.label[:1].upper() + r.label[1:],
+           md_escape(f"{r.value} ({r.reason})" if r.reason else r.value))
           for r in perf_rows(result)],
     ]
     lines += ["| Metric | Value |", "|---|---|"]

@@ -66,8 +66,8 @@ Its impact is the sum of an `impact_ns` column, else the union of the rows' `sta
 The message may use `{count}`, `{impact_ms}`, `{impact_pct}`, `{per_step_ms}`, the parameters,
 and for each result column `{top_COL}` (first row) and, for numbers, `{sum_COL}` / `{max_COL}`.
 Fields take a format spec (`{impact_pct:.1f}`). A duration field (named `*_ms`, `*_us` or
-`*_ns`) written `{impact_ms!d:.2f}` prints in the unit that suits its size: `12.34 ms`,
-`45.00 µs`, `800 ns`. A count written `{count!p:memset|memsets}` prints with its noun:
+`*_ns`) written `{impact_ms!d:.2f}` prints in the unit that suits its size: `12.34 s`,
+`12.34 ms`, `45.00 µs`, `800 ns`. A count written `{count!p:memset|memsets}` prints with its noun:
 `1 memset`, `3 memsets`.
 
 ```yaml

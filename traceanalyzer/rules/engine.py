@@ -31,7 +31,7 @@ from traceanalyzer.rules.detectors._common import (
 )
 from traceanalyzer.rules.loader import RuleConfig
 from traceanalyzer.rules.query import TABLES, run_query
-from traceanalyzer.rules.schema import ENGINE_FIELDS, Rule, render, template_fields
+from traceanalyzer.rules.schema import DEFAULT_REASONS, ENGINE_FIELDS, Rule, render, template_fields
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -290,16 +290,28 @@ _FRAME_NOUNS = {"cpu": "CPU operators or runtime calls", "gpu": "GPU activity"}
 
 
 def missing_requirement(rule: Rule, views: Views) -> str | None:
-    """The reason a rule cannot run on ``views`` (first unmet requirement), or None."""
+    """The reason a rule cannot run on ``views``, or None.
+
+    A requirement the whole trace cannot meet (a CPU-only trace has no GPU activity at all)
+    comes before one only the window misses (its CPU events lie outside it): "--window all"
+    would not make the rule run then. A column required of an empty frame is missing because
+    the frame is: a trace with no GPU activity is said to have none, not to lack grid sizes.
+    """
+    in_window: str | None = None
     for req in rule.requires:
         frame_name, _, column = req.need.partition(".")
         frame = getattr(views, frame_name, None)
         if frame is None or not isinstance(frame, pl.DataFrame) or frame.height == 0:
-            return _empty_in_window(frame_name, views) or req.reason
+            outside = _empty_in_window(frame_name, views)
+            if outside is None:
+                return (DEFAULT_REASONS.get(frame_name, req.reason) if column and frame_name
+                        in _FRAME_NOUNS else req.reason)
+            in_window = in_window or outside
+            continue
         if column:
             if column not in frame.columns or frame[column].null_count() == frame.height:
                 return req.reason
-    return None
+    return in_window
 
 
 #: The advice a reason gives for missing shapes, written for torch.profiler traces.
@@ -317,14 +329,23 @@ def _for_format(reason: str, views: Views) -> str:
 
 def _empty_in_window(frame_name: str, views: Views) -> str | None:
     """Where a frame is empty only in the window (the capture holds rows of it outside), the
-    reason says so: "the trace has no CPU activity" would not hold for the trace."""
+    reason says so: "the trace has no CPU activity" would not hold for the trace. The CPU rows
+    outside are told apart: framework operators, runtime/driver calls."""
     trace = getattr(views, "trace", None)
     window = getattr(getattr(trace, "meta", None), "extra", {}).get("window")
-    rows = window.get("captured_rows", {}).get(frame_name, 0) if isinstance(window, dict) else 0
+    captured = window.get("captured_rows", {}) if isinstance(window, dict) else {}
+    rows = captured.get(frame_name, 0)
     noun = _FRAME_NOUNS.get(frame_name)
     if not rows or noun is None:
         return None
-    return (f"the analyzed window holds no {noun}: the capture's {rows:,} "
+    what = f"{rows:,}"
+    if frame_name == "cpu" and "cpu_api" in captured:
+        api = captured["cpu_api"]
+        ops = rows - api
+        parts = [f"{ops:,} operator{'' if ops == 1 else 's'}" if ops else "no operators",
+                 f"{api:,} runtime call{'' if api == 1 else 's'}" if api else "no runtime calls"]
+        what = f"{rows:,} CPU event{'' if rows == 1 else 's'} ({', '.join(parts)})"
+    return (f"the analyzed window holds no {noun}: the capture's {what} "
             f"{'lies' if rows == 1 else 'lie'} outside it; --window all analyzes them")
 
 

@@ -529,11 +529,18 @@ _NS_PER = {"_ns": 1, "_us": 1_000, "_ms": 1_000_000}
 
 
 def _duration(name: str, value: Any, spec: str) -> str:
-    """``{name!d:spec}``: a duration in the unit that suits its size (ms, µs or ns), so that a
-    45 µs kernel reads "45.0 µs", not "0.0 ms"; the spec's precision applies in that unit."""
-    ns = float(value) * _NS_PER[name[-3:]]
+    """``{name!d:spec}``: a duration in the unit that suits its size (s, ms, µs or ns), so that a
+    45 µs kernel reads "45.0 µs", not "0.0 ms", and a 12.9 s wait "12.9 s", not "12854.1 ms"; the
+    spec's precision applies in that unit."""
+    return duration_text(float(value) * _NS_PER[name[-3:]], spec)
+
+
+def duration_text(ns: float, spec: str = ".1f") -> str:
+    """A duration in nanoseconds, in the unit that suits its size (s, ms, µs or ns), the spec's
+    precision in that unit: what ``{name!d:spec}`` prints, for text a detector composes."""
     size = abs(ns)
-    scale, unit = ((1e6, "ms") if size >= 1e6 or size == 0
+    scale, unit = ((1e9, "s") if size >= 1e9
+                   else (1e6, "ms") if size >= 1e6 or size == 0
                    else (1e3, "µs") if size >= 1e3 else (1.0, "ns"))
     try:  # whole nanoseconds: a tenth of one means nothing in a trace
         number = format(ns / scale, spec or ".1f") if scale > 1 else f"{ns:.0f}"

@@ -17,6 +17,7 @@ from traceanalyzer.rules.detectors._common import (
     pct,
     window_length,
 )
+from traceanalyzer.rules.schema import duration_text
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -92,10 +93,10 @@ def gpu_idle_gaps(views: Views, p: Params) -> Detection | None:
     if worst_step is None:
         where = "No steps found"
     elif 2 * in_steps < idle:  # most of the idle is in no step: say so, beside the worst step
-        where = (f"{ms(idle - in_steps):.1f} ms of it falls between or outside the steps; the most "
-                 f"in one step: step {worst_step} ({ms(worst_step_idle):.1f} ms)")
+        where = (f"{duration_text(idle - in_steps)} of it falls between or outside the steps; "
+                 f"the most in one step: step {worst_step} ({duration_text(worst_step_idle)})")
     else:
-        where = f"Most idle in step {worst_step} ({ms(worst_step_idle):.1f} ms)"
+        where = f"Most idle in step {worst_step} ({duration_text(worst_step_idle)})"
     where += f"; stream {worst_stream} has the most long gaps." if worst_stream is not None else "."
     evidence = _evidence_gaps(views, gaps.sort("duration_ns", descending=True).head(50))
     return Detection(

@@ -55,8 +55,12 @@ def launch_overhead_bound(views: Views, p: Params) -> Detection | None:
     gap_ns = int(flagged["gap_ns"].sum())
     kernels_each = float(flagged["kernels"].mean())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     # Without steps the window is judged as one piece: say so, not "1 of 1 step".
-    scope = (f"{flagged.height} of {per_step.height} {'step' if per_step.height == 1 else 'steps'}"
-             f" launched {kernels_each:,.0f} kernels each" if has_steps else
+    # One step of several is named, and launches its kernels, not "each".
+    steps_of = f"{flagged.height} of {per_step.height} {'step' if per_step.height == 1 else 'steps'}"
+    if flagged.height == 1 and per_step.height > 1 and "step" in flagged.columns:
+        steps_of += f" (step {flagged['step'][0]})"
+    each = " each" if flagged.height > 1 else ""
+    scope = (f"{steps_of} launched {kernels_each:,.0f} kernels{each}" if has_steps else
              f"The window (no steps found) launched {kernels_each:,.0f} kernels")
     span = int((flagged["last_ns"] - flagged["first_ns"]).sum())
     evidence = flagged.sort("gap_ns", descending=True).select(
