@@ -59,30 +59,55 @@ def memory_bound_below_bandwidth(views: Views, p: Params) -> Detection | None:
         return None
     slow, lost = found
     top = slow.row(0, named=True)
+    return _detection(
+        slow,
+        lost,
+        (pl.col("name"), pl.col("input_dims"), pl.col("op_class")),
+        (),
+        lost_col="reachable_lost_ns",
+        reachable_gbps=float(top["reachable_gbps"]),
+        datasheet_gbps=float(top["bandwidth_gbps"]),
+    )
+
+
+def _detection(
+    slow: pl.DataFrame,
+    lost: int,
+    op_shape_class: tuple[pl.Expr, pl.Expr, pl.Expr],
+    extra: tuple[str, ...],
+    *,
+    lost_col: str = "lost_ns",
+    reachable_gbps: float,
+    datasheet_gbps: float,
+) -> Detection:
+    """The finding of either path, from its slow rows (the costliest first, ``lost_col`` each)."""
+    op, shape, op_class = op_shape_class
     evidence = slow.select(
-        pl.col("name").alias("op"),
-        pl.col("input_dims").alias("shape"),
-        "op_class",
+        op.alias("op"),
+        shape.alias("shape"),
+        op_class.alias("op_class"),
         "kernels",
         (pl.col("time_ns") / 1e3).alias("total_us"),
         (pl.col("bytes") / 1e6).alias("mbytes"),
         "achieved_gbps",
         pl.col("reachable_pct").alias("bandwidth_pct"),
         "roofline_pct",
-        (pl.col("reachable_lost_ns") / 1e3).alias("lost_us"),
+        (pl.col(lost_col) / 1e3).alias("lost_us"),
+        *extra,
     )
+    first = evidence.row(0, named=True)
     return Detection(
         impact_ns=lost,
         fields={
             "op_count": slow.height,
             "lost_ms": ms(lost),
             "slow_ms": ms(int(slow["time_ns"].sum())),
-            "top_op": top["name"],
-            "top_shape": top["input_dims"],
-            "top_gbps": float(top["achieved_gbps"]),
-            "top_bandwidth_pct": float(top["reachable_pct"]),
-            "bandwidth_gbps": float(top["reachable_gbps"]),
-            "datasheet_gbps": float(top["bandwidth_gbps"]),
+            "top_op": first["op"],
+            "top_shape": first["shape"],
+            "top_gbps": float(first["achieved_gbps"]),
+            "top_bandwidth_pct": float(first["bandwidth_pct"]),
+            "bandwidth_gbps": reachable_gbps,
+            "datasheet_gbps": datasheet_gbps,
         },
         evidence=evidence,
     )
@@ -194,35 +219,15 @@ def strided_elementwise(views: Views, p: Params) -> Detection | None:
     lost = int(slow["lost_ns"].sum() or 0)
     if slow.is_empty() or not window or pct(lost, window) < p["min_impact_pct"]:
         return None
-    top = slow.row(0, named=True)
-    evidence = slow.select(
-        pl.format("{}<{}> (strided elementwise kernel)", "functor", "dtype").alias("op"),
-        pl.format("{} elements (from its grid)", "elements").alias("shape"),
-        pl.lit("elementwise").alias("op_class"),
-        "kernels",
-        (pl.col("time_ns") / 1e3).alias("total_us"),
-        (pl.col("bytes") / 1e6).alias("mbytes"),
-        "achieved_gbps",
-        pl.col("reachable_pct").alias("bandwidth_pct"),
-        "roofline_pct",
-        (pl.col("lost_ns") / 1e3).alias("lost_us"),
-        pl.col("name").alias("kernel"),
-        "grid_x",
-        "block_x",
-    )
-    first = evidence.row(0, named=True)
-    return Detection(
-        impact_ns=lost,
-        fields={
-            "op_count": slow.height,
-            "lost_ms": ms(lost),
-            "slow_ms": ms(int(slow["time_ns"].sum())),
-            "top_op": first["op"],
-            "top_shape": first["shape"],
-            "top_gbps": float(top["achieved_gbps"]),
-            "top_bandwidth_pct": float(top["reachable_pct"]),
-            "bandwidth_gbps": float(reachable),
-            "datasheet_gbps": float(peaks.hbm_gbps),
-        },
-        evidence=evidence,
+    return _detection(
+        slow.with_columns(pl.col("name").alias("kernel")),
+        lost,
+        (
+            pl.format("{}<{}> (strided elementwise kernel)", "functor", "dtype"),
+            pl.format("{} elements (from its grid)", "elements"),
+            pl.lit("elementwise"),
+        ),
+        ("kernel", "grid_x", "block_x"),
+        reachable_gbps=float(reachable),
+        datasheet_gbps=float(peaks.hbm_gbps),
     )
