@@ -214,12 +214,7 @@ def test_linked_what_if_against_the_measured_savings() -> None:
     Nsight Systems."""
     errors = {}
     for (workload, profiler), pattern in PAIRS.items():
-        bad, _ = _linked(pattern, "bad")
-        good, _ = _linked(pattern, "good")
-        now, fixed = cr.step_time_ns(cr.replay(bad)), cr.step_time_ns(cr.replay(good))
-        assert now is not None and fixed is not None
-        measured = now - fixed
-        fixes = cr.what_if(bad)["fixes"]
+        _, _, measured, fixes = _pair(pattern)
         errors[(workload, profiler)] = fixes[FIX[workload]]["saving_ns"] / measured - 1
         # the other fix is not what these pairs are about: it predicts little
         other = next(s for s in FIX.values() if s != FIX[workload])
@@ -228,6 +223,16 @@ def test_linked_what_if_against_the_measured_savings() -> None:
     assert abs(errors[("rank_imbalance", "nsys")]) <= 0.35, errors
     assert 0 < errors[("nccl_overlap", "nsys")] <= 0.35, errors
     assert 0 < errors[("nccl_overlap", "torch")] < 1, errors
+
+
+def _pair(pattern: str) -> tuple[int, int, int, dict]:
+    """A pair's job step times (bad, good) as the unchanged linked replay gives them, the
+    measured saving, and the bad job's linked what-ifs."""
+    bad, _ = _linked(pattern, "bad")
+    good, _ = _linked(pattern, "good")
+    now, fixed = cr.step_time_ns(cr.replay(bad)), cr.step_time_ns(cr.replay(good))
+    assert now is not None and fixed is not None
+    return now, fixed, now - fixed, cr.what_if(bad)["fixes"]
 
 
 #: The heading of the linked table in sample_traces/README.md's what-if proof section.
@@ -250,12 +255,8 @@ def linked_table() -> list[str]:
     }
     lines = []
     for (workload, profiler), pattern in PAIRS.items():
-        bad, _ = _linked(pattern, "bad")
-        good, _ = _linked(pattern, "good")
-        now, fixed = cr.step_time_ns(cr.replay(bad)), cr.step_time_ns(cr.replay(good))
-        assert now is not None and fixed is not None
-        measured = now - fixed
-        predicted = cr.what_if(bad)["fixes"][FIX[workload]]["saving_ns"]
+        now, fixed, measured, fixes = _pair(pattern)
+        predicted = fixes[FIX[workload]]["saving_ns"]
         ranks = ", ".join(
             f"{per_rank[(workload, profiler, r)] * 100:+.0f}% (rank {r})" for r in (0, 1)
         )

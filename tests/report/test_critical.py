@@ -6,39 +6,9 @@ import json
 
 from tests.support.synth import Synth
 from traceanalyzer.analysis import analyze_trace
-from traceanalyzer.findings import Finding
-from traceanalyzer.report.critical import ranked, section
+from traceanalyzer.report.critical import section
 from traceanalyzer.report.html import render_html
 from traceanalyzer.report.jsonout import to_json_dict, validate
-
-
-def _finding(slug: str, impact: int, saving: int | None) -> Finding:
-    return Finding(
-        slug=slug,
-        rule_id="TA999",
-        severity="low",
-        title=slug,
-        message="m",
-        fix="f",
-        impact_ns=impact,
-        impact_pct=1.0,
-        impact_per_step_ns=impact,
-        what_if={
-            "step_time_ns": None if saving is None else 10 - saving,
-            "saving_ns": saving,
-            "assumes": "a",
-        },
-    )
-
-
-def test_findings_rank_by_predicted_saving_then_by_impact() -> None:
-    fs = [
-        _finding("a", 100, 1),
-        _finding("b", 1, 50),
-        _finding("c", 500, None),
-        _finding("d", 5, 7),
-    ]
-    assert [f.slug for f in ranked(fs)] == ["b", "d", "a", "c"]
 
 
 def _trace_with_names() -> Synth:

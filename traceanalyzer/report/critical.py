@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 from traceanalyzer.analysis.critical_path import CATEGORIES
 from traceanalyzer.report._common import fmt_ns
 from traceanalyzer.report.charts import esc
-from traceanalyzer.report.whatif_view import ASSUMES_LABEL, TITLE, fmt_ms, ranked, whatif_view
+from traceanalyzer.report.whatif_view import ASSUMES_LABEL, TITLE, fmt_ms, whatif_view
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.result import AnalysisResult
 
-__all__ = ["ranked", "section"]
+__all__ = ["section"]
 
 #: Colours of the breakdown's categories (CSS colours, fixed: no trace text reaches them).
 COLOURS = {
