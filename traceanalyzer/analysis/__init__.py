@@ -106,15 +106,15 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
 
     def predict(rank: int, path: critical_path.CriticalPath) -> None:
         if rank == headline or whatif.has_findings(result.findings, rank, headline):
-            summaries[rank] = whatif.predict(views, path.graph, result.findings, None, headline)
+            summary = whatif.predict(views, path.graph, result.findings, None, headline)
+            # Which steps the path and the what-if judged (all, unless over the budget).
+            summaries[rank] = {**summary, "judged_steps": path.graph.judged}
 
     result.critical_path_ranks, result.critical_path_gpus = every_rank(
         views, headline, found, on_path=predict
     )
     if headline in summaries:
         result.what_if = dict(summaries[headline])
-        # Which steps the path and the what-if judged (all, unless over the graph's budget).
-        result.what_if["judged_steps"] = found.graph.judged if found is not None else None
         if len(summaries) > 1:  # "all of the above" of every rank with findings
             result.what_if["ranks"] = [summaries[r] for r in sorted(summaries)]
 
