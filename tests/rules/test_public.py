@@ -201,3 +201,20 @@ def test_gemm_rules_quiet_when_the_saving_is_a_sliver_of_the_window():
     findings, _ = verdicts("hta_mi250_rocm.json.gz", **{"fp32-matmul": {"min_impact_pct": 0}})
     message = findings["fp32-matmul"].message
     assert "for 30.2 µs (" in message and "0.0 ms" not in message
+
+
+def test_per_step_impact_counts_the_analyzed_ranks_steps_only():
+    # A two-process export marks 16 steps on each rank; the findings are the headline rank's,
+    # so their time per step is over its 16 steps, not the file's 32 (it read half).
+    path = next((p for p in TRACES if p.name == "nsysai_2gpu_sendrecv_before.sqlite"), None)
+    if path is None:
+        pytest.skip("nsysai_2gpu_sendrecv_before.sqlite is not in ../shared/traces/public")
+    views = Views(choose_window(read_any(path), "steps"))
+    steps = views.steps
+    assert steps["rank"].n_unique() == 2
+    own = steps.filter(pl.col("rank") == views.metrics.rank).height
+    assert 0 < own < steps.height
+    findings, _ = evaluate(views, RuleConfig())
+    assert findings
+    for f in findings:
+        assert f.impact_per_step_ns == f.impact_ns // own

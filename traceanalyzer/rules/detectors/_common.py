@@ -115,9 +115,9 @@ def window_length(views: Views) -> int:
 
 
 def step_count(views: Views) -> int:
-    """The number of steps the trace marks."""
+    """The number of steps the analyzed rank marks (a trace may hold several ranks' steps)."""
     steps = getattr(views, "steps", None)
-    return 0 if steps is None else int(steps.height)
+    return 0 if steps is None else int(own_rank(views, steps).height)
 
 
 def own_rank(views: Views, frame: pl.DataFrame) -> pl.DataFrame:
