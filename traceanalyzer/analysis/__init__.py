@@ -106,7 +106,7 @@ def _add_critical_path(result: AnalysisResult, views: Views) -> None:
 
     def predict(rank: int, path: critical_path.CriticalPath) -> None:
         if rank == headline or whatif.has_findings(result.findings, rank, headline):
-            summary = whatif.predict(views, path.graph, result.findings, None, headline)
+            summary = whatif.predict(views, path.graph, result.findings, headline, path.replay)
             # Which steps the path and the what-if judged (all, unless over the budget).
             summaries[rank] = {**summary, "judged_steps": path.graph.judged}
 

@@ -182,7 +182,7 @@ def reduce_trace(trace: Trace, *, rules: bool = False, rule_config: Any = None) 
 
     def predict(rank: int, path: Any) -> None:
         if whatif.has_findings(found, rank, owner):
-            whatif.predict(views, path.graph, found, None, owner)
+            whatif.predict(views, path.graph, found, owner, path.replay)
 
     headline = views.metrics.rank
     own_path = critical_path_of(views, headline)  # one graph for the path and the anchors
@@ -389,7 +389,12 @@ def analyze_summaries(
 ) -> Any:
     """The job (:class:`analysis.job.JobResult`, with its :attr:`scale` view) from every loaded
     trace's summary; ``failed``: the traces that could not be loaded (path, error)."""
-    from traceanalyzer.analysis.job import MIN_LATENESS_US, hta_late_from, job_from_parts
+    from traceanalyzer.analysis.job import (
+        MIN_LATENESS_US,
+        hta_late_from,
+        job_from_parts,
+        windows_overlap,
+    )
     from traceanalyzer.analysis.job_scale import scale_view
 
     lateness_us = MIN_LATENESS_US if min_lateness_us is None else min_lateness_us
@@ -434,16 +439,9 @@ def analyze_summaries(
     job.scale = scale_view(
         job, c.extents.select("rank", "step", "duration_ns"), c.findings, lateness_us
     )
-    if job.per_rank is not None and windows_ok(job):
+    if job.per_rank is not None and windows_overlap(job.ranks):
         job.critical = analyze_linked(c.anchors, collectives, job.per_rank)
     return job
-
-
-def windows_ok(job: Any) -> bool:
-    """Whether the ranks' times can be linked: their GPU windows overlap (one run, one clock)."""
-    from traceanalyzer.analysis.job import windows_overlap
-
-    return windows_overlap(job.ranks)
 
 
 def summary_size(summaries: list[RankSummary]) -> int:

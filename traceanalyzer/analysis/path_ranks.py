@@ -114,11 +114,6 @@ def every_rank(
     )
 
 
-#: The host's kinds of path time, and the GPU's (the per-rank table's two shares).
-HOST_KINDS = ("cpu", "launch", "host_wait", "data_loading")
-GPU_KINDS = ("gpu_compute", "gpu_communication", "gpu_copy")
-
-
 def per_rank(steps: pl.DataFrame, gpus: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per rank: its steps, the mean step time, the mean per step of each kind of the
     path (``<kind>_ns``), the kind that takes most of it (``bound_by``) and, per GPU, the mean

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.analysis.critical_path import Change, Graph, replay, step_time_ns
+from traceanalyzer.analysis.critical_path import Change, Graph, Replay, replay, step_time_ns
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -663,17 +663,16 @@ def predict(
     views: Views,
     graph: Graph,
     findings: list[Finding],
-    evidence: dict[str, pl.DataFrame | None] | None = None,
     headline: int | None = None,
+    now: Replay | None = None,
 ) -> dict[str, Any]:
     """Set ``what_if`` on each finding of the graph's rank (:func:`owns`), and return the
-    summary: the step time now, and with every modelled fix of the rank at once ("all of the
-    above"). A finding's evidence is its own (``evidence_frame``); ``evidence`` by slug is the
-    fallback for findings made without one."""
+    summary: the step time now (from ``now``, the unchanged graph's replay, where the caller
+    holds it), and with every modelled fix of the rank at once ("all of the above"). A
+    finding's evidence is its own (``evidence_frame``)."""
     ctx = Context(graph=graph, views=views)
-    base = step_time_ns(replay(graph))
+    base = step_time_ns(now if now is not None else replay(graph))
     changes: list[Change] = []
-    evidence = evidence or {}
     for f in findings:
         if not owns(f, graph.rank, headline):
             continue
@@ -687,7 +686,7 @@ def predict(
             continue
         try:
             ev = getattr(f, "evidence_frame", None)
-            change = model(ctx, f, ev if ev is not None else evidence.get(f.slug))
+            change = model(ctx, f, ev)
         except Exception as exc:  # noqa: BLE001 - a model's failure must not sink the report
             if os.environ.get("TRACEANALYZER_DEBUG"):
                 raise
@@ -740,7 +739,7 @@ def step_time_with(
     for f in findings:
         if (slugs is not None and f.slug not in slugs) or f.slug not in MODELS:
             continue
-        if f.rank is not None and f.rank != graph.rank:
+        if not owns(f, graph.rank, None):
             continue
         try:
             change = MODELS[f.slug](ctx, f, getattr(f, "evidence_frame", None))
