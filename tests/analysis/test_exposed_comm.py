@@ -32,12 +32,14 @@ def _paths(fmt: str, run: str) -> list[Path]:
     return paths
 
 
-def _rule_exposed_pct(views: Views) -> float:
-    """The rule's exposed share, with its threshold at 0 so it always reports it."""
+def _rule_exposed_pct(views: Views, rank: int | None = None) -> float:
+    """The rule's exposed share on ``rank`` (the headline's by default), with its threshold at 0
+    so it always reports it."""
     only = RuleConfig(overrides={SLUG: {"min_exposed_pct": 0}})
     only.disabled = {r.slug for r in only.rules() if r.slug != SLUG}
     findings, _ = evaluate(views, only)
-    (finding,) = [f for f in findings if f.slug == SLUG]
+    rank = views.metrics.rank if rank is None else rank
+    (finding,) = [f for f in findings if f.slug == SLUG and f.rank == rank]
     return finding.impact_pct
 
 
@@ -49,8 +51,11 @@ def test_job_and_rule_report_the_same_exposed_share(fmt: str, run: str) -> None:
     job = analyze_job(combined, rules=False)
     assert job.ranks["rank"].to_list() == [0, 1]
     # In the job, the rule and the job view are one definition (the job trace's own rank is 0).
-    rule_in_job = _rule_exposed_pct(Views(combined))
-    assert job.ranks["exposed_comm_pct"][0] == pytest.approx(rule_in_job, abs=0.01), (fmt, run)
+    # The rules judge each rank of the job trace: each rank's figure is the job view's.
+    for rank in (0, 1):
+        rule_in_job = _rule_exposed_pct(Views(combined), rank)
+        assert job.ranks["exposed_comm_pct"][rank] == pytest.approx(rule_in_job, abs=0.01), (
+            fmt, run, rank)
     for trace, row in zip(traces, job.ranks.iter_rows(named=True), strict=True):
         assert trace.meta.rank == row["rank"]
         # Alone, a rank's trace bounds a collective's transfer by its other steps only; in the
@@ -130,8 +135,10 @@ def test_the_job_shows_what_each_rank_waited() -> None:
     assert all(w > 5 for w in waited), waited
     rule = RuleConfig()
     rule.disabled = {r.slug for r in rule.rules() if r.slug != "collective-wait"}
-    (finding,) = evaluate(Views(combined), rule)[0]
-    assert finding.impact_pct == pytest.approx(waited[0], abs=0.01)
+    found = {f.rank: f for f in evaluate(Views(combined), rule)[0]}
+    assert set(found) == {0, 1}  # both ranks waited; the rules judge each
+    for rank in (0, 1):
+        assert found[rank].impact_pct == pytest.approx(waited[rank], abs=0.01)
     assert "waited" in render_job(job)
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import PUBLIC, SAMPLES
-from traceanalyzer.analysis import AnalysisResult, _add_critical_path, analyze_trace
+from traceanalyzer.analysis import AnalysisResult, analyze_trace
 from traceanalyzer.analysis.job import combine
-from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window
 from traceanalyzer.ingest import load
 from traceanalyzer.report.html import render_html
@@ -37,16 +36,12 @@ def _files(name: str) -> list[Path]:
 
 @cache
 def _job(name: str) -> tuple[AnalysisResult, AnalysisResult]:
-    """The two ranks as one trace, its result given the rank-1 file's own findings too (rules
-    name the headline rank on a trace of several, a job's reduction each rank: this is the
-    case of a rank that is not the headline), and rank 1's file analyzed alone."""
+    """The two ranks as one trace (the rules judge each rank of it: rank 1 is a rank that is
+    not the headline), and rank 1's file analyzed alone."""
     traces = [choose_window(load(p, use_cache=False), "steps") for p in _files(name)]
     alone = analyze_trace(traces[1])
-    joined = combine(traces)
-    result = analyze_trace(joined)
-    assert result.metrics.rank == 0 and {f.rank for f in result.findings} <= {0}
-    result.findings += alone.findings
-    _add_critical_path(result, Views(joined))
+    result = analyze_trace(combine(traces))
+    assert result.metrics.rank == 0 and {f.rank for f in result.findings} == {0, 1}
     return result, alone
 
 
@@ -57,14 +52,22 @@ def test_another_ranks_findings_are_predicted_on_its_own_graph(name: str) -> Non
     result, alone = _job(name)
     others = [f for f in result.findings if f.rank == 1]
     assert others
-    # The same prediction as on rank 1's file alone: its own graph, not the headline's.
-    for f, g in zip(others, alone.findings, strict=True):
-        assert f.what_if == g.what_if
+    # About the prediction on rank 1's file alone: its own graph, not the headline's. In the
+    # joint trace the other rank bounds each collective's transfer too, so the communication
+    # findings' evidence (and so their savings) may differ a little (test_exposed_comm.py).
+    mine = {f.slug: f for f in alone.findings}
+    assert {f.slug for f in others} == set(mine)
+    for f in others:
+        g = mine[f.slug]
+        assert f.what_if["saving_ns"] == pytest.approx(g.what_if["saving_ns"], rel=0.05), f.slug
     assert any((f.what_if or {}).get("saving_ns") for f in others)
     assert result.what_if is not None and alone.what_if is not None
     by_rank = {s["rank"]: s for s in result.what_if["ranks"]}
     assert sorted(by_rank) == [0, 1]
-    assert by_rank[1] == alone.what_if  # its "all of the above" and step time
+    # rank 1's step time now is its own graph's, as alone; so is "all of the above", about
+    assert by_rank[1]["step_time_ns"] == alone.what_if["step_time_ns"]
+    assert by_rank[1]["all"]["step_time_ns"] == pytest.approx(
+        alone.what_if["all"]["step_time_ns"], rel=0.01)
     assert result.what_if["rank"] == 0 and by_rank[0]["all"] == result.what_if["all"]
     # The JSON and the reports say it per rank.
     doc = json.loads(dumps(to_json_dict(result)))

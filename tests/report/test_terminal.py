@@ -35,5 +35,5 @@ def test_memory_section(tmp_path):
     trace = REPO / "sample_traces" / "programs" / "torch" / "empty_cache_good_torch.json.gz"
     out = run_cli("analyze", str(trace), "--no-cache").stdout
     line = out.split("Device memory:\n", 1)[1].splitlines()[0]
-    assert line.startswith("  device 0: peak allocated 1.97 GiB, 1.4% of the GPU, step ")
+    assert line.startswith("  GPU 0: peak allocated 1.97 GiB, 1.4% of the GPU, step ")
     assert "peak reserved 2.13 GiB" in line and "held at the peak by aten::" in line

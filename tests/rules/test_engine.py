@@ -33,7 +33,8 @@ from traceanalyzer.rules.schema import UNITS, render, template_fields
 SLUGS = builtin_slugs()
 #: Test modules of tests/rules/ that are not one rule's.
 GENERAL_TESTS = {"test_engine", "test_builtin_rules", "test_holdout", "test_manifest", "test_public",
-                 "test_common"}  # test_common: the detectors' shared helpers (_common.py)
+                 "test_common",  # test_common: the detectors' shared helpers (_common.py)
+                 "test_engine_ranks"}  # the engine on files of several ranks
 
 USER_RULE = """\
 slug: long-memset

@@ -9,6 +9,8 @@ import pytest
 from tests.support.paths import PUBLIC, SAMPLES
 from tests.support.synth import US, Synth, busy_loop, run
 from traceanalyzer import analyze
+from traceanalyzer.analysis.views import Views
+from traceanalyzer.rules import RuleConfig, evaluate
 
 
 def test_gpu_idle_gaps_fires_on_host_wait_gaps():
@@ -39,7 +41,7 @@ def test_gpu_idle_gaps_quiet_when_busy_and_tunable():
     assert "gpu-idle-gaps" not in run(s, **{"gpu-idle-gaps": {"min_gap_us": 500}})[0]
 
 
-def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
+def test_two_ranks_in_one_trace_are_judged_each_on_its_own():
     # A merged trace: rank 1 idles a lot, rank 0 (the trace's own rank) is busy.
     s = Synth()
     busy_loop(s, n=20)
@@ -47,8 +49,13 @@ def test_two_ranks_in_one_trace_judge_the_trace_rank_only():
         s.kernel("gemm_bf16", i * 1000, 50, launch=i * 1000 - 5)
     for row in s.gpu[20:]:
         row["rank"] = 1
-    findings, _ = run(s)  # run() checks every impact against rank 0's window
-    assert "gpu-idle-gaps" not in findings
+    views = Views(s.trace())
+    findings, _ = evaluate(views, RuleConfig())
+    idle = [f for f in findings if f.slug == "gpu-idle-gaps"]
+    assert [f.rank for f in idle] == [1]  # rank 1's idle, not rank 0's
+    span = views.metrics_by_rank[1].span_ns
+    assert idle[0].impact_ns <= span and idle[0].impact_pct > 50
+    run(s)  # and every finding's impact within its own rank's window
 
 
 ALEXNET = PUBLIC / "kineto" / "hta_alexnet_sync.json.gz"  # a 10 s wait in a 12.9 s GPU span

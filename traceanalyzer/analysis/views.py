@@ -264,6 +264,19 @@ class Views:
         """All views by name, for SQL queries."""
         return {name: getattr(self, name) for name in TABLE_NAMES}
 
+    def for_rank(self, rank: int) -> Views:
+        """These views with ``rank`` as the headline, for judging another rank of a file that
+        holds several: the views of every rank (launches, gaps, steps, collectives) already
+        computed are shared, not rebuilt; only the headline's own are computed again."""
+        other = type(self)(replace(self.trace, meta=replace(self.meta, rank=rank)))
+        other.__dict__.update({k: v for k, v in self.__dict__.items()
+                               if k not in ("trace", "meta", *HEADLINE_VIEWS)})
+        return other
+
+
+#: The cached views that depend on the headline rank (:meth:`Views.for_rank` recomputes them).
+HEADLINE_VIEWS = ("metrics", "perf_model", "perf_roofline")
+
 
 class StepViews(Views):
     """The views that choosing the analysis window reads (the steps, the GPU work placed in

@@ -233,6 +233,27 @@ def impact_text(finding: Finding) -> str:
     return f"{fmt_ns(finding.impact_ns)} ({fmt_pct(finding.impact_pct)} {SHARE_LABEL})"
 
 
+def multi_rank(result: Any) -> bool:
+    """Whether the analyzed file holds several ranks (each judged by the rules on its own)."""
+    return result.ranks is not None and result.ranks.height > 1
+
+
+def findings_by_rule(findings: Iterable[Finding]) -> list[tuple[Finding, list[Finding]]]:
+    """Findings by rule, most costly first: each rule's costliest finding, and the same rule's
+    findings on the file's other ranks (a file that holds several ranks), most costly first."""
+    groups: dict[str, list[Finding]] = {}
+    for f in sorted_findings(findings):
+        groups.setdefault(f.slug, []).append(f)
+    return [(first, rest) for first, *rest in groups.values()]
+
+
+def other_ranks_text(others: list[Finding]) -> str:
+    """"also on rank 1 (12 ms, 4.1% ...), rank 3 (...)": one rule's findings on other ranks."""
+    return "also on " + ", ".join(
+        f"rank {f.rank} ({fmt_ns(f.impact_ns)}, {fmt_pct(f.impact_pct)} {SHARE_LABEL})"
+        for f in others)
+
+
 def costs_nothing(finding: Finding) -> bool:
     """An informational finding with no cost in the window (its impact says nothing)."""
     return finding.severity == "info" and not finding.impact_ns
@@ -443,17 +464,21 @@ def step_rows(result: Any, limit: int | None = MAX_STEP_ROWS) -> tuple[list[dict
     if not rows:
         return [], 0
     slowest = max(rows, key=lambda r: r["duration_ns"])["step"]
+    # A rank with no GPU activity (a CPU-only trace) has no busy or idle GPU to split: "-".
+    gpu = bool(result.metrics.span_ns)
     out = []
     for r in rows:
         d = r["duration_ns"] or 0
         mark = "slowest" if r["step"] == slowest and len(rows) > 1 else ""
         if r.get("outlier"):
             mark = "outlier" + (", slowest" if mark else "")
+        of = d if gpu else 0
         out.append({
             "step": r["step"], "name": r.get("name"), "duration_ns": d,
-            "busy_pct": pct_of(r["busy_ns"], d), "host_wait_pct": pct_of(r["idle_host_wait_ns"], d),
-            "kernel_wait_pct": pct_of(r["idle_kernel_wait_ns"], d),
-            "other_pct": pct_of(r["idle_other_ns"], d), "kernels": r["kernel_count"],
+            "busy_pct": pct_of(r["busy_ns"], of),
+            "host_wait_pct": pct_of(r["idle_host_wait_ns"], of),
+            "kernel_wait_pct": pct_of(r["idle_kernel_wait_ns"], of),
+            "other_pct": pct_of(r["idle_other_ns"], of), "kernels": r["kernel_count"],
             "launches": r.get("launch_count"), "mark": mark,
         })
     if limit is not None and len(out) > limit:
@@ -485,7 +510,8 @@ def memory_lines(result: Any) -> list[str]:
             step = f", step {r[f'peak_{kind}_step']}" if r[f"peak_{kind}_step"] is not None else ""
             parts.append(f"peak {kind} {fmt_bytes(peak)}{share}{step}")
         source = "" if r["source"] == "allocator" else " (driver allocations)"
-        line = f"device {r['device']}{source}: " + "; ".join(parts)
+        # "GPU 0", as the header's device line names it
+        line = f"GPU {r['device']}{source}: " + "; ".join(parts)
         holders = getattr(result, "memory_holders", None)
         if holders is not None and not holders.is_empty():
             held = holders.filter(pl.col("rank") == rank, pl.col("device") == r["device"]).head(

@@ -14,11 +14,14 @@ from traceanalyzer.report._common import (
     costs_nothing,
     counted,
     exposed_transfer,
+    findings_by_rule,
     fmt_ns,
     fmt_pct,
     header_notes,
     impact_text,
     memory_lines,
+    multi_rank,
+    other_ranks_text,
     pct_of,
     rank_rows,
     sorted_findings,
@@ -98,8 +101,9 @@ def render_markdown(result: AnalysisResult) -> str:
     lines.append("")
     ranks = rank_rows(result)
     if ranks:
-        lines += [f"**Ranks in this file** ({len(ranks)}; the figures above and the findings are "
-                  f"rank {result.metrics.rank}'s)", "",
+        lines += [f"**Ranks in this file** ({len(ranks)}; the figures above are rank "
+                  f"{result.metrics.rank}'s; the rules judge each rank, and each finding names "
+                  "its rank)", "",
                   "| Rank | Step p50 | Busy | Host wait | Compute | Comm. | Exposed |",
                   "|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['rank']} | {fmt_ns(r['step_p50_ns'])} | {fmt_pct(r['busy_pct'])} | "
@@ -126,17 +130,22 @@ def render_markdown(result: AnalysisResult) -> str:
         lines.append("")
         for note in result.notes():
             lines += [md_escape(note), ""]
-        for f in findings[:MAX_FINDINGS]:
+        by_rule = findings_by_rule(findings)
+        several = multi_rank(result)
+        for f, others in by_rule[:MAX_FINDINGS]:
             mark = _SEVERITY_MARK.get(f.severity, "")
+            who = f" (rank {f.rank})" if several and f.rank is not None else ""
             lines.append(
-                f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}` "
+                f"- {mark} **{md_escape(f.severity)}** `{_code(f.rule_id)}`{who} "
                 f"{md_escape(f.message)} — "
                 + (INFORMATIONAL if costs_nothing(f) else
                    f"costs {impact_text(f)}")
+                + (f"; {other_ranks_text(others)}" if others else "")
                 + f". *Fix:* {md_escape(f.fix)}"
             )
-        if len(findings) > MAX_FINDINGS:
-            lines.append(f"- … and {len(findings) - MAX_FINDINGS} more in the full report")
+        if len(by_rule) > MAX_FINDINGS:
+            lines.append(f"- … and {counted(len(by_rule) - MAX_FINDINGS, 'more rule')} "
+                         "in the full report")
         lines += _whatif_section(result)
     else:
         lines.append("**No findings.**")

@@ -17,10 +17,13 @@ from traceanalyzer.report._common import (
     costs_nothing,
     counted,
     exposed_transfer,
+    findings_by_rule,
     fmt_ns,
     header_notes,
     impact_text,
     memory_lines,
+    multi_rank,
+    other_ranks_text,
     rank_rows,
     step_rows,
 )
@@ -90,8 +93,9 @@ def _ranks_table(result: AnalysisResult) -> list[str]:
     body = [[str(r["rank"]) + (" *" if r["headline"] else ""), fmt_ns(r["step_p50_ns"]),
              fmt_pct(r["busy_pct"]), fmt_pct(r["host_wait_pct"]), fmt_pct(r["compute_pct"]),
              fmt_pct(r["communication_pct"]), fmt_pct(r["exposed_pct"])] for r in rows]
-    return ["", f"Ranks in this file ({len(rows)}; the headline above and the findings are rank "
-            f"{result.metrics.rank}'s, marked *; `traceanalyzer job` compares ranks):",
+    return ["", f"Ranks in this file ({len(rows)}; the headline above is rank "
+            f"{result.metrics.rank}'s, marked *; the rules judge each rank, and each finding "
+            "names its rank; `traceanalyzer job` compares ranks):",
             table(body, ["rank", "step p50", "busy", "host wait", "compute", "comm", "exposed"],
                   right={1, 2, 3, 4, 5, 6})]
 
@@ -185,13 +189,21 @@ def render_summary(result: AnalysisResult, top: int = 10) -> str:
     lines += _ncu_section(result)
     lines.append("")
     if result.findings:
-        lines.append(f"Findings ({len(result.findings)}, by impact):")
-        for f in result.findings:
+        by_rule = findings_by_rule(result.findings)
+        several = multi_rank(result)
+        ranks = len({f.rank for f in result.findings})
+        count = (f"{len(result.findings)}: {counted(len(by_rule), 'rule')} on "
+                 f"{counted(ranks, 'rank')}" if several else len(result.findings))
+        lines.append(f"Findings ({count}, by impact):")
+        for f, others in by_rule:
             # Wrapped to WIDTH at words: a message's lines go on at 6 spaces, the cost and
             # fix line's at 8, so a reader (or a script) tells where each begins.
-            lines += wrapped(f"[{f.severity}] {f.slug}: {safe(f.message)}", "      ", "  ")
+            who = f" (rank {f.rank})" if several and f.rank is not None else ""
+            lines += wrapped(f"[{f.severity}] {f.slug}{who}: {safe(f.message)}", "      ", "  ")
             cost = (INFORMATIONAL if costs_nothing(f)
                     else f"impact {impact_text(f)}")
+            if others:
+                cost += f"; {other_ranks_text(others)}"
             fix = _first_sentence(f.fix)
             if fix.endswith("…"):  # cut short: say where the whole text is
                 fix += f" (all of it: --html, --markdown, or `traceanalyzer rules show {f.slug}`)"

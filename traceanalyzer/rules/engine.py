@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -127,8 +128,37 @@ def _query_field_names(schema: pl.Schema) -> set[str]:
 def evaluate(
     views: Views, config: RuleConfig | None = None
 ) -> tuple[list[Finding], list[RuleOutcome]]:
-    """Run every active rule on ``views``; findings sorted by impact, plus one outcome per rule
-    (see :class:`~traceanalyzer.findings.RuleOutcome` for what each status means)."""
+    """Run every active rule on each rank of ``views`` that ran GPU work (a file may hold
+    several: an Nsight Systems export of one process per GPU), the headline rank first;
+    findings (each naming its rank) sorted by impact, plus one outcome per rule (see
+    :class:`~traceanalyzer.findings.RuleOutcome` for what each status means): the headline
+    rank's, or the first other rank's where only that one fired."""
+    findings, outcomes = _evaluate_rank(views, config)
+    headline = views.metrics.rank
+    for rank in judged_ranks(views):
+        if rank == headline:
+            continue
+        theirs, their_outcomes = _evaluate_rank(views.for_rank(rank), config)
+        findings += theirs
+        fired = {o.slug: o for o in their_outcomes if o.status == "fired"}
+        outcomes = [o if o.status == "fired" or o.slug not in fired
+                    else replace(fired[o.slug], reason=f"rank {rank}: {fired[o.slug].reason}")
+                    for o in outcomes]
+    findings.sort(key=lambda f: (-f.impact_ns, -severity_rank(f.severity), f.rule_id,
+                                 f.rank != headline, f.rank or 0))
+    return findings, outcomes
+
+
+def judged_ranks(views: Views) -> list[int]:
+    """The ranks the rules judge: every rank with GPU activity in the trace, and the headline."""
+    ranks = views.gpu["rank"].drop_nulls().unique().to_list() if views.gpu.height else []
+    return sorted({int(r) for r in ranks} | {views.metrics.rank})
+
+
+def _evaluate_rank(
+    views: Views, config: RuleConfig | None = None
+) -> tuple[list[Finding], list[RuleOutcome]]:
+    """Every active rule on the headline rank of ``views``."""
     config = config or RuleConfig()
     findings: list[Finding] = []
     outcomes: list[RuleOutcome] = []

@@ -338,10 +338,12 @@ def check_result(trace: Any, result: Any) -> None:
     assert m.busy_ns <= m.compute_ns + m.exposed_communication_ns + m.memory_ns
     if m.comm_overlap_pct is not None:
         assert 0.0 <= m.comm_overlap_pct <= 100.0
-    window = Views(trace).window
-    length = max(0, window[1] - window[0]) if window else 0
+    views = Views(trace)
     for f in result.findings:
-        assert 0 <= f.impact_ns <= length, (f.slug, f.impact_ns, length)
+        # each rank's finding is judged against that rank's own window
+        window = views.for_rank(f.rank).window if f.rank is not None else views.window
+        length = max(0, window[1] - window[0]) if window else 0
+        assert 0 <= f.impact_ns <= length, (f.slug, f.rank, f.impact_ns, length)
         assert 0.0 <= f.impact_pct <= 100.0 + 1e-9, (f.slug, f.impact_pct)
         assert not (isinstance(f.impact_pct, float) and math.isnan(f.impact_pct))
     steps = result.steps
