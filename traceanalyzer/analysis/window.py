@@ -178,6 +178,9 @@ MIN_STEPS_FOR_WARMUP = 3
 STEPS_WINDOW_TOLERANCE = 0.005
 #: A later step slower than this multiple of the median is named as an outlier.
 OUTLIER_FACTOR = 1.5
+#: Steps with GPU work a rank needs for a median to name outliers by (with two, one of them
+#: is always "slower than 1.5x the median" when they differ enough).
+MIN_STEPS_FOR_OUTLIERS = 3
 PROFILER_START, PROFILER_STOP = r"^cu(da)?ProfilerStart", r"^cu(da)?ProfilerStop"
 #: Runtime and driver calls that launch one kernel.
 LAUNCH_CALLS = r"^(cuda|hip|cu)(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel|LaunchKernelExC|LaunchKernelEx)"
@@ -239,6 +242,9 @@ class Window:
     lead_after_step: int | None = None
     #: From the headline rank's last step's end to the window's end (other ranks' later steps).
     tail_ns: int = 0
+    #: From the window's start to the headline rank's first step's CPU start (other ranks'
+    #: earlier steps: ranks of one file need not run at the same time).
+    others_lead_ns: int = 0
     #: Rows of the cpu and gpu frames in the whole capture, before the window cut them, and of
     #: the cpu frame's runtime/driver calls (``cpu_api``): what a "no CPU activity" could be said
     #: of (rules.engine.missing_requirement).
@@ -316,6 +322,9 @@ class Window:
         took = self.steps_ns or 0
         small = max(0.002 * self.analyzed_ns, 1_000)
         parts = []
+        if self.others_lead_ns > small:
+            parts.append(f"{fmt_ns(self.others_lead_ns)} before this rank's first step, from "
+                         "the other ranks' first steps")
         if self.lead_ns > small and self.lead_after_step is not None:
             parts.append(f"{fmt_ns(self.lead_ns)} of it from step {self.first_step}'s CPU start "
                          f"to the end of warm-up step {self.lead_after_step}, whose GPU work "
@@ -337,7 +346,7 @@ class Window:
         if self.tail_ns > small:
             parts.append(f"{fmt_ns(self.tail_ns)} after this rank's last step, until the other "
                          "ranks' steps end")
-        rest = self.analyzed_ns - took - self.lead_ns - self.tail_ns
+        rest = self.analyzed_ns - took - self.others_lead_ns - self.lead_ns - self.tail_ns
         if abs(rest) > small:
             parts.append(f"{fmt_ns(rest)} between steps" if rest > 0 else
                          f"the steps' times overlapping by {fmt_ns(-rest)}")
@@ -453,7 +462,9 @@ def choose_window(trace: Trace, requested: str = "steps",
             keep_inferred_steps(trace, kept, views.step_source)
             _fill_steps(window, views, kept)
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
-            mine = kept.filter(pl.col("rank") == kept["rank"].min())
+            # The headline rank's steps (the trace's own rank, else the lowest: Views.metrics).
+            own = meta.rank if meta.rank in set(kept["rank"].to_list()) else kept["rank"].min()
+            mine = kept.filter(pl.col("rank") == own)
             window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
             _fill_rest(window, trace, mine, steps)
     trace.meta.warnings.extend(_not_what_it_seems(trace, window))
@@ -487,19 +498,28 @@ def _not_what_it_seems(trace: Trace, window: Window) -> list[str]:
                    f"{launches.height} kernel launches were captured and ran no kernel; what ran "
                    f"is {graphs} graph launch{'es' if graphs != 1 else ''} and the work outside "
                    "the graph. Profile the replays (steps after the capture) to judge the loop")
-    gpu = trace.gpu.select("start_ns", "end_ns").sort("start_ns")
-    if gpu.height >= 2:
-        ends = gpu["end_ns"].cum_max()
-        gaps = (gpu["start_ns"].slice(1) - ends.slice(0, gpu.height - 1)).clip(lower_bound=0)
-        span = int(ends.max()) - int(gpu["start_ns"].min())  # type: ignore[arg-type]
-        worst = int(gaps.max() or 0)  # type: ignore[arg-type]
-        if span > 0 and worst >= LONE_GAP_SHARE * span:
-            at = int(gaps.arg_max() or 0)
-            before = at + 1
-            out.append(f"one GPU idle gap of {fmt_ns(worst)} is {100 * worst / span:.0f}% of the "
-                       f"GPU span ({before} GPU activit{'y' if before == 1 else 'ies'} before it, "
-                       f"{gpu.height - before} after): the span's busy and idle figures mostly "
-                       "measure that wait; --window START:END judges one side of it")
+    # Per rank: the ranks of one file (processes of one export) need not run at the same time,
+    # and the gap between two of them is no rank's idle time.
+    gaps = (
+        trace.gpu.select("rank", "start_ns", "end_ns").sort("rank", "start_ns")
+        .with_columns(gap=(pl.col("start_ns") - pl.col("end_ns").cum_max().shift(1))
+                      .over("rank").clip(lower_bound=0).fill_null(0),
+                      before=pl.int_range(pl.len()).over("rank"))
+        .group_by("rank")
+        .agg(span=pl.col("end_ns").max() - pl.col("start_ns").min(), worst=pl.col("gap").max(),
+             before=pl.col("before").sort_by("gap").last(), count=pl.len())
+        .filter(pl.col("count") >= 2, pl.col("span") > 0,
+                pl.col("worst") >= LONE_GAP_SHARE * pl.col("span"))
+        .sort("rank")
+    )
+    several = trace.gpu["rank"].n_unique() > 1 if trace.gpu.height else False
+    for rank, span, worst, before, count in gaps.select(
+            "rank", "span", "worst", "before", "count").iter_rows():  # one row per rank
+        whose = f"rank {rank}: " if several else ""
+        out.append(f"{whose}one GPU idle gap of {fmt_ns(worst)} is {100 * worst / span:.0f}% of "
+                   f"the GPU span ({before} GPU activit{'y' if before == 1 else 'ies'} before "
+                   f"it, {count - before} after): the span's busy and idle figures mostly "
+                   "measure that wait; --window START:END judges one side of it")
     return out
 
 
@@ -574,14 +594,16 @@ def _fill_rest(window: Window, trace: Trace, mine: pl.DataFrame, steps: pl.DataF
     if not before.is_empty():
         window.lead_after_step = int(before.sort("start_ns")["step"][-1])
     lead_end = int(first["wall_start_ns"])
-    window.lead_ns = max(0, lead_end - window.start_ns)
+    own_start = max(window.start_ns, min(int(first["start_ns"]), lead_end))
+    window.others_lead_ns = own_start - window.start_ns
+    window.lead_ns = max(0, lead_end - own_start)
     window.tail_ns = max(0, window.end_ns - int(mine["wall_end_ns"].max()))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
     window.lead_to_gpu_start = first["gpu_start_ns"] is not None and lead_end == first["gpu_start_ns"]
     if window.lead_ns == 0:
         return
     gpu = trace.gpu.filter(pl.col("rank") == first["rank"]).select(
         "start_ns", "end_ns", "correlation")
-    ran = intervals.clip(gpu, window.start_ns, lead_end)
+    ran = intervals.clip(gpu, own_start, lead_end)
     window.lead_gpu_busy_ns = (int(intervals.union_length(ran.select("start_ns", "end_ns")))
                                if ran.height else 0)
     launched = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
