@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.support.paths import SAMPLES
+from tests.support.paths import PUBLIC, SAMPLES
 from traceanalyzer.analysis import step_breakdown
 from traceanalyzer.analysis.views import Views
 from traceanalyzer.analysis.window import choose_window
@@ -50,3 +50,27 @@ def test_a_gap_across_a_step_boundary_is_shared_between_the_steps() -> None:
     steps = step_breakdown(Views(choose_window(load(path), "steps")))
     share = (steps["idle_host_wait_ns"] / steps["duration_ns"]).to_numpy()
     assert share.min() > 0.9 and share.max() < 1.0
+
+
+MI250 = PUBLIC / "kineto" / "hta_mi250_rocm.json.gz"
+CPU_ONLY = MI250.with_name("hta_cpu_only.json.gz")
+
+
+@pytest.mark.skipif(not MI250.exists(), reason="public traces absent")
+def test_a_last_step_with_no_gpu_work_makes_no_step_an_outlier() -> None:
+    # HTA's MI250 trace: step 1 runs every kernel (9.3 ms), step 2 is cut short by the profiler
+    # (86 µs, nothing launched); with two steps the median made step 1 an "outlier".
+    steps = step_breakdown(Views(choose_window(load(MI250), "steps")))
+    assert steps["launch_count"].to_list()[-1] == 0
+    assert not steps["outlier"].any()
+
+
+@pytest.mark.skipif(not CPU_ONLY.exists(), reason="public traces absent")
+def test_a_cpu_only_trace_splits_no_gpu_time_in_its_steps() -> None:
+    # No GPU was recorded: "host wait 100%" would say a GPU waited for its host.
+    from traceanalyzer.analysis import analyze_trace
+
+    rows, total = step_rows(analyze_trace(choose_window(load(CPU_ONLY), "steps")))
+    assert total == 1
+    assert all(rows[0][k] is None for k in ("busy_pct", "host_wait_pct", "kernel_wait_pct",
+                                            "other_pct"))

@@ -17,7 +17,7 @@ from traceanalyzer.analysis.memory_check import check_analysis_memory
 from traceanalyzer.analysis.result import AnalysisResult, Metrics
 from traceanalyzer.analysis.timings import step
 from traceanalyzer.analysis.views import Views
-from traceanalyzer.analysis.window import OUTLIER_FACTOR
+from traceanalyzer.analysis.window import MIN_STEPS_FOR_OUTLIERS, OUTLIER_FACTOR
 from traceanalyzer.model import Trace
 
 #: Buckets of the utilization-over-time chart.
@@ -183,9 +183,13 @@ def step_breakdown(views: Views) -> pl.DataFrame:
         )
         .fill_null(0)
         # A step much slower than its rank's median (a data-loader hiccup, a checkpoint, a
-        # recompilation) is named; docs/metrics.md, "The analysis window".
-        .with_columns(outlier=pl.col("duration_ns")
-                      > OUTLIER_FACTOR * pl.col("duration_ns").median().over("rank"))
+        # recompilation) is named; docs/metrics.md, "The analysis window". The median is of
+        # the steps that launched GPU work: a last step cut short by the profiler, with none,
+        # is no measure of the others.
+        .with_columns(
+            outlier=(pl.col("duration_ns") > OUTLIER_FACTOR * pl.col("duration_ns")
+                     .filter(pl.col("launch_count") > 0).median().over("rank"))
+            & ((pl.col("launch_count") > 0).sum().over("rank") >= MIN_STEPS_FOR_OUTLIERS))
         .select(list(schema))
         .cast(schema)
         .sort("rank", "step")
