@@ -90,12 +90,15 @@ _LINK_BY_NAME: tuple[tuple[str, HostLink], ...] = (
 
 
 def host_link(device: Device | None) -> HostLink:
-    """The host link of ``device``: from its name, else from its NVIDIA compute capability,
-    else PCIe Gen4 x16, marked ``assumed``."""
+    """The host link of ``device``: from its name, or from the GPU its properties identify
+    where the name does not say ("AMD Radeon Graphics" with an MI250's compute units), else
+    from its NVIDIA compute capability, else PCIe Gen4 x16, marked ``assumed``."""
     name = ((device.name if device else None) or "").lower()
-    for pattern, link in _LINK_BY_NAME:
-        if re.search(pattern, name):
-            return link
+    known = by_properties(device) if device is not None else None
+    for candidate in (name, known.name.lower() if known is not None else ""):
+        for pattern, link in _LINK_BY_NAME:
+            if candidate and re.search(pattern, candidate):
+                return link
     cc = compute_capability(device)
     if cc is not None:
         gen = 3 if cc < (8, 0) else 4 if cc < (9, 0) else 5

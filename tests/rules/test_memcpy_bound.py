@@ -109,6 +109,15 @@ def test_host_links(name, cc, vendor, link, assumed):
     assert got.practical_gbps < got.nominal_gbps
 
 
+@pytest.mark.parametrize(("cus", "gfx", "gib", "link"), [
+    (104, "9.0", 64, "PCIe Gen4 x16"),  # an MI250 GCD, as HTA's MI250 trace records it
+    (304, "9.4", 192, "PCIe Gen5 x16"),  # an MI300X
+])
+def test_an_amd_gpu_known_by_its_properties_has_its_link_not_an_assumed_one(cus, gfx, gib, link):
+    got = host_link(Device(0, "AMD Radeon Graphics", cus, gib * 2**30, gfx, "amd"))
+    assert (got.name, got.assumed) == (link, False)
+
+
 # --- real traces ----------------------------------------------------------------------------------
 
 
