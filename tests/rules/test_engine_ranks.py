@@ -35,6 +35,8 @@ def test_a_rule_that_fires_only_on_the_second_rank_is_reported(two_processes):
     assert fired(r, "memcpy-bound") == {1}
     assert fired(r, "pageable-memcpy") == {1}
     assert fired(r, "fp32-matmul") == {0}
+    # The start-up the window measured is the headline rank's: told once, not per rank.
+    assert fired(r, "startup-time") == {0}
     memcpy = next(f for f in r.findings if f.slug == "memcpy-bound")
     assert memcpy.severity == "critical" and memcpy.impact_pct > 80
     # Its share is of rank 1's own GPU span, not the headline's.

@@ -29,6 +29,8 @@ def startup_time(views: Views, p: Params) -> Detection | None:
     if window is None or window.kind != "steps" or not window.startup:
         return None
     startup = window.startup
+    if startup.get("rank", views.metrics.rank) != views.metrics.rank:
+        return None  # the start-up measured is another rank's (the file's headline rank's)
     duration = int(startup.get("duration_ns", 0))
     if duration < p["min_startup_s"] * NS_PER_S:
         return None
