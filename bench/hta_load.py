@@ -116,6 +116,7 @@ def time_load(py: Path, trace: Path, timeout_s: float) -> dict:
         rec.update({"load_s": None, "error": f"{why}: {run['stderr'].strip()[-300:]}"})
     rec["peak_rss_mb"] = round(run["rusage"].ru_maxrss / 1024.0, 1)
     rec["child_wall_s"] = round(run["wall_s"], 3)
+    rec["child_cpu_s"] = round(run["rusage"].ru_utime + run["rusage"].ru_stime, 3)
     return rec
 
 

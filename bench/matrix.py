@@ -21,6 +21,10 @@ waiting for a core, CPU time does not), MB/s of the uncompressed trace per wall 
 second, peak RSS and peak RSS / file size, the exit code, and the per-step table that the run
 writes when ``$TRACEANALYZER_TIMINGS`` is set (traceanalyzer/analysis/timings.py: each view,
 summary, rule and report writer, its own wall and CPU time and how much it raised the peak).
+
+With ``--hta-venv`` (bench/hta_load.py makes it when missing), HTA loads each Kineto tile up to
+``--hta-max`` in the same run, right after ours: its ``TraceAnalysis()`` (parse, correlation,
+iteration filter; no analysis) against our ingest alone and our whole command.
 """
 
 from __future__ import annotations
@@ -187,6 +191,12 @@ def measure(kind: str, fmt: str, seed: Path, size: int, a: argparse.Namespace) -
         page_in(path)
         with tempfile.TemporaryDirectory(prefix="matrix-") as work:
             rec.update(analyze(path, Path(work), a.timeout))
+        if a.hta_python is not None and fmt == "kineto" and path.stat().st_size <= a.hta_max:
+            import hta_load
+
+            say(f"{kind} {label(size)}: HTA load")
+            page_in(path)
+            rec["hta"] = hta_load.time_load(a.hta_python, path, a.timeout)
     except (RuntimeError, OSError, ValueError) as exc:
         rec["exit"], rec["error"] = -1, f"{type(exc).__name__}: {exc}"
     finally:
@@ -274,6 +284,7 @@ def render(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
             f"{fat['rss_ratio']:.2f}× the file; fastest "
             f"{max(r['mbps_cpu'] for r in at):.0f} MB/CPU-s."
         )
+    out += _hta_table(rows)
     if ok:
         # The slowest kind at the largest size, and at each size of 1 GB or more where another
         # kind is slowest: the kinds the targets are judged on.
@@ -286,6 +297,35 @@ def render(rows: list[dict[str, Any]], info: dict[str, Any]) -> str:
             shown.add(worst["kind"])
             out += ["", _steps_table(worst, [r for r in ok if r["kind"] == worst["kind"]])]
     return "\n".join(out) + "\n"
+
+
+def _hta_table(rows: list[dict[str, Any]]) -> list[str]:
+    """HTA's load of the same tiles, in the same run, against our ingest and our whole command."""
+    both = [r for r in rows if r.get("hta") and r["hta"].get("load_s") and r.get("cpu_s")]
+    failed = [r for r in rows if r.get("hta") and not r["hta"].get("load_s")]
+    if not both and not failed:
+        return []
+    out = ["", "## Against HTA (same tiles, same run)", "",
+           "HTA = `TraceAnalysis(trace_dir=...)` in a fresh process of its venv (parse, "
+           "correlation, iteration filter: its load, no analysis); ours = the ingest step of the "
+           "run above (`ingest`, its own CPU s) and the whole `analyze --html --json` command. "
+           "Ratios are HTA's over ours (CPU s, and peak RSS of each process).", "",
+           "| kind, size | HTA load CPU s · peak RSS MiB | ours: ingest CPU s · whole CPU s · "
+           "peak RSS MiB | less CPU than HTA: ingest · whole | less peak RSS |",
+           "|---|---|---|---|---|"]
+    for r in both:
+        h = r["hta"]
+        ingest = sum(s["self_cpu_s"] for s in r.get("steps", []) if s["kind"] == "ingest")
+        hcpu = h.get("child_cpu_s") or h["load_s"]
+        out.append(
+            f"| {r['kind']} {r['size']} | {hcpu:.1f} · {h['peak_rss_mb']:.0f} | "
+            f"{ingest:.2f} · {r['cpu_s']:.1f} · {r['peak_rss_mb']:.0f} | "
+            f"{hcpu / ingest if ingest else float('nan'):.1f}× · {hcpu / r['cpu_s']:.1f}× | "
+            f"{h['peak_rss_mb'] / r['peak_rss_mb']:.1f}× |")
+    for r in failed:
+        out.append(f"| {r['kind']} {r['size']} | HTA failed: {_short(r['hta'].get('error'))} "
+                   "| | | |")
+    return out
 
 
 def _short(text: Any) -> str:
@@ -360,6 +400,10 @@ def main(argv: list[str] | None = None) -> None:
         help="raw records (appended to when it exists: one file per matrix)",
     )
     ap.add_argument("--results", type=Path, default=None, help="write the Markdown here")
+    ap.add_argument("--hta-venv", type=Path, default=None,
+                    help="load the Kineto tiles with HTA from this venv too (made when missing)")
+    ap.add_argument("--hta-max", type=parse_size, default=parse_size("500MB"),
+                    help="largest tile HTA loads [500MB]")
     ap.add_argument(
         "--render",
         type=Path,
@@ -388,6 +432,11 @@ def main(argv: list[str] | None = None) -> None:
         for kind, fmt, seed in todo:
             print(kind, fmt, seed)
         return
+    a.hta_python = None
+    if a.hta_venv is not None:
+        import hta_load
+
+        a.hta_python = hta_load.ensure_venv(a.hta_venv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     doc = json.loads(a.json.read_text()) if a.json.is_file() else {"rows": []}
