@@ -85,13 +85,17 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
         dur_ns=pl.col("end_ns") - pl.col("start_ns"),
     ).collect(engine=COLLECT_ENGINE)
     extra = [c for c in ("concrete_inputs", "flops") if c in cpu.columns]
-    ops = cpu.lazy().filter(pl.col("kind") == "op").select(
-        "rank", "tid", "external_id", "start_ns", "end_ns", *SIGNATURE, *extra
+    # The operators' numbers only (and their row in ``cpu``): their texts (name, shapes, types,
+    # a few hundred bytes a call) are gathered below for the calls that launched a kernel, not
+    # sorted and deduplicated with every operator of the trace.
+    ops = cpu.lazy().with_row_index("_row").filter(pl.col("kind") == "op").select(
+        "_row", "rank", "tid", "external_id", "start_ns", "end_ns",
+        _flop=pl.col("name").is_in(list(FLOP_OPS)), _dims=pl.col("input_dims").is_not_null(),
     ).collect(engine=COLLECT_ENGINE)
-    if kernels.is_empty() or ops.is_empty() or ops["input_dims"].null_count() == ops.height:
+    if kernels.is_empty() or ops.is_empty() or not ops["_dims"].any():
         return pl.DataFrame(schema=KERNEL_COLUMNS)
     flop_ops = (
-        ops.filter(pl.col("name").is_in(list(FLOP_OPS)))
+        ops.filter(pl.col("_flop"))
         .sort("start_ns")
         .select(
             "rank",
@@ -126,10 +130,11 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     # (ingest/kineto/assemble.py), the operator that starts last is the one taken. Then only the
     # operators that kernels belong to, before their signatures (three texts) are hashed: a
     # trace holds several times more operators than the ones that launch a kernel.
-    ops = ops.sort("start_ns", maintain_order=True).unique(
+    rows = ops.sort("start_ns", maintain_order=True).unique(
         ["rank", "external_id"], keep="last", maintain_order=True
     ).join(launched.select("rank", external_id="op_id").unique(), on=["rank", "external_id"],
-           how="semi")
+           how="semi")["_row"]
+    ops = cpu.select(pl.col("rank", "external_id", *SIGNATURE, *extra).gather(rows))
     costs = signature_costs(ops.select(SIGNATURE).unique())
     calls = (
         ops.select("rank", "external_id", *SIGNATURE)
