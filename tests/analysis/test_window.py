@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.support.kineto_builder import KinetoBuilder
-from tests.support.paths import SAMPLES
+from tests.support.paths import PUBLIC, SAMPLES
 from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.analysis.window import choose_window, parse_window, window_of
 from traceanalyzer.errors import UsageError
@@ -176,3 +176,31 @@ def test_inferred_steps_of_the_window_are_the_steps_analyzed(path):
     picked = analyze_trace(chosen,
                            rules=False)
     assert picked.steps["step"].to_list() == [first, first + 1]
+
+
+VLLM = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"
+
+
+@pytest.mark.skipif(not VLLM.exists(), reason="public traces absent")
+def test_a_lead_with_queued_gpu_work_is_not_called_idle():
+    # TraceLens's vLLM decode step: its CPU range opens the window 8.37 ms before its GPU
+    # work, with nothing recorded on the GPU, but its first copy was launched 7.84 ms before it
+    # started: the stream was busy with work the capture does not hold, not idle.
+    text = window_of(choose_window(read_any(VLLM)).meta.extra).describe()
+    assert "the GPU (or its stream) was busy with work the trace does not hold" in text
+    assert "7.84 ms after its launch call" in text and "the GPU idle" not in text
+
+
+def test_a_lead_is_idle_unless_the_first_work_waited_after_its_launch(tmp_path):
+    # The first step's CPU range opens the window 300 µs before its GPU work, and its kernel
+    # starts 10 µs after its launch: the GPU waited for the host, idle. Launched 600 µs before
+    # it started instead, the kernel waited behind work the trace does not hold.
+    for start, said in ((300, "the GPU idle"), (890, "trace does not hold")):
+        b = KinetoBuilder()
+        b.step(0, 0, 300)
+        b.launch("k0", 285, 5, start, 1000)
+        b.step(1, start + 1000, 300)
+        b.launch("k1", start + 1285, 5, start + 1300, 1000)
+        trace = choose_window(read_any(b.write(tmp_path / "t.json")))
+        text = window_of(trace.meta.extra).describe()
+        assert said in text, text

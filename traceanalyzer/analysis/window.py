@@ -176,6 +176,10 @@ MIN_STEPS_FOR_WARMUP = 3
 #: The window sentence gives the steps' time and the window's apart once they differ by more
 #: than this share of the steps' time (docs/metrics.md, "The window sentence").
 STEPS_WINDOW_TOLERANCE = 0.005
+#: The first step's GPU work waited after its launch this share of the lead, and this long
+#: (well past a launch's latency, tens of µs), before the lead is called queued, not idle.
+QUEUED_LEAD_SHARE = 0.5
+MIN_QUEUED_NS = 500_000
 #: A later step slower than this multiple of the median is named as an outlier.
 OUTLIER_FACTOR = 1.5
 #: Steps with GPU work a rank needs for a median to name outliers by (with two, one of them
@@ -234,6 +238,10 @@ class Window:
     warmup_span_ns: int = 0
     lead_gpu_busy_ns: int = 0
     lead_unlaunched_ns: int = 0
+    #: With no GPU work recorded in the lead: how long the step's first GPU work waited after
+    #: its launch call (queued behind work the trace does not hold, or the GPU really idle
+    #: while the CPU prepared the step when this is about 0).
+    lead_queued_ns: int = 0
     #: Whether the first step's timed start is where its GPU work began (else: its CPU range's
     #: length, counted back from its end).
     lead_to_gpu_start: bool = False
@@ -340,6 +348,11 @@ class Window:
                        "before the capture began")
             elif self.lead_gpu_busy_ns > small:
                 gpu = f", the GPU busy {fmt_ns(self.lead_gpu_busy_ns)} of it"
+            elif self.lead_gpu_busy_ns == 0 and self.lead_queued_ns >= max(
+                    QUEUED_LEAD_SHARE * self.lead_ns, MIN_QUEUED_NS):
+                gpu = (", with no GPU work recorded, yet the step's first GPU work started "
+                       f"{fmt_ns(self.lead_queued_ns)} after its launch call: the GPU (or its "
+                       "stream) was busy with work the trace does not hold")
             elif self.lead_gpu_busy_ns == 0:
                 gpu = ", the GPU idle"
             parts.append(f"{fmt_ns(self.lead_ns)} of it from {first}'s CPU start {where}{gpu}")
@@ -611,6 +624,15 @@ def _fill_rest(window: Window, trace: Trace, mine: pl.DataFrame, steps: pl.DataF
     unlaunched = ran.join(launched, on="correlation", how="anti") if ran.height else ran
     window.lead_unlaunched_ns = (int(intervals.union_length(unlaunched.select("start_ns", "end_ns")))
                                  if unlaunched.height else 0)
+    if window.lead_gpu_busy_ns == 0 and window.lead_to_gpu_start:
+        # The step's first GPU work, and when its launch call started.
+        opening = gpu.filter(pl.col("start_ns") == lead_end).select("correlation")
+        calls = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
+                                 pl.col("correlation").is_not_null()).select("correlation",
+                                                                             "start_ns")
+        called = calls.join(opening, on="correlation", how="semi")["start_ns"].min()
+        if called is not None:
+            window.lead_queued_ns = max(0, lead_end - int(called))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
 
 
 def _fill_bounds(window: Window, trace: Trace) -> None:
