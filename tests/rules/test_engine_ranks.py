@@ -76,3 +76,25 @@ def test_a_rule_on_both_ranks_is_listed_once_with_the_other_rank():
     text = render_summary(r)
     assert text.count("] unfused-elementwise-chain") == 1
     assert "also on rank 1 (" in text
+
+
+def test_a_file_of_hundreds_of_ranks_has_the_busiest_judged_and_says_so(monkeypatch):
+    # An export of many processes (a server's workers): the rules judge a bounded number of
+    # ranks, the headline and the busiest, and the report says how many were left out.
+    from tests.support.synth import Synth, busy_loop
+    from traceanalyzer.rules import engine
+
+    monkeypatch.setattr(engine, "MAX_JUDGED_RANKS", 4)
+    s = Synth()
+    busy_loop(s, n=60)
+    for i, row in enumerate(s.gpu):
+        row["rank"] = i % 6
+    for rank in (3, 4, 5):  # one long kernel each: the three busiest ranks
+        s.kernel("gemm_bf16", 100_000 * rank, 5000, launch=100_000 * rank - 10)
+        s.gpu[-1]["rank"] = rank
+    trace = s.trace()
+    assert engine.judged_ranks(Views(trace)) == [0, 3, 4, 5]  # headline 0 + the 3 busiest
+    result = analyze_trace(trace)
+    assert {f.rank for f in result.findings} <= {0, 3, 4, 5}
+    assert any("the rules judged 4 of the file's 6 ranks" in w for w in result.meta.warnings)
+    assert not any("the rules judged" in w for w in trace.meta.warnings)  # the input untouched

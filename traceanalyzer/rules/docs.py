@@ -27,7 +27,8 @@ below a level, and an `info` rule's findings stay `info`. When `--fail-on` makes
 with 1, it prints on stderr the findings that did it.
 In a file that holds several ranks (an Nsight Systems export of several processes), the rules
 judge each rank on its own: each finding names its rank, and its share is of that rank's GPU
-span; the reports list a rule once, on its costliest rank, with its cost on the others.
+span; the reports list a rule once, on its costliest rank, with its cost on the others. A file
+of more than 64 ranks with GPU work has the headline and the 63 busiest judged, and says so.
 A rule that cannot judge a trace (for example shapes were not recorded) reports
 *not applicable* with the reason, instead of staying silent. A rule that crashes reports
 *error* with the exception in one line: a bug in traceanalyzer, not a verdict on the trace.

@@ -149,10 +149,28 @@ def evaluate(
     return findings, outcomes
 
 
-def judged_ranks(views: Views) -> list[int]:
-    """The ranks the rules judge: every rank with GPU activity in the trace, and the headline."""
+#: The most ranks of one file the rules judge (each pass costs ~40 ms of fixed work, and an
+#: export of hundreds of processes is a server's, not a training job's): the headline and the
+#: ranks with the most GPU busy time; the reports say how many were left out.
+MAX_JUDGED_RANKS = 64
+
+
+def gpu_ranks(views: Views) -> list[int]:
+    """Every rank with GPU activity in the trace."""
     ranks = views.gpu["rank"].drop_nulls().unique().to_list() if views.gpu.height else []
-    return sorted({int(r) for r in ranks} | {views.metrics.rank})
+    return sorted(int(r) for r in ranks)
+
+
+def judged_ranks(views: Views) -> list[int]:
+    """The ranks the rules judge: the headline and every rank with GPU activity, up to
+    :data:`MAX_JUDGED_RANKS` (those with the most GPU busy time)."""
+    headline = views.metrics.rank
+    others = [r for r in gpu_ranks(views) if r != headline]
+    if len(others) >= MAX_JUDGED_RANKS:
+        by_rank = views.metrics_by_rank
+        others = sorted(others, key=lambda r: (-(by_rank[r].busy_ns if r in by_rank else 0), r))
+        others = others[: MAX_JUDGED_RANKS - 1]
+    return sorted({headline, *others})
 
 
 def _evaluate_rank(
