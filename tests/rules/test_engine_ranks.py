@@ -75,7 +75,7 @@ def test_a_rule_on_both_ranks_is_listed_once_with_the_other_rank():
     assert fired(r, "unfused-elementwise-chain") == {0, 1}
     text = render_summary(r)
     assert text.count("] unfused-elementwise-chain") == 1
-    assert "also on rank 1 (" in text
+    assert "also on rank 1: " in text
 
 
 def test_a_file_of_hundreds_of_ranks_has_the_busiest_judged_and_says_so(monkeypatch):

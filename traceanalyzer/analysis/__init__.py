@@ -64,13 +64,13 @@ def analyze_trace(trace: Trace, *, rule_config: Any = None, rules: bool = True) 
         from traceanalyzer.rules.engine import MAX_JUDGED_RANKS, evaluate, gpu_ranks
 
         result.findings, result.rule_outcomes = evaluate(views, rule_config)
-        if len(gpu_ranks(views)) > MAX_JUDGED_RANKS:
+        if (ranks := len(gpu_ranks(views))) > MAX_JUDGED_RANKS:
             from dataclasses import replace
 
             result.meta = replace(result.meta, warnings=[
                 *result.meta.warnings,
-                f"the rules judged {MAX_JUDGED_RANKS} of the file's {len(gpu_ranks(views)):,} "
-                "ranks with GPU work: the headline and those with the most GPU busy time"])
+                f"the rules judged {MAX_JUDGED_RANKS} of the file's {ranks:,} ranks with GPU "
+                "work: the headline and those with the most GPU busy time"])
     with step("critical path", "summary"):
         _add_critical_path(result, views)
     _add_kernel_verdicts(result, views)

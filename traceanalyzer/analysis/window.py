@@ -460,7 +460,7 @@ def choose_window(trace: Trace, requested: str = "steps",
             if other_windows:
                 window.reason = (f"the trace holds {other_windows + 1} profiler windows "
                                  "(a schedule with repeat=); analyzed the one with the most steps")
-            kept, warmup, median = _steady_steps(steps)
+            kept, warmup, median = _steady_steps(steps, meta.rank)
             bounds = kept.group_by("rank").agg(lo=pl.col("start_ns").min(),
                                                hi=pl.col("wall_end_ns").max())
             first = steps.group_by("rank").agg(lo=pl.col("start_ns").min())
@@ -475,9 +475,7 @@ def choose_window(trace: Trace, requested: str = "steps",
             keep_inferred_steps(trace, kept, views.step_source)
             _fill_steps(window, views, kept)
             window.start_ns, window.end_ns = int(bounds["lo"].min()), int(bounds["hi"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
-            # The headline rank's steps (the trace's own rank, else the lowest: Views.metrics).
-            own = meta.rank if meta.rank in set(kept["rank"].to_list()) else kept["rank"].min()
-            mine = kept.filter(pl.col("rank") == own)
+            mine = headline_rows(kept, meta.rank)
             window.steps_ns = int((mine["wall_end_ns"] - mine["wall_start_ns"]).sum())
             _fill_rest(window, trace, mine, steps)
     trace.meta.warnings.extend(_not_what_it_seems(trace, window))
@@ -560,7 +558,16 @@ def _one_recording_window(steps: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return kept, groups.height - 1
 
 
-def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
+def headline_rows(frame: pl.DataFrame, rank: int | None) -> pl.DataFrame:
+    """The rows of the headline rank, as Views.metrics picks it: ``rank`` (the trace's own)
+    where the frame holds it, else the lowest rank."""
+    ranks = frame["rank"]
+    own = rank if rank is not None and (ranks == rank).any() else ranks.min()
+    return frame.filter(pl.col("rank") == own)
+
+
+def _steady_steps(steps: pl.DataFrame, rank: int | None = None
+                  ) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
     """Steps without the leading warm-up ones (slower than WARMUP_FACTOR x the rank's median,
     on ranks with at least MIN_STEPS_FOR_WARMUP steps),
     the warm-up steps of the lowest rank, and that rank's median step time."""
@@ -574,8 +581,7 @@ def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int
         & (pl.int_range(pl.len()).over("rank") < pl.len().over("rank") - 1)
         & (pl.len().over("rank") >= MIN_STEPS_FOR_WARMUP))
     kept = timed.filter(~pl.col("warmup"))
-    first_rank = timed["rank"].min()
-    mine = timed.filter(pl.col("rank") == first_rank)
+    mine = headline_rows(timed, rank)
     warmup = [{"step": int(r["step"]), "duration_ns": int(r["duration_ns"])}
               for r in mine.filter(pl.col("warmup")).iter_rows(named=True)]
     median = mine["median_ns"][0] if mine.height else None
@@ -584,12 +590,13 @@ def _steady_steps(steps: pl.DataFrame) -> tuple[pl.DataFrame, list[dict[str, int
 
 def _fill_steps(window: Window, views: Any, kept: pl.DataFrame | None) -> None:
     steps = views.steps
+    rank = views.meta.rank
     window.step_source, window.step_label = views.step_source, views.step_label
-    window.steps_found = steps.filter(pl.col("rank") == steps["rank"].min()).height if steps.height else 0
+    window.steps_found = headline_rows(steps, rank).height if steps.height else 0
     kept = steps if kept is None else kept
     if kept.is_empty():
         return
-    mine = kept.filter(pl.col("rank") == kept["rank"].min())
+    mine = headline_rows(kept, rank)
     window.steps_analyzed = mine.height
     window.first_step, window.last_step = int(mine["step"].min()), int(mine["step"].max())  # type: ignore[arg-type]  # Polars: scalar typed for any dtype
 
@@ -619,17 +626,15 @@ def _fill_rest(window: Window, trace: Trace, mine: pl.DataFrame, steps: pl.DataF
     ran = intervals.clip(gpu, own_start, lead_end)
     window.lead_gpu_busy_ns = (int(intervals.union_length(ran.select("start_ns", "end_ns")))
                                if ran.height else 0)
-    launched = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
-                                pl.col("correlation").is_not_null()).select("correlation")
-    unlaunched = ran.join(launched, on="correlation", how="anti") if ran.height else ran
+    # The rank's launch calls: GPU work without one was launched before the capture began.
+    calls = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
+                             pl.col("correlation").is_not_null()).select("correlation", "start_ns")
+    unlaunched = ran.join(calls, on="correlation", how="anti") if ran.height else ran
     window.lead_unlaunched_ns = (int(intervals.union_length(unlaunched.select("start_ns", "end_ns")))
                                  if unlaunched.height else 0)
     if window.lead_gpu_busy_ns == 0 and window.lead_to_gpu_start:
-        # The step's first GPU work, and when its launch call started.
+        # How long the step's first GPU work waited after its launch call started.
         opening = gpu.filter(pl.col("start_ns") == lead_end).select("correlation")
-        calls = trace.cpu.filter(pl.col("rank") == first["rank"], pl.col("kind").is_in(API_KINDS),
-                                 pl.col("correlation").is_not_null()).select("correlation",
-                                                                             "start_ns")
         called = calls.join(opening, on="correlation", how="semi")["start_ns"].min()
         if called is not None:
             window.lead_queued_ns = max(0, lead_end - int(called))  # type: ignore[arg-type]  # Polars: scalar typed for any dtype

@@ -248,10 +248,8 @@ def findings_by_rule(findings: Iterable[Finding]) -> list[tuple[Finding, list[Fi
 
 
 def other_ranks_text(others: list[Finding]) -> str:
-    """"also on rank 1 (12 ms, 4.1% ...), rank 3 (...)": one rule's findings on other ranks."""
-    return "also on " + ", ".join(
-        f"rank {f.rank} ({fmt_ns(f.impact_ns)}, {fmt_pct(f.impact_pct)} {SHARE_LABEL})"
-        for f in others)
+    """"also on rank 1: 12 ms (4.1% ...), rank 3: ...": one rule's findings on other ranks."""
+    return "also on " + ", ".join(f"rank {f.rank}: {impact_text(f)}" for f in others)
 
 
 def costs_nothing(finding: Finding) -> bool:

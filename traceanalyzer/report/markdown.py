@@ -24,7 +24,6 @@ from traceanalyzer.report._common import (
     other_ranks_text,
     pct_of,
     rank_rows,
-    sorted_findings,
     step_rows,
     write_text_atomic,
 )
@@ -124,7 +123,7 @@ def render_markdown(result: AnalysisResult) -> str:
         lines.append("")
     lines += _paths_section(result)
     lines += _memory_section(result)
-    findings = sorted_findings(result.findings)
+    findings = result.findings
     if findings:
         lines.append(f"**Findings** ({len(findings)}, most costly first)")
         lines.append("")
