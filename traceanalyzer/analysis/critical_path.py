@@ -405,13 +405,13 @@ def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | N
     g_lat = np.where(has_launch, g_lat, g_start)  # no launch: ready at its own start
     g_gap = np.where(queued & ~explained, gap, np.minimum(gap, stream_gap))
 
-    cat = gpu["category"].cast(pl.String)
-    kind = gpu["kind"].cast(pl.String)
     g_cat = np.where(
-        cat.to_numpy() == "communication",
+        (gpu["category"].cast(pl.String) == "communication").fill_null(False).to_numpy(),
         _CAT["gpu_communication"],
         np.where(
-            np.isin(kind.to_numpy(), ["memcpy", "memset"]), _CAT["gpu_copy"], _CAT["gpu_compute"]
+            gpu["kind"].cast(pl.String).is_in(["memcpy", "memset"]).fill_null(False).to_numpy(),
+            _CAT["gpu_copy"],
+            _CAT["gpu_compute"],
         ),
     ).astype(np.int64)
     g_step = gpu["step"].fill_null(np.iinfo(np.int64).min).to_numpy().astype(np.int64)
@@ -991,26 +991,18 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
             }
         )
     nc = g.n_calls
-    is_call = path.node < nc
-    gidx = np.clip(path.node - nc, 0, max(g.n_gpu - 1, 0))
-    cidx = np.clip(path.node, 0, max(nc - 1, 0))
-    # Time before a node's start belongs to the host or the edge; drawn on the node's lane.
-    gpu_lane = g.gpu.select(lane=pl.format("gpu {}:{}", "device", "stream"), name="name")
-    lanes = np.where(is_call, "cpu", gpu_lane["lane"].to_numpy()[gidx])
-    names = np.where(
-        is_call, g.calls["name"].to_numpy()[cidx] if nc else "", gpu_lane["name"].to_numpy()[gidx]
-    )
     host_cats = np.isin(
         path.cat, [_CAT["cpu"], _CAT["data_loading"], _CAT["launch"], _CAT["host_wait"]]
     )
-    lanes = np.where(host_cats & ~is_call, "cpu", lanes)
     frame = pl.DataFrame(
         {
             "start_ns": path.lo + g.t0,
             "end_ns": path.hi + g.t0,
-            "category": np.array(CATEGORIES)[path.cat],
-            "lane": lanes,
-            "name": names,
+            "_cat": path.cat,
+            "_call": path.node < nc,
+            "_host": host_cats,
+            "_c": np.clip(path.node, 0, max(nc - 1, 0)),
+            "_g": np.clip(path.node - nc, 0, max(g.n_gpu - 1, 0)),
         }
     )
     if frame.height > limit:
@@ -1024,7 +1016,23 @@ def path_segments(g: Graph, path: Path, limit: int = 20_000) -> pl.DataFrame:
             .head(limit)
             .sort("start_ns", maintain_order=True)
         )
-    return frame
+    # The texts of the kept segments only (a path has hundreds of thousands of nodes).
+    if g.n_gpu:
+        gpu = g.gpu.select("device", "stream", "name")[frame["_g"]].select(
+            lane=pl.format("gpu {}:{}", "device", "stream"), name="name"
+        )
+    else:
+        gpu = pl.DataFrame({"lane": [""] * frame.height, "name": [""] * frame.height})
+    call_names = g.calls["name"][frame["_c"]] if nc else pl.Series([""] * frame.height)
+    is_call = frame["_call"]
+    # Time before a node's start belongs to the host or the edge; drawn on the node's lane.
+    return frame.select(
+        "start_ns",
+        "end_ns",
+        category=pl.Series(CATEGORIES, dtype=pl.String).gather(frame["_cat"]),
+        lane=pl.when(is_call | frame["_host"]).then(pl.lit("cpu")).otherwise(gpu["lane"]),
+        name=pl.when(is_call).then(call_names).otherwise(gpu["name"]),
+    )
 
 
 @dataclass

@@ -225,6 +225,20 @@ class Views:
         by_rank = self.metrics_by_rank
         return by_rank.get(self.meta.rank) or by_rank[min(by_rank)]
 
+    def attributed_kernels(self, rank: int) -> pl.DataFrame:
+        """The kernels of ``rank`` with the operator call each belongs to
+        (:func:`perfmodel.model.attributed_kernels`), computed once per rank for the
+        performance model and the what-if (a cache that :meth:`for_rank`'s views share)."""
+        from traceanalyzer.perfmodel.model import attributed_kernels
+
+        cache = self.__dict__.setdefault("_attributed", {})
+        if rank not in cache:
+            with step("attributed_kernels", "view"):
+                cache[rank] = attributed_kernels(
+                    of_rank(self.launches, rank), of_rank(self.cpu, rank)
+                )
+        return cache[rank]  # type: ignore[no-any-return]
+
     @_view
     def perf_model(self) -> tuple[pl.DataFrame, dict[str, Any]]:
         """The performance model of the headline rank (:func:`perfmodel.summarize`), computed
@@ -272,6 +286,14 @@ class Views:
         other.__dict__.update({k: v for k, v in self.__dict__.items()
                                if k not in ("trace", "meta", *HEADLINE_VIEWS)})
         return other
+
+
+def of_rank(frame: pl.DataFrame, rank: int) -> pl.DataFrame:
+    """The rows of ``rank``: the frame itself when it holds no other (no copy of its columns)."""
+    ranks = frame["rank"]
+    if frame.height and ranks.null_count() == 0 and ranks.min() == rank == ranks.max():
+        return frame
+    return frame.filter(pl.col("rank") == rank)
 
 
 #: The cached views that depend on the headline rank (:meth:`Views.for_rank` recomputes them).

@@ -324,22 +324,19 @@ def _elementwise(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change | 
     return _scale_rows(ctx, ev, factor, one_kernel=True)
 
 
+#: What tells a kernel of ``attributed_kernels`` in the graph: where and when it ran (numbers:
+#: kernel names are hundreds of bytes, not worth hashing).
+_KERNEL_KEYS = ["device", "stream", "start_ns", "dur_ns"]
+
+
 def _kernel_flops(ctx: Context) -> np.ndarray | None:
     """Model FLOPs of each activity (graph order), where the shapes are recorded."""
-    from traceanalyzer.perfmodel.model import attributed_kernels
-
-    views = ctx.views
-    rank = ctx.graph.rank
-    kernels = attributed_kernels(
-        views.launches.filter(pl.col("rank") == rank), views.cpu.filter(pl.col("rank") == rank)
-    )
+    kernels = ctx.views.attributed_kernels(ctx.graph.rank)
     if kernels.is_empty():
         return None
-    # attributed_kernels keeps no start time: a kernel is told by its name, step and duration.
-    keys = ["name", "step", "dur_ns"]
-    flops = ctx.gpu.select("name", "step", dur_ns=pl.col("end_ns") - pl.col("start_ns")).join(
-        kernels.select(*keys, "flops").unique(keys, keep="first"),
-        on=keys,
+    flops = ctx.gpu.select(*_KERNEL_KEYS[:-1], dur_ns=pl.col("end_ns") - pl.col("start_ns")).join(
+        kernels.select(*_KERNEL_KEYS, "flops").unique(_KERNEL_KEYS, keep="first"),
+        on=_KERNEL_KEYS,
         how="left",
         nulls_equal=True,
         maintain_order="left",
@@ -558,24 +555,18 @@ def _memory_bound(ctx: Context, f: Finding, ev: pl.DataFrame | None) -> Change |
             .to_numpy()
         )
         return Change(g_dur=(ctx.durations() * scale).astype(np.int64))
-    from traceanalyzer.perfmodel.model import attributed_kernels
-
-    rank = ctx.graph.rank
-    kernels = attributed_kernels(
-        ctx.views.launches.filter(pl.col("rank") == rank),
-        ctx.views.cpu.filter(pl.col("rank") == rank),
-    )
+    kernels = ctx.views.attributed_kernels(ctx.graph.rank)
     if kernels.is_empty():
         return None
-    # attributed_kernels keeps no start time: a kernel is told by its name, step and duration.
-    keys = ["name", "step", "dur_ns"]
     slow = ev.group_by("op", "shape").agg(lost=pl.col("lost_us").sum() * 1e3)
     rows = (
-        ctx.gpu.select("name", "step", dur_ns=pl.col("end_ns") - pl.col("start_ns"))
+        ctx.gpu.select(*_KERNEL_KEYS[:-1], dur_ns=pl.col("end_ns") - pl.col("start_ns"))
         .with_row_index("_i")
         .join(
-            kernels.select(*keys, op="op_name", shape="input_dims").unique(keys, keep="first"),
-            on=keys,
+            kernels.select(*_KERNEL_KEYS, op="op_name", shape="input_dims").unique(
+                _KERNEL_KEYS, keep="first"
+            ),
+            on=_KERNEL_KEYS,
             how="inner",
             nulls_equal=True,
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest.bounds import check_trace
 from traceanalyzer.ingest.formats import FORMATS, GZIP_MAGIC, expected
+from traceanalyzer.ingest.heap import release_freed
 from traceanalyzer.ingest.textcap import cap_text
 from traceanalyzer.model import Trace
 
@@ -289,6 +290,7 @@ def read_any(path: str | os.PathLike[str], fmt: str | None = None,
         trace = check_trace(cap_text(_read(path, fmt, use_cache)))
     finally:
         _budget.reset(token)
+        release_freed()  # the read's buffers, which the analysis would not reuse
     after = _file_state(path)
     if after != before:
         if after[0] < 0:

@@ -18,7 +18,6 @@ from traceanalyzer.model import DType, shapes_hint
 from traceanalyzer.perfmodel.model import (
     PerfOptions,
     Roofline,
-    attributed_kernels,
     flops_per_step,
     perf_metrics,
     roofline_table,
@@ -57,20 +56,13 @@ PERF_SCHEMA: dict[str, DType] = {
 }
 
 
-def _of_rank(frame: pl.DataFrame, rank: int) -> pl.DataFrame:
-    """The rows of ``rank``: the frame itself when it holds no other (no copy of its columns)."""
-    ranks = frame["rank"]
-    if frame.height and ranks.null_count() == 0 and ranks.min() == rank == ranks.max():
-        return frame
-    return frame.filter(pl.col("rank") == rank)
-
-
 def summarize(views: Views, rank: int) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The model of ``rank``: the per (signature, kernel) frame and the summary (model FLOPs per
     step, the model FLOPs of each operator per step, how they were found)."""
-    launches = _of_rank(views.launches, rank)
-    cpu = _of_rank(views.cpu, rank)
-    kernels = attributed_kernels(launches, cpu)
+    from traceanalyzer.analysis.views import of_rank
+
+    cpu = of_rank(views.cpu, rank)
+    kernels = views.attributed_kernels(rank)
     flops, by_op = flops_per_step(kernels)
     frame = (
         kernels.group_by("op_name", "input_dims", "input_types", "name")

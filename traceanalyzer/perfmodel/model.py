@@ -35,6 +35,10 @@ KERNEL_COLUMNS: dict[str, DType] = {
     "op_class": pl.String,
     "precision": pl.String,
     "step": pl.Int64,
+    #: Where and when it ran: what tells one kernel from another (the what-if's join).
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "start_ns": pl.Int64,
     "dur_ns": pl.Int64,
     "flops": pl.Float64,
     #: The FLOPs the kernel executes: ``flops`` but for causal attention, whose kernels skip
@@ -76,6 +80,8 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     kernels = launches.lazy().filter(pl.col("kind") == "kernel").select(
         "rank",
         "name",
+        "device",
+        "stream",
         "start_ns",
         "end_ns",
         "external_id",
@@ -127,13 +133,14 @@ def attributed_kernels(launches: pl.DataFrame, cpu: pl.DataFrame) -> pl.DataFram
     # One operator call per External id: a trace whose operators share ids (a hostile one, all
     # at 1) made the join below a product, every kernel once per operator (400k kernels ran for
     # minutes and tens of GB), and multiplied their FLOPs. As the CPU frame's parent_op
-    # (ingest/kineto/assemble.py), the operator that starts last is the one taken. Then only the
-    # operators that kernels belong to, before their signatures (three texts) are hashed: a
-    # trace holds several times more operators than the ones that launch a kernel.
-    rows = ops.sort("start_ns", maintain_order=True).unique(
-        ["rank", "external_id"], keep="last", maintain_order=True
-    ).join(launched.select("rank", external_id="op_id").unique(), on=["rank", "external_id"],
-           how="semi")["_row"]
+    # (ingest/kineto/assemble.py), the operator that starts last is the one taken. Only the ids
+    # that kernels belong to are sorted (a trace holds several times more operators than the
+    # ones that launch a kernel; the semi join keeps every row of an id, so the same one wins),
+    # and only their calls' signatures (three texts) are hashed.
+    rows = ops.join(launched.select("rank", external_id="op_id").unique(),
+                    on=["rank", "external_id"], how="semi").sort(
+        "start_ns", maintain_order=True
+    ).unique(["rank", "external_id"], keep="last", maintain_order=True)["_row"]
     ops = cpu.select(pl.col("rank", "external_id", *SIGNATURE, *extra).gather(rows))
     costs = signature_costs(ops.select(SIGNATURE).unique())
     calls = (
@@ -209,7 +216,8 @@ def trace_flops_check(cpu: pl.DataFrame) -> dict[str, Any] | None:
     on its thread). None when no call carries the argument."""
     if "flops" not in cpu.columns:
         return None
-    ops = cpu.filter(pl.col("kind") == "op")
+    # Lazy, so that each filter copies its few rows of the columns selected, not every operator.
+    ops = cpu.lazy().filter(pl.col("kind") == "op")
     counted = ops.filter(pl.col("flops") > 0).select(
         "rank",
         "tid",
@@ -217,7 +225,7 @@ def trace_flops_check(cpu: pl.DataFrame) -> dict[str, Any] | None:
         "end_ns",
         *SIGNATURE,
         trace_flops=pl.col("flops").cast(pl.Float64),
-    )
+    ).collect(engine=COLLECT_ENGINE)
     if counted.is_empty():
         return None
     composite = counted.filter(pl.col("name").is_in(list(_COMPOSITE)))
@@ -235,6 +243,7 @@ def trace_flops_check(cpu: pl.DataFrame) -> dict[str, Any] | None:
                 _end="end_ns",
             )
             .sort("_start")
+            .collect(engine=COLLECT_ENGINE)
         )
         nested = (
             composite.sort("start_ns")

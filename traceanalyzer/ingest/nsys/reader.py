@@ -23,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.heap import release_freed
 from traceanalyzer.ingest.nsys.frames import (
     NVTX_TYPES,
     annotation_frame,
@@ -56,7 +57,6 @@ from traceanalyzer.ingest.nsys.tables import (
     SYNC,
     ExportDb,
     TableReader,
-    release_freed,
     sqlite_problem,
 )
 from traceanalyzer.ingest.unpack import unpacked

@@ -8,9 +8,6 @@ thread while the frames of those already read are built.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.heap import release_freed
 from traceanalyzer.ingest.nsys.sqlite_columns import connect_readonly, read_table
 
 I64, STR = pl.Int64, pl.String
@@ -262,24 +260,3 @@ def sorted_by(frame: pl.DataFrame, col: str) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
-
-
-def release_freed() -> None:
-    """Give the C heap's free pages back to the system. connectorx builds its Arrow buffers
-    with the C library's malloc, and glibc keeps what is freed of them: after the raw kernel
-    table of a 300 MB export is dropped, 140 MiB of the process's RSS is such free memory,
-    which the next table's read would not reuse (bench/NOTES.md, nsys memory). A few
-    milliseconds; called where a raw table of millions of rows has just been dropped."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
