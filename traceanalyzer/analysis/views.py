@@ -231,13 +231,13 @@ class Views:
         performance model and the what-if (a cache that :meth:`for_rank`'s views share)."""
         from traceanalyzer.perfmodel.model import attributed_kernels
 
-        cache = self.__dict__.setdefault("_attributed", {})
+        cache: dict[int, pl.DataFrame] = self.__dict__.setdefault("_attributed", {})
         if rank not in cache:
             with step("attributed_kernels", "view"):
                 cache[rank] = attributed_kernels(
                     of_rank(self.launches, rank), of_rank(self.cpu, rank)
                 )
-        return cache[rank]  # type: ignore[no-any-return]
+        return cache[rank]
 
     @_view
     def perf_model(self) -> tuple[pl.DataFrame, dict[str, Any]]:
