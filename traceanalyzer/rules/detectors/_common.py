@@ -251,7 +251,7 @@ def element_bytes(input_types: pl.Expr) -> pl.Expr:
         _DTYPE_BYTES, default=None, return_dtype=pl.Int64)
 
 
-#: Per views, op_inputs' ids sorted and their rows (None when op_inputs holds several ranks).
+#: Per views, the operators' ids sorted and their rows (None when they span several ranks).
 _INPUT_INDEX: weakref.WeakKeyDictionary[Views, tuple[np.ndarray, np.ndarray, int] | None] = (
     weakref.WeakKeyDictionary())
 
@@ -262,40 +262,62 @@ def with_inputs(views: Views, frame: pl.DataFrame, columns: dict[str, str],
     operator whose (rank, external_id) is the row's (rank, ``on``); null where there is none;
     in ``frame``'s order. On one rank, a binary search in the operators' sorted ids (sorted once
     per views) instead of a hash join: a hash table of a million operators for each of the four
-    rules that look shapes up cost 0.3-0.6 s each at 1 GB."""
-    inputs = op_inputs(views)
-    right = inputs.select(*(pl.col(c).alias(a) for a, c in columns.items()))
+    rules that look shapes up cost 0.3-0.6 s each at 1 GB. The shapes' columns are gathered
+    for the rows found only, through each operator's shape code."""
+    ops, shapes = _operator_shapes(views)
     if views not in _INPUT_INDEX:
         index = None
-        if inputs.height and inputs["rank"].null_count() == 0 and inputs["rank"].n_unique() == 1:
-            ids = inputs["external_id"].to_numpy()
+        if ops.height and ops["rank"].null_count() == 0 and ops["rank"].n_unique() == 1:
+            ids = ops["external_id"].to_numpy()
             order = np.argsort(ids, kind="stable")
-            index = (ids[order], order, int(inputs["rank"][0]))
+            index = (ids[order], order, int(ops["rank"][0]))
         _INPUT_INDEX[views] = index
     index = _INPUT_INDEX[views]
     ranks = frame["rank"]
     if index is None or frame.height == 0 or ranks.null_count() or ranks.min() != index[2] \
             or ranks.max() != index[2]:
-        keyed = pl.concat([inputs.select("rank", pl.col("external_id").alias(on)), right],
-                          how="horizontal")
-        return frame.join(keyed, on=["rank", on], how="left", maintain_order="left")
-    ids, order, _ = index
-    wanted = frame[on]
-    values = wanted.fill_null(ids[0]).to_numpy()
-    at = np.minimum(np.searchsorted(ids, values), len(ids) - 1)
-    found = (ids[at] == values) & wanted.is_not_null().to_numpy()
-    rows = pl.select(pl.when(pl.Series(found)).then(pl.Series(order[at], dtype=pl.UInt32)))
-    return pl.concat([frame, right.select(pl.all().gather(rows.to_series()))], how="horizontal")
+        rows = frame.select("rank", pl.col(on).alias("external_id")).join(
+            ops.select("rank", "external_id").with_row_index("_op"),
+            on=["rank", "external_id"], how="left", maintain_order="left")["_op"]
+    else:
+        ids, order, _ = index
+        wanted = frame[on]
+        values = wanted.fill_null(ids[0]).to_numpy()
+        at = np.minimum(np.searchsorted(ids, values), len(ids) - 1)
+        found = (ids[at] == values) & wanted.is_not_null().to_numpy()
+        rows = pl.select(pl.when(pl.Series(found)).then(pl.Series(order[at], dtype=pl.UInt32))
+                         ).to_series()
+    found_ops = ops.select(pl.all().gather(rows))
+    looked_up = found_ops.select(input_op=pl.col("input_op").cast(pl.String)).hstack(
+        shapes.select(pl.all().gather(found_ops["_shape"])))
+    return pl.concat([frame, looked_up.select(*(pl.col(c).alias(a) for a, c in columns.items()))],
+                     how="horizontal")
 
 
-#: op_inputs per views: several rules read them, and parsing the shapes is the costly part.
-_SHAPES: weakref.WeakKeyDictionary[Views, pl.DataFrame] = weakref.WeakKeyDictionary()
+#: Per views: each operator's shape code, and the table of distinct shapes it indexes.
+_SHAPES: weakref.WeakKeyDictionary[Views, tuple[pl.DataFrame, pl.DataFrame]] = (
+    weakref.WeakKeyDictionary())
+
+#: The columns of op_inputs (besides rank and external_id).
+INPUT_COLUMNS = ("input_op", "input_dims", "input_types", "numel", "full_inputs", "ndim",
+                 "last_dim", "tensor_bytes")
 
 
 def op_inputs(views: Views) -> pl.DataFrame:
     """Operators with recorded inputs, one per (rank, external_id), the innermost (last started):
     input_op, input_dims, input_types, and for the first input numel, ndim, last_dim and
-    tensor_bytes. Computed once per views; shapes are parsed once per distinct text."""
+    tensor_bytes (:data:`INPUT_COLUMNS`). Built on each call from the per-views cache of
+    :func:`_operator_shapes`; rules that look up rows use :func:`with_inputs`."""
+    ops, shapes = _operator_shapes(views)
+    return ops.select("rank", "external_id", pl.col("input_op").cast(pl.String)).hstack(
+        shapes.select(pl.all().gather(ops["_shape"])))
+
+
+def _operator_shapes(views: Views) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per views, once: the operators (rank, external_id, input_op as a category, ``_shape``:
+    a row of the shapes table) and the shapes table (input_dims, input_types and the numbers
+    parsed from them). A trace holds a few hundred distinct shapes for a million operators: the
+    per-operator frame holds codes, not texts or parsed numbers (20 bytes an operator)."""
     try:
         return _SHAPES[views]
     except (KeyError, TypeError):
@@ -314,16 +336,15 @@ def op_inputs(views: Views) -> pl.DataFrame:
     if not (one_rank and ops["external_id"].n_unique() == ops.height):
         last = pl.col("external_id").is_last_distinct()
         ops = ops.filter(last if one_rank else last.over("rank"))
-    ops = ops.select("rank", "external_id", pl.col("name").alias("input_op"), "input_dims",
-                     "input_types")
-    # The texts as categories: a trace holds a few hundred distinct shapes for a million
-    # operators, and unique and join then hash small integers, not the texts (0.4 s of 1.2 s
-    # at 1 GB).
-    ops = ops.with_columns(_dims=pl.col("input_dims").cast(pl.Categorical),
-                           _types=pl.col("input_types").cast(pl.Categorical))
-    shapes = ops.select("_dims", "_types").unique().filter(
-        pl.col("_dims").is_not_null()
-    ).with_columns(
+    # The texts as categories: unique and join then hash small integers, not the texts (0.4 s
+    # of 1.2 s at 1 GB).
+    ops = ops.select("rank", "external_id", input_op=pl.col("name").cast(pl.Categorical),
+                     _dims=pl.col("input_dims").cast(pl.Categorical),
+                     _types=pl.col("input_types").cast(pl.Categorical))
+    shapes = ops.select("_dims", "_types").unique(maintain_order=True).with_row_index("_shape")
+    ops = ops.join(shapes, on=["_dims", "_types"], how="left", nulls_equal=True,
+                   maintain_order="left").select("rank", "external_id", "input_op", "_shape")
+    parsed = shapes.with_columns(
         input_dims=pl.col("_dims").cast(pl.String), input_types=pl.col("_types").cast(pl.String),
     ).with_columns(
         _first=first_input_dims(pl.col("input_dims")),
@@ -340,14 +361,12 @@ def op_inputs(views: Views) -> pl.DataFrame:
         last_dim=pl.col("_first").list.last(),
     ).with_columns(
         tensor_bytes=pl.col("numel") * element_bytes(pl.col("input_types"))
-    ).drop("_first", "_numels", "input_dims", "input_types")
-    out = ops.join(shapes, on=["_dims", "_types"], how="left", nulls_equal=True).drop(
-        "_dims", "_types")
+    ).select(INPUT_COLUMNS[1:])
     try:
-        _SHAPES[views] = out
+        _SHAPES[views] = (ops, parsed)
     except TypeError:
         pass
-    return out
+    return ops, parsed
 
 
 _COLLECTIVE = r"(?i)(allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|alltoall|all_to_all|broadcast|sendrecv|send|recv|reduce)"

@@ -8,10 +8,10 @@ import polars as pl
 
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import (
+    INPUT_COLUMNS,
     NS_PER_US,
     kernels_of,
     ms,
-    op_inputs,
     origin,
     pct,
     with_inputs,
@@ -31,7 +31,7 @@ HALF_TYPES = r"BFloat16|Half|Float8"
 
 def _kernels_with_ops(views: Views) -> pl.DataFrame:
     kernels = kernels_of(views)
-    columns = {c: c for c in op_inputs(views).columns if c not in ("rank", "external_id")}
+    columns = {c: c for c in INPUT_COLUMNS}
     return with_inputs(views, kernels, columns).with_columns(
         dur=pl.col("end_ns") - pl.col("start_ns")
     )

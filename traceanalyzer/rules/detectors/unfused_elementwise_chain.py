@@ -12,7 +12,6 @@ from traceanalyzer.rules.detectors._common import (
     NS_PER_US,
     kernels_of,
     ms,
-    op_inputs,
     pct,
     window_length,
     with_inputs,
@@ -138,12 +137,7 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
     saving = int(chains["saving_ns"].sum() or 0)
     if chains.height == 0 or not window or pct(saving, window) < p["min_saving_pct"]:
         return None
-    chains = chains.join(
-        op_inputs(views).select(
-            "rank", pl.col("external_id").alias("first_ext"), "tensor_bytes"
-        ),
-        on=["rank", "first_ext"], how="left",
-    )
+    chains = with_inputs(views, chains, {"tensor_bytes": "tensor_bytes"}, on="first_ext")
     sized = chains.filter(pl.col("tensor_bytes").is_not_null())
     unfused_gb = float((sized["passes"] * sized["tensor_bytes"]).sum()) / 1e9 if sized.height else None
     fused_gb = (float(((sized["passes"] - sized["saved"]) * sized["tensor_bytes"]).sum()) / 1e9
