@@ -11,6 +11,7 @@ from traceanalyzer.analysis import analyze_trace
 from traceanalyzer.analysis.window import choose_window, parse_window, window_of
 from traceanalyzer.errors import UsageError
 from traceanalyzer.ingest import read_any
+from traceanalyzer.report._common import fmt_ns
 
 PROGRAMS = SAMPLES / "programs"
 EXPECTED = yaml.safe_load((PROGRAMS / "expected.yaml").read_text())
@@ -98,6 +99,45 @@ def test_warm_up_steps_and_gpu_work_launched_before_the_window(tmp_path):
     assert result.steps["step"].to_list() == [1, 2, 3, 4]
     kernels = result.kernels["name"].to_list()
     assert "tail" not in kernels and "autotune" not in kernels  # launched in the warm-up
+
+
+def _steps_then_one_without_gpu_work(tmp_path, last_dur):
+    b = KinetoBuilder()
+    for i in range(4):
+        t0 = i * 1000
+        b.step(i, t0, 950)
+        b.launch("gemm", t0 + 10, 5, t0 + 20, 900)
+    b.step(4, 4000, last_dur)  # the step the profiler stopped in: no GPU work recorded
+    return _analyzed(b.write(tmp_path / "t.json"))
+
+
+def test_a_last_step_cut_short_is_left_out_and_said(tmp_path):
+    result, window = _steps_then_one_without_gpu_work(tmp_path, 40)
+    assert result.steps["step"].to_list() == [0, 1, 2, 3]
+    assert [c["step"] for c in window.cut_short] == [4]
+    assert result.metrics.step_time_mean_ns == pytest.approx(result.metrics.step_time_p50_ns,
+                                                             rel=0.05)
+    text = window.describe()
+    took = window.cut_short[0]["duration_ns"]
+    assert took < 1e5  # from step 3's wall-clock end to step 4's CPU end
+    assert f"step 4 ({fmt_ns(took)}) in it, cut short by the end of the capture" in text
+    assert window.end_ns - window.start_ns <= 4000 * 1000  # ends at step 4's CPU start
+
+
+def test_a_long_last_step_without_gpu_work_stays(tmp_path):
+    # A whole step with the GPU idle (the host stalled) is what the analysis should report.
+    result, window = _steps_then_one_without_gpu_work(tmp_path, 3000)
+    assert result.steps["step"].to_list() == [0, 1, 2, 3, 4]
+    assert window.cut_short == []
+
+
+@pytest.mark.skipif(not (PUBLIC / "kineto" / "hta_mi250_rocm.json.gz").exists(),
+                    reason="public traces absent")
+def test_the_mi250_trace_leaves_out_the_step_the_profiler_stopped_in():
+    result, window = _analyzed(PUBLIC / "kineto" / "hta_mi250_rocm.json.gz")
+    assert result.steps["step"].to_list() == [1]
+    assert [c["step"] for c in window.cut_short] == [2]
+    assert result.metrics.step_time_mean_ns == result.metrics.step_time_p50_ns
 
 
 @pytest.mark.parametrize("text", ["sometimes", "1:", "steps,all"])

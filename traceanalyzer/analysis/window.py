@@ -217,6 +217,9 @@ class Window:
     #: Leading steps left out as warm-up: [{"step", "duration_ns"}], with the median they
     #: were compared with.
     warmup: list[dict[str, int]] = field(default_factory=list)
+    #: Trailing steps left out as cut short by the end of the capture (no GPU work recorded,
+    #: shorter than the median step): [{"step", "duration_ns"}].
+    cut_short: list[dict[str, int]] = field(default_factory=list)
     median_step_ns: int | None = None
     #: CPU start of the first step found (warm-up included): start-up ends there.
     first_step_start_ns: int | None = None
@@ -315,7 +318,13 @@ class Window:
             else:
                 left.append(f"{steps} ({took}) as warm-up, over {WARMUP_FACTOR:g}x the median "
                             "step")
-        if self.after_ns > 0:
+        if self.after_ns > 0 and self.cut_short and self.kind == "steps":
+            steps = _step_list([c["step"] for c in self.cut_short])
+            took = fmt_ns(sum(c["duration_ns"] for c in self.cut_short))
+            left.append(f"{fmt_ns(self.after_ns)} after the last analyzed step, {steps} "
+                        f"({took}) in it, cut short by the end of the capture: no GPU work "
+                        "recorded and shorter than the median step")
+        elif self.after_ns > 0:
             left.append(f"{fmt_ns(self.after_ns)} after the last step" if self.kind == "steps"
                         else f"{fmt_ns(self.after_ns)} after it")
         tail = f"; left out {', '.join(left)}" if left else ""
@@ -460,9 +469,18 @@ def choose_window(trace: Trace, requested: str = "steps",
             if other_windows:
                 window.reason = (f"the trace holds {other_windows + 1} profiler windows "
                                  "(a schedule with repeat=); analyzed the one with the most steps")
-            kept, warmup, median = _steady_steps(steps, meta.rank)
+            kept, cut, warmup, median = _steady_steps(steps, meta.rank)
             bounds = kept.group_by("rank").agg(lo=pl.col("start_ns").min(),
                                                hi=pl.col("wall_end_ns").max())
+            if cut.height:
+                # The window ends where a step cut short begins, as --steps ends a step at the
+                # next one's CPU start: the CPU runs ahead of the GPU.
+                cut_at = cut.group_by("rank").agg(cut_ns=pl.col("start_ns").min())
+                bounds = bounds.join(cut_at, on="rank", how="left").select(
+                    "rank", "lo", hi=pl.min_horizontal("hi", "cut_ns"))
+                window.cut_short = [
+                    {"step": int(r["step"]), "duration_ns": int(r["duration_ns"])}
+                    for r in headline_rows(cut, meta.rank).iter_rows(named=True)]
             first = steps.group_by("rank").agg(lo=pl.col("start_ns").min())
             window.warmup = warmup
             window.median_step_ns = median
@@ -567,25 +585,45 @@ def headline_rows(frame: pl.DataFrame, rank: int | None) -> pl.DataFrame:
 
 
 def _steady_steps(steps: pl.DataFrame, rank: int | None = None
-                  ) -> tuple[pl.DataFrame, list[dict[str, int]], int | None]:
+                  ) -> tuple[pl.DataFrame, pl.DataFrame, list[dict[str, int]], int | None]:
     """Steps without the leading warm-up ones (slower than WARMUP_FACTOR x the rank's median,
-    on ranks with at least MIN_STEPS_FOR_WARMUP steps),
-    the warm-up steps of the lowest rank, and that rank's median step time."""
+    on ranks with at least MIN_STEPS_FOR_WARMUP steps) and without the trailing ones cut short
+    (:func:`_cut_short`); those cut short (rank, step, start_ns, duration_ns); the warm-up
+    steps of the lowest rank, and that rank's median step time (of the steps not cut short)."""
     timed = steps.sort("rank", "start_ns").with_columns(
         duration_ns=pl.col("wall_end_ns") - pl.col("wall_start_ns"))
-    timed = timed.with_columns(median_ns=pl.col("duration_ns").median().over("rank"))
+    timed = timed.with_columns(cut=_cut_short())
+    whole = ~pl.col("cut")
+    timed = timed.with_columns(
+        median_ns=pl.col("duration_ns").filter(whole).median().over("rank"),
+        whole_steps=whole.sum().over("rank"))
     slow = pl.col("duration_ns") > WARMUP_FACTOR * pl.col("median_ns")
     timed = timed.with_columns(
         # A step is warm-up while every step before it on its rank was too; one step stays.
         warmup=(slow.not_().cum_sum().over("rank") == 0)
-        & (pl.int_range(pl.len()).over("rank") < pl.len().over("rank") - 1)
-        & (pl.len().over("rank") >= MIN_STEPS_FOR_WARMUP))
-    kept = timed.filter(~pl.col("warmup"))
+        & (pl.int_range(pl.len()).over("rank") < pl.col("whole_steps") - 1)
+        & (pl.col("whole_steps") >= MIN_STEPS_FOR_WARMUP))
+    kept = timed.filter(~pl.col("warmup"), whole).drop("cut", "whole_steps")
+    cut = timed.filter(pl.col("cut")).select("rank", "step", "start_ns", "duration_ns")
     mine = headline_rows(timed, rank)
     warmup = [{"step": int(r["step"]), "duration_ns": int(r["duration_ns"])}
               for r in mine.filter(pl.col("warmup")).iter_rows(named=True)]
     median = mine["median_ns"][0] if mine.height else None
-    return kept, warmup, int(median) if median is not None else None
+    return kept, cut, warmup, int(median) if median is not None else None
+
+
+def _cut_short() -> pl.Expr:
+    """Per step (sorted by rank and start): whether it is a trailing step that the capture cut
+    short: no GPU work recorded in it or in any later step of its rank, on a rank whose earlier
+    steps launched some, and shorter than the rank's median step with GPU work. The profiler
+    stops inside the step that its last ``step()`` opened (HTA's MI250 trace: 86 µs after a
+    9.3 ms step); counting it would halve the mean step time. A long step without GPU work
+    stays: the GPU idling for a whole step is what the analysis should report."""
+    has_gpu = pl.col("gpu_start_ns").is_not_null()
+    later_gpu = has_gpu.cast(pl.Int32).cum_sum(reverse=True).over("rank")
+    gpu_median = pl.col("duration_ns").filter(has_gpu).median().over("rank")
+    return ((later_gpu == 0) & has_gpu.any().over("rank")
+            & (pl.col("duration_ns") < gpu_median)).fill_null(False)
 
 
 def _fill_steps(window: Window, views: Any, kept: pl.DataFrame | None) -> None:

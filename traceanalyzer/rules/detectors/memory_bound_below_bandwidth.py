@@ -185,7 +185,8 @@ def strided_elementwise(views: Views, p: Params) -> Detection | None:
 
     peaks = peaks_of(analyzed_device(views))
     if peaks is None:
-        raise NotApplicable("no HBM bandwidth is known for this GPU")
+        raise NotApplicable(
+            "no memory bandwidth is known for this GPU (it is not in the device table)")
     k = _strided_kernels(views)
     if k.is_empty() and not kernels_of(views)["name"].str.contains("at::native::").any():
         raise NotApplicable(
