@@ -287,13 +287,18 @@ def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | N
     to explain beyond the streams themselves). Over ``budget`` nodes (:data:`NODE_BUDGET` by
     default), the graph of the steps :func:`judged_steps` chooses."""
     launches = views.launches
-    # The columns read, before any filter or sort (each copies every column it is given).
-    gpu = launches.drop([c for c in UNREAD_COLUMNS if c in launches.columns]).filter(
-        pl.col("rank") == rank
+    # The columns read, before any filter or sort (each copies every column it is given); the
+    # names, most of both frames' bytes, are gathered once the rows are final (``_row``).
+    gpu = (
+        launches.drop([c for c in (*UNREAD_COLUMNS, "name") if c in launches.columns])
+        .with_columns(_row=pl.int_range(pl.len(), dtype=pl.UInt32))
+        .filter(pl.col("rank") == rank)
     )
     if gpu.is_empty():
         return None
-    cpu = views.cpu.select(CPU_COLUMNS).filter(pl.col("rank") == rank)
+    cpu = views.cpu.select(
+        *(c for c in CPU_COLUMNS if c != "name"), _row=pl.int_range(pl.len(), dtype=pl.UInt32)
+    ).filter(pl.col("rank") == rank)
     rank_steps = (
         views.steps.filter(pl.col("rank") == rank)
         .select("step", "start_ns", "end_ns", "wall_start_ns")
@@ -315,12 +320,16 @@ def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | N
     t0 = int(min(starts.min(), cpu["start_ns"].to_numpy().min() if cpu.height else starts.min()))
     calls = (
         cpu.filter(pl.col("kind").is_in(API_KINDS))
-        .select("name", "tid", "correlation", "start_ns", "end_ns")
+        .select("_row", "tid", "correlation", "start_ns", "end_ns")
         .sort("start_ns", "end_ns")
         .with_row_index("_c")
     )
     if calls.is_empty():
         return None
+    calls = calls.select(
+        "_c", views.cpu["name"].gather(calls["_row"]).alias("name"),
+        *(c for c in calls.columns if c not in ("_c", "_row")),
+    )
     # The runtime call that launched each activity (launches view), by (correlation, start).
     launch_of = (
         calls.filter(pl.col("correlation").is_not_null())
@@ -340,6 +349,7 @@ def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | N
         .join(launch_of, on=["correlation", "launch_start_ns"], how="left", maintain_order="left")
         .with_row_index("_g")
     )
+    gpu = gpu.with_columns(name=launches["name"].gather(gpu["_row"])).drop("_row")
     n_gpu = gpu.height
     g_start = gpu["start_ns"].to_numpy().astype(np.int64) - t0
     g_end = np.maximum(gpu["end_ns"].to_numpy().astype(np.int64) - t0, g_start)
@@ -842,12 +852,19 @@ def critical_path(g: Graph, rep: Replay) -> Path:
     )
     dl = np.where(kind == 1, g.c_dl[cidx] if has_c else 0.0, 0.0)
     dl_len = ((body_lo - entry) * dl).astype(np.int64)
+    del dl, g_edge
+    # Three segments a node (data loading, the edge, the body): the arrays are n long each, so
+    # the small ones are kept small (categories and parts in one byte, node ids in four).
     los = np.concatenate((entry, entry + dl_len, body_lo))
     his = np.concatenate((entry + dl_len, body_lo, np.maximum(at, body_lo)))
-    cats = np.concatenate((np.full(len(nodes), _CAT["data_loading"]), edge_cat, body_cat))
-    ref = np.where(kind == 2, nc + gidx, cidx)
+    del entry, dl_len, at
+    cats = np.concatenate((np.full(len(nodes), _CAT["data_loading"]), edge_cat, body_cat)).astype(
+        np.int8)
+    del edge_cat, body_cat, body_lo
+    ref = np.where(kind == 2, nc + gidx, cidx).astype(np.int32 if n < 2**31 else np.int64)
     nid = np.concatenate((ref, ref, ref))
-    part = np.concatenate((np.zeros(len(nodes)), np.ones(len(nodes)), np.full(len(nodes), 2)))
+    part = np.repeat(np.arange(3, dtype=np.int8), len(nodes))
+    del ref, kind, cidx, gidx
     # Host time before the path's first node and after its last, inside the steps.
     st = rep.step_times
     if st.height:
@@ -860,13 +877,15 @@ def critical_path(g: Graph, rep: Replay) -> Path:
                 mid = lo_ + int(share)
                 los = np.concatenate((los, [lo_, mid]))
                 his = np.concatenate((his, [mid, hi_]))
-                cats = np.concatenate((cats, [_CAT["data_loading"], _CAT["cpu"]]))
-                nid = np.concatenate((nid, [-1, -1]))
-                part = np.concatenate((part, [0, 1]))
-    keep = his > los
-    order = np.lexsort((part[keep], los[keep]))
-    lo_, hi_ = los[keep][order], his[keep][order]
-    cat_, nid_ = cats[keep][order], nid[keep][order]
+                cats = np.concatenate(
+                    (cats, np.array([_CAT["data_loading"], _CAT["cpu"]], cats.dtype)))
+                nid = np.concatenate((nid, np.array([-1, -1], nid.dtype)))
+                part = np.concatenate((part, np.array([0, 1], part.dtype)))
+    keep = np.flatnonzero(his > los)
+    keep = keep[np.lexsort((part[keep], los[keep]))]
+    lo_, hi_ = los[keep], his[keep]
+    cat_, nid_ = cats[keep].astype(np.int64), nid[keep].astype(np.int64)
+    del los, his, cats, nid, part, keep
     # A copy that ends after its call returned makes the path step back a little: each segment
     # starts where the one before it ended, so the segments never overlap.
     if len(lo_):
@@ -908,26 +927,33 @@ def node_binder(g: Graph, rep: Replay) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _chain(binder: np.ndarray, tail: int, sentinel: int) -> np.ndarray:
-    """The nodes from ``tail`` back through ``binder`` (pointer doubling: O(n log n) in numpy)."""
+    """The nodes from ``tail`` back through ``binder``, ``tail`` first.
+
+    Following the pointers one by one is a Python loop over the path; keeping every power of
+    ``binder`` (pointer doubling) holds log2(n) arrays of n. Instead ``binder`` is raised to a
+    power ``s`` near sqrt(n) (two arrays at a time), the path is walked in jumps of ``s`` from
+    ``tail`` (at most n / s steps), and the ``s`` nodes after each of those marks are filled in
+    together (``s`` vectorized steps): O(n log n) time, O(n) memory, O(sqrt(n)) Python steps."""
     dtype = np.int32 if sentinel < 2**31 - 1 else np.int64
-    jumps = [binder.astype(dtype)]
-    levels = max(int(sentinel).bit_length(), 1)
-    for _ in range(levels):
-        j = jumps[-1]
-        jumps.append(j[j])
-    depth = 0
-    cur = tail
-    for k in range(len(jumps) - 1, -1, -1):
-        if jumps[k][cur] != sentinel:
-            cur = int(jumps[k][cur])
-            depth += 1 << k
-    idx = np.arange(depth + 1)
-    node = np.full(depth + 1, tail, np.int64)
-    for k in range(len(jumps)):
-        m = ((idx >> k) & 1).astype(bool)
-        if m.any():
-            node[m] = jumps[k][node[m]]
-    return node
+    one = binder.astype(dtype)
+    bits = max((int(sentinel).bit_length() + 1) // 2, 1)
+    far = one
+    for _ in range(bits):
+        far = far[far]
+    stride = 1 << bits
+    marks = [int(tail)]
+    while (nxt := int(far[marks[-1]])) != sentinel:  # at most n / stride steps
+        marks.append(nxt)
+    del far
+    block = np.empty((len(marks), stride), dtype)
+    cur = np.asarray(marks, dtype)
+    for j in range(stride):  # stride vectorized steps over every mark at once
+        block[:, j] = cur
+        cur = one[cur]
+    node = block.ravel()
+    # Only the last mark's block reaches the sentinel (the sentinel points to itself).
+    ends = np.flatnonzero(node == sentinel)
+    return node[: ends[0] if ends.size else node.size].astype(np.int64)
 
 
 def breakdown(g: Graph, rep: Replay, path: Path) -> pl.DataFrame:

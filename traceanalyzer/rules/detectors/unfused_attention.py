@@ -48,12 +48,19 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         return None
     keys = ["rank", "device", "stream"]
     window_k = int(p["max_distance_count"])
-    k = kernels.sort(*keys, "start_ns").with_columns(
-        _idx=pl.int_range(pl.len()).over(keys),
+    softmax = pl.col("name").str.contains(SOFTMAX_KERNEL) & ~pl.col("name").str.contains(
+        NOT_UNFUSED_SOFTMAX)
+    # The flags and times only are sorted; names are gathered for the softmax kernels alone
+    # (a sort copies every column it carries, and kernel names are most of the frame).
+    k = kernels.select(
+        *keys, "start_ns", "end_ns", "dur", "step", "external_id",
+        _row=pl.int_range(pl.len(), dtype=pl.UInt32),
         _gemm=(pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM),
-        _softmax=pl.col("name").str.contains(SOFTMAX_KERNEL)
-        & ~pl.col("name").str.contains(NOT_UNFUSED_SOFTMAX),
+        _softmax=softmax,
     )
+    if not k["_softmax"].any():
+        return None
+    k = k.sort(*keys, "start_ns").with_columns(_idx=pl.int_range(pl.len()).over(keys))
     # Index of the nearest GEMM before and after each kernel, on its stream.
     k = k.with_columns(
         _prev_gemm=pl.when("_gemm").then("_idx").shift(1).forward_fill().over(keys),
@@ -63,6 +70,9 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         "_softmax",
         pl.col("_idx") - pl.col("_prev_gemm") <= window_k,
         pl.col("_next_gemm") - pl.col("_idx") <= window_k,
+    )
+    soft = soft.with_columns(name=kernels["name"].gather(soft["_row"]),
+                             op_name=kernels["op_name"].gather(soft["_row"])).filter(
         ~pl.col("op_name").fill_null("").str.contains(LOSS_OP),
     ).pipe(lambda f: with_inputs(views, f, {"_ndim": "ndim"})).filter(
         # attention scores are [batch, (heads,) T, T]; a 2-D softmax is a classifier's
