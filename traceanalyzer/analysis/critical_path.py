@@ -434,10 +434,13 @@ def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | N
     n_calls = calls.height
     names = calls["name"]
     blocking = names.str.contains(BLOCKING_API).to_numpy()
+    # Copies to or from pageable memory block their call whatever its name: a read until it is
+    # done, a write while the driver stages the buffer (the call of a 38 MB cudaMemcpyAsync
+    # lasted its copy's 4.2 ms on an H200), and the call returns when its staging is done.
     reads = gpu.filter(
         pl.col("kind") == "memcpy",
-        pl.col("copy_kind") == "DtoH",
-        pl.col("dst_kind") == "pageable",
+        ((pl.col("copy_kind") == "DtoH") & (pl.col("dst_kind") == "pageable"))
+        | ((pl.col("copy_kind") == "HtoD") & (pl.col("src_kind") == "pageable")),
         pl.col("_c").is_not_null(),
     )
     blocking[reads["_c"].to_numpy()] = True
