@@ -18,6 +18,7 @@ The schemas are documented for users in ``docs/canonical-model.md``; keep the tw
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
@@ -301,7 +302,7 @@ def empty_frame(name: str) -> pl.DataFrame:
 
 def conform_lazy(frame: pl.DataFrame | pl.LazyFrame, name: str,
                  exclude: tuple[str, ...] = (),
-                 dtypes: dict[str, DType] | None = None) -> pl.LazyFrame:
+                 dtypes: Mapping[str, DType] | None = None) -> pl.LazyFrame:
     """Select and cast ``frame``'s columns into the canonical schema of ``name``, lazily.
 
     Columns the frame lacks are added as nulls, so an ingestor only builds what its format has.

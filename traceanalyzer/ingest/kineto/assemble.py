@@ -16,6 +16,7 @@ rows, sorting, and the categories of kernel names. Two twins do it:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import polars as pl
@@ -136,10 +137,12 @@ def _cpu_and_gpu_frames(cpu_rows: list[pl.DataFrame], gpu_rows: pl.DataFrame,
         # One collect for both frames: Polars runs the two queries side by side, where one after
         # the other left a core idle (each is too small to keep two busy on its own).
         lazy = rows.lazy()
-        cpu_plan = conform_lazy(pl.concat([lazy, _parent_ops(lazy)], how="horizontal")
-                                .sort("start_ns", maintain_order=True), "cpu")
+        joined = pl.concat([lazy, _parent_ops(lazy)], how="horizontal")
+        texts = _categories_kept(joined.collect_schema())
+        cpu_plan = conform_lazy(joined.sort("start_ns", maintain_order=True), "cpu", dtypes=texts)
         cpu, *collected = pl.collect_all([cpu_plan] + ([gpu] if gpu is not None else []),
                                          engine=COLLECT_ENGINE)
+        cpu = cpu.with_columns(categories_as_text(cpu[col]) for col in texts)
         gpu_frame = collected[0] if collected else None
     else:
         # The GPU frame first, while the CPU rows are still compact: the CPU frame is the peak.
@@ -165,10 +168,13 @@ def _cpu_frame_by_column(cpu: pl.DataFrame) -> pl.DataFrame:
     columns: dict[str, pl.Series] = {}
     for start in range(0, len(names), COLUMNS_AT_ONCE):
         step = [col for col in names[start:start + COLUMNS_AT_ONCE] if col in cpu.columns]
-        sorted_step = cpu.select(pl.col(col).gather(order).cast(schema[col], strict=False)
+        texts = _categories_kept(cpu.select(step).schema)
+        sorted_step = cpu.select(pl.col(col).gather(order).cast(texts.get(col, schema[col]),
+                                                                strict=False)
                                  for col in step)
         cpu = cpu.drop(step)
-        columns |= {col: sorted_step.get_column(col) for col in step}
+        columns |= {col: categories_as_text(sorted_step.get_column(col)) if col in texts
+                    else sorted_step.get_column(col) for col in step}
         del sorted_step
     return pl.DataFrame([columns[col] if col in columns
                          else pl.repeat(None, order.len(), dtype=dtype, eager=True).alias(col)
@@ -257,7 +263,36 @@ def _deduplicated_gpu(gpu: pl.DataFrame, rows_in: int, meta: TraceMeta) -> pl.Da
         gpu = gpu.unique(maintain_order=True)
     if gpu.height < rows_in:
         meta.warnings.append(f"dropped {rows_in - gpu.height} duplicate GPU events")
-    return gpu.with_columns(name=pl.col("name").cast(pl.String))
+    return gpu.with_columns(categories_as_text(gpu["name"]))
+
+
+def _categories_kept(schema: Mapping[str, pl.DataType]) -> dict[str, pl.DataType]:
+    """The columns of ``schema`` held as categories that the CPU frame wants as text: they stay
+    categories through the sort, and :func:`categories_as_text` makes them text."""
+    wanted = FRAME_SCHEMAS["cpu"]
+    return {col: pl.Categorical() for col, dtype in schema.items()
+            if dtype == pl.Categorical and wanted.get(col) == pl.String}
+
+
+def categories_as_text(column: pl.Series) -> pl.Series:
+    """A column of categories as text, each distinct text stored once: its rows' views point
+    at one copy. Polars' cast writes every row's text out again, which for a 1 GB trace's
+    operator and kernel names, shapes and types was ~100 MB of data beside a few KB of distinct
+    texts (bench/NOTES.md, "Texts stored once"). Any other column is cast to text."""
+    if column.dtype != pl.Categorical:
+        return column.cast(pl.String, strict=False)
+    distinct = column.drop_nulls().unique()
+    if distinct.is_empty():
+        return pl.repeat(None, column.len(), dtype=pl.String, eager=True).alias(column.name)
+    codes, texts = distinct.to_physical(), distinct.cast(pl.String)
+    top = int(codes.max())  # type: ignore[arg-type]  # Polars: max of a non-empty integer column
+    if top > 4 * column.len() + (1 << 16):  # codes of a long-lived process's other traces
+        rows = column.to_physical().replace_strict(
+            codes, pl.int_range(distinct.len(), dtype=pl.UInt32, eager=True), default=None)
+        return texts.gather(rows).alias(column.name)
+    # Texts by category code: each row's text is then a gather by its code.
+    by_code = pl.repeat(None, top + 1, dtype=pl.String, eager=True).scatter(codes, texts)
+    return by_code.gather(column.to_physical()).alias(column.name)
 
 
 def _counter_frame(mem: pl.DataFrame) -> pl.DataFrame:
