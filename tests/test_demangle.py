@@ -88,6 +88,37 @@ def test_a_gpu_frame_gets_demangled_names_and_their_categories():
     assert demangle_gpu(plain) is plain
 
 
+def test_demangled_names_are_stored_once_and_match_per_row_demangling():
+    """The names and categories are worked out per distinct name and gathered by row: the
+    result is what demangling each row gives, and the names' data is one copy of each."""
+    from tests.support.texts import text_data_bytes
+    from traceanalyzer.categories import kernel_category
+    from traceanalyzer.demangle import demangle_gpu, display_name
+    from traceanalyzer.model import conform
+
+    mangled = [m for m, _ in CASES][:6]
+    names = [None if i % 11 == 0 else mangled[i % len(mangled)] if i % 3 else "plain_kernel_name"
+             for i in range(3_000)]
+    gpu = conform(pl.DataFrame({
+        "rank": 0, "device": 0, "stream": 1, "kind": ["kernel" if i % 13 else "memcpy"
+                                                      for i in range(len(names))],
+        "name": names, "category": "other", "start_ns": range(len(names)),
+        "end_ns": range(1, len(names) + 1),
+    }), "gpu")
+    out = demangle_gpu(gpu)
+    expected = [display_name(n) if n else None for n in names]
+    assert out["name"].to_list() == expected
+    assert out["mangled_name"].to_list() == [n if n and display_name(n) != n else None
+                                             for n in names]
+    kernels = out.filter(pl.col("kind") == "kernel", pl.col("mangled_name").is_not_null())
+    assert kernels["category"].cast(pl.String).to_list() == kernels.select(
+        kernel_category(pl.col("name"))).to_series().to_list()
+    assert out.filter(pl.col("kind") == "memcpy")["category"].cast(pl.String).unique().to_list() \
+        == ["other"]
+    distinct = int(out["name"].drop_nulls().unique().str.len_bytes().sum())
+    assert text_data_bytes(out["name"]) <= distinct + 64
+
+
 # -- at ingest, on real traces ---------------------------------------------------------------
 
 ROCM_VLLM = PUBLIC / "kineto" / "tracelens_vllm_decode_cudagraph.json.gz"  # MI300X, vLLM decode

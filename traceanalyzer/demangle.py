@@ -481,33 +481,47 @@ def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
     in ``mangled_name``) and those kernels' categories taken from the demangled names; the
     frame itself when no name is mangled.
 
-    Every ingestor's frame goes through it (:meth:`traceanalyzer.ingest.formats.Format.read`):
-    the work is one pass over the distinct mangled names, then one join.
+    Every ingestor's frame goes through it (:meth:`traceanalyzer.ingest.formats.Format.read`).
+    The names, categories and mangled names are worked out once per distinct name and gathered
+    by row: matching the category patterns on every row, and a coalesce of the texts, took
+    3.1 of a 100 MB trace's 4 CPU seconds of reading, and wrote every row's name out again
+    (bench/NOTES.md, "Texts stored once").
     """
     import polars as pl
 
     from traceanalyzer.categories import kernel_category
+    from traceanalyzer.texts import distinct_rows
 
     if gpu.height == 0 or "name" not in gpu.columns:
         return gpu
-    name = pl.col("name").cast(pl.String)
-    names = gpu.lazy().select(name.unique()).filter(pl.col("name").str.starts_with("_Z")
-                                                    ).collect()["name"].to_list()
-    mapping = {n: d for n in names if n and (d := demangle(n)) is not None}
+    recorded = gpu["name"].cast(pl.String)
+    if not recorded.str.starts_with("_Z").any():
+        return gpu
+    distinct, rows = distinct_rows(recorded.cast(pl.Categorical))
+    texts = distinct.cast(pl.String)
+    mangled = texts.filter(texts.str.starts_with("_Z")).to_list()
+    mapping = {n: d for n in mangled if (d := demangle(n)) is not None}
     if not mapping:
         return gpu
-    table = pl.DataFrame({"_mangled": list(mapping), "_demangled": list(mapping.values())},
-                         schema={"_mangled": pl.String, "_demangled": pl.String})
-    dtype, cat_dtype = gpu.schema["name"], gpu.schema.get("category")
-    out = gpu.with_columns(name.alias("_mangled")).join(
-        table, on="_mangled", how="left", maintain_order="left")
-    changed = pl.col("_demangled").is_not_null()
-    columns = [pl.coalesce("_demangled", "_mangled").cast(dtype).alias("name")]
+    per_name = pl.DataFrame({"text": texts}).with_columns(
+        demangled=pl.col("text").replace_strict(mapping, default=None, return_dtype=pl.String))
+    changed = pl.col("demangled").is_not_null()
+    per_name = per_name.select(
+        changed.alias("changed"),
+        pl.coalesce("demangled", "text").alias("name"),
+        pl.when(changed).then("text").alias("mangled"),
+        kernel_category(pl.col("demangled")).alias("category"),
+    )
+    by_row = per_name.select(pl.all().gather(rows))
+    was_changed = by_row["changed"].fill_null(False)
+    columns = [by_row["name"].cast(gpu.schema["name"]).alias("name")]
     if "mangled_name" in gpu.columns:
-        columns.append(pl.when(changed).then(pl.col("_mangled"))
-                       .otherwise(pl.col("mangled_name")).alias("mangled_name"))
-    if cat_dtype is not None:
-        recat = pl.when(changed & (pl.col("kind").cast(pl.String) == "kernel")).then(
-            kernel_category(pl.col("_demangled"))).otherwise(pl.col("category").cast(pl.String))
-        columns.append(recat.cast(cat_dtype).alias("category"))
-    return out.with_columns(columns).drop("_mangled", "_demangled")
+        old = gpu["mangled_name"]
+        columns.append(by_row["mangled"].alias("mangled_name") if old.null_count() == old.len()
+                       else pl.when(was_changed).then(by_row["mangled"]).otherwise(old)
+                       .cast(old.dtype).alias("mangled_name"))
+    if (cat_dtype := gpu.schema.get("category")) is not None:
+        recategorized = was_changed & (gpu["kind"].cast(pl.String) == "kernel")
+        columns.append(pl.when(recategorized).then(by_row["category"].cast(cat_dtype))
+                       .otherwise(pl.col("category")).alias("category"))
+    return gpu.with_columns(columns)

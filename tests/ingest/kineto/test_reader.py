@@ -11,6 +11,7 @@ import pytest
 from tests.support.kineto_builder import KinetoBuilder
 from tests.support.kineto_reference import reference_read
 from tests.support.paths import public_kineto
+from tests.support.texts import text_data_bytes
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import load, sniff
 from traceanalyzer.ingest.kineto import read_kineto
@@ -55,45 +56,6 @@ def test_many_groups_and_columnwise_sort_match_reference_parser(path, monkeypatc
     slow = reference_read(path)
     for name, frame in fast.frames().items():
         assert frame.equals(slow.frames()[name]), name
-
-
-def text_data_bytes(column: pl.Series) -> int:
-    """The bytes of a text column's data buffers (its long texts; views and bitmap left out)."""
-    array = column.to_arrow(compat_level=pl.CompatLevel.newest())
-    chunks = array.chunks if hasattr(array, "chunks") else [array]
-    return sum(b.size for chunk in chunks for b in chunk.buffers()[2:] if b is not None)
-
-
-@pytest.mark.parametrize("rows", [0, 1, 5_000])
-def test_categories_as_text_equal_the_cast_and_store_each_text_once(rows):
-    from traceanalyzer.ingest.kineto.assemble import categories_as_text
-
-    texts = [f"void at::native::kernel_with_a_long_name_{i % 7}<float>" for i in range(rows)]
-    column = pl.Series("name", [None if i % 5 == 0 else t for i, t in enumerate(texts)],
-                       dtype=pl.String).cast(pl.Categorical)
-    out = categories_as_text(column)
-    assert out.dtype == pl.String and out.name == "name"
-    assert out.equals(column.cast(pl.String))
-    assert text_data_bytes(out) <= 7 * len(texts[0]) + 64 if rows else out.len() == 0
-    nulls = pl.Series("x", [None, None], dtype=pl.Categorical)
-    assert categories_as_text(nulls).equals(pl.Series("x", [None, None], dtype=pl.String))
-    plain = pl.Series("y", [1, None])
-    assert categories_as_text(plain).equals(pl.Series("y", ["1", None]))
-
-
-def test_categories_as_text_of_a_few_rows_among_many_categories():
-    """A long-lived process (batch mode) holds the categories of every trace it read: a short
-    column whose codes are far above its length is looked up by hashing, not by a table as long
-    as the codes."""
-    from traceanalyzer.ingest.kineto.assemble import categories_as_text
-
-    earlier = pl.Series([f"earlier trace's text {i:06d}" for i in range(80_000)]).cast(
-        pl.Categorical)
-    column = pl.Series("n", ["a text made after them all 1", None, "a text made after them all 2",
-                             "a text made after them all 1"]).cast(pl.Categorical)
-    assert int(column.to_physical().max()) > 4 * column.len() + (1 << 16)
-    assert categories_as_text(column).equals(column.cast(pl.String))
-    assert earlier.len() == 80_000  # (kept alive: its categories hold the low codes)
 
 
 @pytest.mark.slow

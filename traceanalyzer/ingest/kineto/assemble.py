@@ -47,6 +47,7 @@ from traceanalyzer.model import (
     conform_lazy,
     empty_frame,
 )
+from traceanalyzer.texts import categories_as_text
 
 try:
     from traceanalyzer.ingest.kineto._native import _eventassemble
@@ -272,27 +273,6 @@ def _categories_kept(schema: Mapping[str, pl.DataType]) -> dict[str, pl.DataType
     wanted = FRAME_SCHEMAS["cpu"]
     return {col: pl.Categorical() for col, dtype in schema.items()
             if dtype == pl.Categorical and wanted.get(col) == pl.String}
-
-
-def categories_as_text(column: pl.Series) -> pl.Series:
-    """A column of categories as text, each distinct text stored once: its rows' views point
-    at one copy. Polars' cast writes every row's text out again, which for a 1 GB trace's
-    operator and kernel names, shapes and types was ~100 MB of data beside a few KB of distinct
-    texts (bench/NOTES.md, "Texts stored once"). Any other column is cast to text."""
-    if column.dtype != pl.Categorical:
-        return column.cast(pl.String, strict=False)
-    distinct = column.drop_nulls().unique()
-    if distinct.is_empty():
-        return pl.repeat(None, column.len(), dtype=pl.String, eager=True).alias(column.name)
-    codes, texts = distinct.to_physical(), distinct.cast(pl.String)
-    top = int(codes.max())  # type: ignore[arg-type]  # Polars: max of a non-empty integer column
-    if top > 4 * column.len() + (1 << 16):  # codes of a long-lived process's other traces
-        rows = column.to_physical().replace_strict(
-            codes, pl.int_range(distinct.len(), dtype=pl.UInt32, eager=True), default=None)
-        return texts.gather(rows).alias(column.name)
-    # Texts by category code: each row's text is then a gather by its code.
-    by_code = pl.repeat(None, top + 1, dtype=pl.String, eager=True).scatter(codes, texts)
-    return by_code.gather(column.to_physical()).alias(column.name)
 
 
 def _counter_frame(mem: pl.DataFrame) -> pl.DataFrame:
