@@ -105,3 +105,35 @@ def test_every_report_says_which_steps_were_judged(monkeypatch: pytest.MonkeyPat
     view = whatif_view(result)
     assert view is not None  # the one note, in the intro every report prints
     assert note in view.intro()
+
+
+def _stepless(kernels: int) -> Views:
+    """A serving loop's shape: launches and kernels, no steps."""
+    s = Synth()
+    for i in range(kernels):
+        s.kernel("ampere_sgemm_128x64_nn", 100.0 + i * 60, 50)
+    return Views(s.trace())
+
+
+def test_a_window_without_steps_is_cut_to_its_middle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without steps there is no step time to explain, but the graph is built all the same:
+    over the budget, the time range in the window's middle that holds the budget's nodes, the
+    same however long the window grows, and said so."""
+    monkeypatch.setattr(critical_path, "NODE_BUDGET", 200)
+    whole = build_graph(_stepless(90), 0)
+    assert whole is not None and whole.judged is not None and not whole.judged["bounded"]
+    judged = []
+    for kernels in (400, 3_200):  # 8x the trace
+        g = build_graph(_stepless(kernels), 0)
+        assert g is not None and g.judged is not None
+        j = g.judged
+        assert j["bounded"] and j["steps"] == j["of_steps"] == 0
+        assert j["nodes"] == g.n_calls + g.n_gpu and 190 <= j["nodes"] <= 200
+        assert j["window_nodes"] == 2 * kernels
+        # the middle: as many nodes before the range as after it
+        t0, span = 100_000, kernels * 60_000
+        assert abs((j["start_ns"] - t0) - (t0 + span - j["end_ns"])) <= 2 * 60_000
+        judged.append(j["nodes"])
+        note = judged_note(j)
+        assert "middle of the window" in note and f"{j['nodes']:,}" in note
+    assert judged[0] == judged[1]

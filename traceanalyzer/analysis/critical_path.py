@@ -222,8 +222,11 @@ def judged_steps(
     order of start), grown one step at a time on the side with fewer nodes while they fit, at
     least the median step (a step's nodes are those from its start to the next step's); the GPU
     activities launched in them, those of no step launched between them, and the host rows that
-    start from the first one's start to the start of the step after the last. ``judged``: ``bounded``, ``steps`` (judged), ``of_steps``, ``first`` and
-    ``last`` step, ``nodes`` (judged) and ``window_nodes``, ``node_budget``."""
+    start from the first one's start to the start of the step after the last. A window without
+    steps (a serving loop, a capture of CUDA graphs) over the budget: the time range in its
+    middle that holds ``budget`` nodes (:func:`_judged_range`). ``judged``: ``bounded``,
+    ``steps`` (judged), ``of_steps``, ``first`` and ``last`` step, ``nodes`` (judged) and
+    ``window_nodes``, ``node_budget``; for a range, its ``start_ns`` and ``end_ns``."""
     api = pl.col("kind").is_in(API_KINDS)
     total = gpu.height + int(cpu.select(api.sum()).item() or 0)
     ids = steps["step"].to_list()
@@ -238,11 +241,10 @@ def judged_steps(
         "window_nodes": total,
         "node_budget": budget,
     }
-    if total <= budget or steps.is_empty():
+    if total <= budget:
         return gpu, cpu, steps, judged
-    lo = steps["start_ns"].to_numpy()
-    # Nodes of each step: the activities launched from its start to the next step's start (its
-    # own, and those launched between the two steps), and the calls that start there.
+    # When each node enters the graph: an activity when it was launched (or, with no launch
+    # call, started), a call when it started.
     at = np.concatenate(
         (
             gpu.select(pl.coalesce("launch_start_ns", "start_ns"))
@@ -252,6 +254,11 @@ def judged_steps(
             cpu.filter(api)["start_ns"].to_numpy().astype(np.int64),
         )
     )
+    if steps.is_empty():
+        return _judged_range(gpu, cpu, steps, judged, at, budget)
+    lo = steps["start_ns"].to_numpy()
+    # Nodes of each step: the activities launched from its start to the next step's start (its
+    # own, and those launched between the two steps), and the calls that start there.
     pos = np.searchsorted(lo, at, side="right") - 1
     nodes = np.bincount(pos[pos >= 0], minlength=len(ids))
     a = b = (len(ids) - 1) // 2
@@ -279,6 +286,24 @@ def judged_steps(
         kept,
         judged,
     )
+
+
+def _judged_range(
+    gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.DataFrame, judged: dict[str, Any],
+    at: np.ndarray, budget: int,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """A window without steps, cut to the ``budget`` nodes around its middle node in time
+    (``at``: when each node enters the graph). Such a window has no step time for the path or
+    the what-if to explain; unbounded, its graph grew with the trace (+545 MiB at 1 GB of a
+    CUDA-graph capture: bench/NOTES.md)."""
+    first = max(0, (len(at) - budget) // 2)
+    t_lo, t_hi = np.partition(at, [first, first + budget])[[first, first + budget]]
+    launched = pl.coalesce("launch_start_ns", "start_ns")
+    gpu = gpu.filter(launched >= int(t_lo), launched < int(t_hi))
+    cpu = cpu.filter(pl.col("start_ns") >= int(t_lo), pl.col("start_ns") < int(t_hi))
+    nodes = gpu.height + int(cpu.select(pl.col("kind").is_in(API_KINDS).sum()).item() or 0)
+    judged.update(bounded=True, nodes=nodes, start_ns=int(t_lo), end_ns=int(t_hi))
+    return gpu, cpu, steps, judged
 
 
 def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | None:

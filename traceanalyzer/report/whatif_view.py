@@ -139,6 +139,12 @@ def judged_note(judged: dict[str, Any] | None) -> str:
     window's steps (analysis.critical_path.judged_steps); "" when they judged all."""
     if not judged or not judged.get("bounded"):
         return ""
+    if judged.get("start_ns") is not None:  # a window without steps, cut by time
+        return (
+            f"The critical path and the what-if judged the middle of the window, "
+            f"{judged.get('nodes'):,} of its {judged.get('window_nodes'):,} graph nodes (the "
+            f"budget is {judged.get('node_budget'):,}; the window has no steps)."
+        )
     first, last = judged.get("first"), judged.get("last")
     which = f"step {first}" if first == last else f"steps {first}-{last}"
     return (
