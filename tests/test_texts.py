@@ -43,3 +43,14 @@ def test_a_few_rows_among_many_categories():
     assert int(column.to_physical().max()) > 4 * column.len() + (1 << 16)
     assert categories_as_text(column).equals(column.cast(pl.String))
     assert earlier.len() == 80_000  # (kept alive: its categories hold the low codes)
+
+
+def test_matches_is_str_contains_tested_once_per_text():
+    from traceanalyzer.texts import matches
+
+    names = pl.Series("name", ["multi_tensor_apply_kernel<Adam>", None, "ampere_sgemm",
+                               "elementwise_kernel<lerp>", "ampere_sgemm"] * 50)
+    for pattern in (r"(?i)multi_tensor|fused_adam", r"lerp|addcmul", r"^ampere", "nothing"):
+        assert matches(names, pattern).equals(names.str.contains(pattern))
+    empty = pl.Series("name", [], dtype=pl.String)
+    assert matches(empty, "x").len() == 0

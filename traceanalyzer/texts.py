@@ -39,3 +39,11 @@ def categories_as_text(column: pl.Series) -> pl.Series:
         return column.cast(pl.String, strict=False)
     distinct, rows = distinct_rows(column)
     return distinct.cast(pl.String).gather(rows).alias(column.name)
+
+
+def matches(column: pl.Series, pattern: str) -> pl.Series:
+    """Whether each row's text matches the regular expression ``pattern`` (null for a null), as
+    ``str.contains`` gives it, tested once per distinct text and gathered by row: a few hundred
+    kernel names over a million rows made some patterns 0.35 CPU-s a test at 1 GB."""
+    distinct, rows = distinct_rows(column.cast(pl.Categorical))
+    return distinct.cast(pl.String).str.contains(pattern).gather(rows).alias(column.name)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from traceanalyzer.texts import categories_as_text
+
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
     from traceanalyzer.model import Device
@@ -287,9 +289,12 @@ def with_inputs(views: Views, frame: pl.DataFrame, columns: dict[str, str],
         found = (ids[at] == values) & wanted.is_not_null().to_numpy()
         rows = pl.select(pl.when(pl.Series(found)).then(pl.Series(order[at], dtype=pl.UInt32))
                          ).to_series()
-    found_ops = ops.select(pl.all().gather(rows))
-    looked_up = found_ops.select(input_op=pl.col("input_op").cast(pl.String)).hstack(
-        shapes.select(pl.all().gather(found_ops["_shape"])))
+    # Only the columns asked for are gathered: the shapes' texts and the operator's name are
+    # 16 bytes a row each (and the name a copy of its text, cast from a category, per row).
+    shape_rows = ops["_shape"].gather(rows)
+    looked_up = pl.DataFrame(
+        [categories_as_text(ops["input_op"].gather(rows)) if c == "input_op"
+         else shapes[c].gather(shape_rows) for c in dict.fromkeys(columns.values())])
     return pl.concat([frame, looked_up.select(*(pl.col(c).alias(a) for a, c in columns.items()))],
                      how="horizontal")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.rules.detectors._common import kernels_of, own_rank
+from traceanalyzer.texts import matches
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -56,17 +57,20 @@ def in_ranges(kernels: pl.DataFrame, ranges: pl.DataFrame, tag: str) -> pl.DataF
     if kernels.height == 0 or marks.height == 0:
         return kernels.with_columns(pl.lit(None, pl.Int64).alias(tag),
                                     pl.lit(None, pl.Int64).alias(f"{tag}_end"))
-    # Kernels with no known launch get a time before every range, so they match none.
-    return (
-        kernels.with_row_index("_row")
-        .with_columns(_at=pl.col("launch_start_ns").fill_null(-(2**62)))
+    # Kernels with no known launch get a time before every range, so they match none. Only the
+    # keys go through the sorts and the join: sorting the kernels themselves copied every column
+    # (names, shapes) twice, the rule's largest allocation.
+    found = (
+        kernels.select("rank", "launch_tid", _at=pl.col("launch_start_ns").fill_null(-(2**62)))
+        .with_row_index("_row")
         .sort("_at")
         .join_asof(marks, left_on="_at", right_on=tag, by=["rank", "launch_tid"],
                    strategy="backward", check_sortedness=False)
-        .with_columns(pl.when(pl.col("_at") < pl.col(f"{tag}_end")).then(pl.col(tag)).alias(tag))
+        .select("_row", pl.when(pl.col("_at") < pl.col(f"{tag}_end")).then(pl.col(tag)).alias(tag),
+                f"{tag}_end")
         .sort("_row")
-        .drop("_row", "_at")
     )
+    return kernels.with_columns(found[tag], found[f"{tag}_end"])
 
 
 def adam_regions(views: Views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
@@ -84,15 +88,12 @@ def _adam_regions(views: Views) -> tuple[pl.DataFrame | None, pl.DataFrame]:
     has_steps = views.steps.height > 0
     step = pl.col("step") if has_steps else pl.lit(0, pl.Int64).alias("step")
     kernels = kernels.with_columns(step)
-    marks = kernels.filter(
-        pl.col("name").str.contains(ADAM_KERNEL),
-        ~pl.col("name").str.contains(BATCHED_OPTIMIZER_KERNEL),
-        pl.col("step").is_not_null(),
-    )
+    adam, batched = matches(kernels["name"], ADAM_KERNEL), matches(kernels["name"],
+                                                                   BATCHED_OPTIMIZER_KERNEL)
+    marks = kernels.filter(adam, ~batched, pl.col("step").is_not_null())
     if marks.height == 0:
         # a multi-tensor or fused optimizer is visible: that is the good case, not "unknown"
-        batched = kernels.filter(pl.col("name").str.contains(BATCHED_OPTIMIZER_KERNEL))
-        return (kernels.clear() if batched.height else None), pl.DataFrame()
+        return (kernels.clear() if batched.any() else None), pl.DataFrame()
     regions = marks.group_by("rank", "device", "step").agg(
         _opt=pl.col("start_ns").min(), _opt_end=pl.col("end_ns").max()
     )
