@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from tests.support.texts import text_data_bytes
-from traceanalyzer.texts import categories_as_text, distinct_rows
+from traceanalyzer.texts import categories_as_text, spread
 
 
 @pytest.mark.parametrize("rows", [0, 1, 5_000])
@@ -24,12 +24,13 @@ def test_categories_as_text_equal_the_cast_and_store_each_text_once(rows):
     assert categories_as_text(plain).equals(pl.Series("y", ["1", None]))
 
 
-def test_distinct_rows_gather_each_rows_value():
+def test_spread_gives_each_row_its_values_value():
     column = pl.Series(["b", None, "a", "b", "c", "a"]).cast(pl.Categorical)
-    distinct, rows = distinct_rows(column)
-    assert sorted(distinct.cast(pl.String).to_list()) == ["a", "b", "c"]
-    assert rows.dtype == pl.UInt32 and rows.null_count() == 1
-    assert distinct.gather(rows).cast(pl.String).to_list() == ["b", None, "a", "b", "c", "a"]
+    distinct = column.drop_nulls().unique()
+    values = distinct.cast(pl.String).str.to_uppercase()
+    assert spread(column, distinct, values).to_list() == ["B", None, "A", "B", "C", "A"]
+    empty = pl.Series([None, None], dtype=pl.Categorical)
+    assert spread(empty, empty.drop_nulls(), pl.Series([], dtype=pl.Int64)).to_list() == [None] * 2
 
 
 def test_a_few_rows_among_many_categories():

@@ -490,14 +490,15 @@ def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
     import polars as pl
 
     from traceanalyzer.categories import kernel_category
-    from traceanalyzer.texts import distinct_rows
+    from traceanalyzer.texts import spread
 
     if gpu.height == 0 or "name" not in gpu.columns:
         return gpu
     recorded = gpu["name"].cast(pl.String)
     if not recorded.str.starts_with("_Z").any():
         return gpu
-    distinct, rows = distinct_rows(recorded.cast(pl.Categorical))
+    categories = recorded.cast(pl.Categorical)
+    distinct = categories.drop_nulls().unique()
     texts = distinct.cast(pl.String)
     mangled = texts.filter(texts.str.starts_with("_Z")).to_list()
     mapping = {n: d for n in mangled if (d := demangle(n)) is not None}
@@ -506,13 +507,14 @@ def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
     per_name = pl.DataFrame({"text": texts}).with_columns(
         demangled=pl.col("text").replace_strict(mapping, default=None, return_dtype=pl.String))
     changed = pl.col("demangled").is_not_null()
+    cat_dtype = gpu.schema.get("category")
     per_name = per_name.select(
         changed.alias("changed"),
         pl.coalesce("demangled", "text").alias("name"),
         pl.when(changed).then("text").alias("mangled"),
-        kernel_category(pl.col("demangled")).alias("category"),
+        kernel_category(pl.col("demangled")).cast(cat_dtype or pl.String).alias("category"),
     )
-    by_row = per_name.select(pl.all().gather(rows))
+    by_row = pl.DataFrame([spread(categories, distinct, per_name[c]) for c in per_name.columns])
     was_changed = by_row["changed"].fill_null(False)
     columns = [by_row["name"].cast(gpu.schema["name"]).alias("name")]
     if "mangled_name" in gpu.columns:
@@ -520,8 +522,8 @@ def demangle_gpu(gpu: pl.DataFrame) -> pl.DataFrame:
         columns.append(by_row["mangled"].alias("mangled_name") if old.null_count() == old.len()
                        else pl.when(was_changed).then(by_row["mangled"]).otherwise(old)
                        .cast(old.dtype).alias("mangled_name"))
-    if (cat_dtype := gpu.schema.get("category")) is not None:
+    if cat_dtype is not None:
         recategorized = was_changed & (gpu["kind"].cast(pl.String) == "kernel")
-        columns.append(pl.when(recategorized).then(by_row["category"].cast(cat_dtype))
+        columns.append(pl.when(recategorized).then(by_row["category"])
                        .otherwise(pl.col("category")).alias("category"))
     return gpu.with_columns(columns)

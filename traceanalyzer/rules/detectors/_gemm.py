@@ -44,25 +44,25 @@ def gemm_shapes(views: Views) -> pl.DataFrame:
         return ops.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("m", "n", "k")))
     first = pl.col("name").replace_strict({k: v[0] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
     second = pl.col("name").replace_strict({k: v[1] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
-    # Parse each distinct shape text once: a training loop repeats the same few shapes.
-    decoded = ops.select("input_dims").unique().with_columns(
-        _dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
-    )
-    return (
-        ops.join(decoded, on="input_dims", how="left")
-        .with_columns(_a=first, _b=second)
+    # M, N and K of each distinct operator and shape text, parsed once (a training loop repeats
+    # the same few shapes), then joined to the calls as numbers: the parsed lists per call were
+    # this rule's largest allocation.
+    sizes = (
+        ops.select("name", "input_dims").unique()
+        .with_columns(_dims=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64))))
         .with_columns(
-            _ma=pl.col("_dims").list.get(pl.col("_a"), null_on_oob=True),
-            _mb=pl.col("_dims").list.get(pl.col("_b"), null_on_oob=True),
+            _ma=pl.col("_dims").list.get(first, null_on_oob=True),
+            _mb=pl.col("_dims").list.get(second, null_on_oob=True),
         )
         .filter(pl.col("_ma").list.len() >= 2, pl.col("_mb").list.len() >= 2)
-        .with_columns(
+        .select(
+            "name", "input_dims",
             m=pl.col("_ma").list.get(-2),
             k=pl.col("_ma").list.get(-1),
             n=pl.col("_mb").list.get(-1),
         )
-        .drop("_dims", "_a", "_b", "_ma", "_mb")
     )
+    return ops.join(sizes, on=["name", "input_dims"], how="inner", maintain_order="left")
 
 
 def shapes_by_time(gemms: pl.DataFrame, keys: list[str], detail: str) -> pl.DataFrame:

@@ -17,6 +17,7 @@ from traceanalyzer.rules.detectors._common import (
     with_inputs,
 )
 from traceanalyzer.rules.detectors._gemm import EXTRA_GEMM, HALF_KERNEL, saving_matters
+from traceanalyzer.texts import matches
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -27,14 +28,6 @@ FP32_KERNEL = r"(?i)sgemm|tf32|s1688|s16816|s884|s161616|f32f32_f32|gemm_f32|_fp
 #: Recorded operator input types that are 32/64-bit floating point.
 FP32_TYPES = r'"(float|double)"'
 HALF_TYPES = r"BFloat16|Half|Float8"
-
-
-def _kernels_with_ops(views: Views) -> pl.DataFrame:
-    kernels = kernels_of(views)
-    columns = {c: c for c in INPUT_COLUMNS}
-    return with_inputs(views, kernels, columns).with_columns(
-        dur=pl.col("end_ns") - pl.col("start_ns")
-    )
 
 
 @detector(
@@ -53,11 +46,13 @@ def fp32_matmul(views: Views, p: Params) -> Detection | None:
                 raise NotApplicable("the GPU has no FP16/BF16 tensor cores (compute capability < 7.0)")
         except ValueError:
             pass
-    kernels = _kernels_with_ops(views)
+    kernels = kernels_of(views)
     total = int(kernels["dur"].sum() or 0)
-    gemm = kernels.filter((pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM))
+    gemm = kernels.filter((pl.col("category") == "gemm") | matches(kernels["name"], EXTRA_GEMM))
     if gemm.height == 0 or not total:
         return None
+    # The operators' shapes and types of the GEMMs alone (not of every kernel).
+    gemm = with_inputs(views, gemm, {c: c for c in INPUT_COLUMNS})
     by_types = pl.col("input_types").fill_null("").str.contains(FP32_TYPES) & ~pl.col(
         "input_types"
     ).fill_null("").str.contains(HALF_TYPES)

@@ -23,7 +23,11 @@ def small_grid(views: Views, p: Params) -> Detection | None:
     name, when such a kernel takes at least ``min_gpu_time_pct`` of kernel time and the SMs they
     leave idle cost at least ``min_saving_pct`` of the window (communication kernels excluded:
     NCCL uses few blocks by design)."""
-    kernels = kernels_of(views).filter(pl.col("grid_x").is_not_null())
+    # The columns read, before the filters and the join: each eager step copies every column
+    # it is given, and the kernels frame has thirty.
+    kernels = kernels_of(views).select(
+        "device", "category", "grid_x", "grid_y", "grid_z", "dur", "name", "stream", "op_name",
+    ).filter(pl.col("grid_x").is_not_null())
     if kernels.height == 0:
         return None
     devices = kernels["device"].unique().to_list()
