@@ -58,11 +58,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as exc:
         # Usage errors quote the option values given, which may come from a trace or a script.
-        if len(exc.message) > MAX_ERROR_CHARS:
-            exc.message = _one_line(exc.message)
+        # (Shortened where it is shown: Click 8.5 makes the exception's message final.)
         shown = io.StringIO()
         exc.show(file=shown)
-        click.echo(visible(shown.getvalue(), keep_newlines=True), err=True, nl=False)
+        text = shown.getvalue()
+        if len(exc.message) > MAX_ERROR_CHARS:
+            text = text.replace(exc.message, _one_line(exc.message))
+        click.echo(visible(text, keep_newlines=True), err=True, nl=False)
         sys.exit(EXIT_BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except TraceAnalyzerError as exc:
         click.echo(f"error: {_one_line(str(exc))}", err=True)
