@@ -73,37 +73,46 @@ def innermost_operator(events: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
             ~pl.col("name").is_in(FACTORY_OPERATORS),
         )
         .select(*_KEYS, "name", "start_ns", "end_ns")
+        .collect(engine=COLLECT_ENGINE)
     )
+    # Only numbers go through the sorts and joins (an operator's row stands for its name, which
+    # is gathered for the events at the end): the names' views through a sort of twice the
+    # operators were the largest allocation of a 1 GB trace's read (bench/NOTES.md).
+    spans = ops.lazy().select(*_KEYS, "start_ns", "end_ns").with_row_index("_op")
     # Ends before starts at one time (end_ns is exclusive); among starts at one time the outer
     # (later end) first, among ends the inner (later start) first.
     bounds = (
         pl.concat(
             [
-                ops.select(
+                spans.select(
                     *_KEYS,
-                    "name",
+                    "_op",
                     t="start_ns",
-                    step=pl.lit(1, pl.Int64),
-                    o=pl.lit(1),
+                    step=pl.lit(1, pl.Int8),
+                    o=pl.lit(1, pl.Int8),
                     tie=-pl.col("end_ns"),
                 ),
-                ops.select(
+                spans.select(
                     *_KEYS,
-                    name=pl.lit(None, pl.String),
+                    _op=pl.lit(None, pl.UInt32),
                     t="end_ns",
-                    step=pl.lit(-1, pl.Int64),
-                    o=pl.lit(0),
+                    step=pl.lit(-1, pl.Int8),
+                    o=pl.lit(0, pl.Int8),
                     tie=-pl.col("start_ns"),
                 ),
             ]
         )
         .sort(*_KEYS, "t", "o", "tie")
-        .with_columns(depth=pl.col("step").cum_sum().over(_KEYS))
+        .with_columns(depth=pl.col("step").cast(pl.Int64).cum_sum().over(_KEYS))
     )
     named = bounds.filter(pl.col("o") == 1).select(
-        *_KEYS, "depth", "name", start_ns="t", end_ns=-pl.col("tie")
+        *_KEYS, "depth", "_op", start_ns="t", end_ns=-pl.col("tie")
     )
-    depth_at = bounds.group_by(*_KEYS, "t").agg(pl.col("depth").last()).sort("t")
+    # The depth after the last bound at each time of a thread: ``bounds`` is sorted by thread
+    # and time, so that is the row before a change of either (a hash group-by of every bound was
+    # the largest allocation of this step).
+    last = pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(-1)) for c in (*_KEYS, "t"))
+    depth_at = bounds.filter(last).select(*_KEYS, "t", "depth").sort("t")
     ev = events.lazy().select(*_KEYS, "ts_ns").with_row_index("_i")
     found = (
         ev.sort("ts_ns")
@@ -123,10 +132,11 @@ def innermost_operator(events: pl.DataFrame, cpu: pl.DataFrame) -> pl.Series:
             strategy="backward",
             check_sortedness=False,
         )
-        .select("_i", operator=pl.when(pl.col("end_ns") > pl.col("ts_ns")).then("name"))
+        .select("_i", _op=pl.when(pl.col("end_ns") > pl.col("ts_ns")).then("_op"))
         .sort("_i")
     )
-    return found.collect(engine=COLLECT_ENGINE).get_column("operator")
+    rows = found.collect(engine=COLLECT_ENGINE).get_column("_op")
+    return ops.get_column("name").gather(rows).alias("operator")
 
 
 #: ``reserved_bytes`` of driver allocation rows sorted by time: the running sum of each device's
