@@ -55,3 +55,12 @@ def test_matches_is_str_contains_tested_once_per_text():
         assert matches(names, pattern).equals(names.str.contains(pattern))
     empty = pl.Series("name", [], dtype=pl.String)
     assert matches(empty, "x").len() == 0
+
+
+def test_matches_each_finds_the_distinct_texts_once_for_every_pattern():
+    from traceanalyzer.texts import matches_each
+
+    names = pl.Series("name", ["softmax_warp_forward", None, "ampere_sgemm", "fused_softmax"] * 9)
+    patterns = ("softmax", "^fused", "gemm")
+    assert [m.to_list() for m in matches_each(names, patterns)] == [
+        names.str.contains(p).to_list() for p in patterns]

@@ -9,6 +9,7 @@ import polars as pl
 from traceanalyzer.analysis import intervals
 from traceanalyzer.rules.detectors import Detection, NotApplicable, Params, detector
 from traceanalyzer.rules.detectors._common import NS_PER_US, ms, own_rank, pct, window_length
+from traceanalyzer.texts import matches_each
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -41,12 +42,11 @@ def loader_ranges(views: Views) -> pl.DataFrame:
         ~pl.col("name").str.contains(NOT_LOADING_RANGE) | pl.col("name").str.contains(DATALOADER_OP),
         pl.col("end_ns") > pl.col("start_ns"),
     ).select("rank", "name", "start_ns", "end_ns")
-    is_op = pl.col("kind").is_in(["op", "other"]) & pl.col("name").str.contains(DATALOADER_OP)
-    is_frame = (
-        (pl.col("kind") == "python")
-        & pl.col("name").str.contains(DATALOADER_FRAME)
-        & ~pl.col("name").str.contains(NOT_DATALOADER_FRAME)
-    )
+    # The patterns are tested once per distinct name: the CPU frame has millions of rows.
+    op_like, frame_like, not_frame = matches_each(
+        views.cpu["name"], (DATALOADER_OP, DATALOADER_FRAME, NOT_DATALOADER_FRAME))
+    is_op = pl.col("kind").is_in(["op", "other"]) & op_like
+    is_frame = (pl.col("kind") == "python") & frame_like & ~not_frame
     cpu = views.cpu.lazy().filter(is_op | is_frame, pl.col("end_ns") > pl.col("start_ns")).select(
         "rank", "name", "start_ns", "end_ns"
     ).collect()

@@ -15,6 +15,7 @@ from traceanalyzer.rules.detectors._common import (
     window_length,
     with_inputs,
 )
+from traceanalyzer.texts import matches_each
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -48,14 +49,16 @@ def unfused_attention(views: Views, p: Params) -> Detection | None:
         return None
     keys = ["rank", "device", "stream"]
     window_k = int(p["max_distance_count"])
-    softmax = pl.col("name").str.contains(SOFTMAX_KERNEL) & ~pl.col("name").str.contains(
-        NOT_UNFUSED_SOFTMAX)
+    # The patterns are tested once per distinct kernel name.
+    is_softmax, fused, extra_gemm = matches_each(
+        kernels["name"], (SOFTMAX_KERNEL, NOT_UNFUSED_SOFTMAX, EXTRA_GEMM))
+    softmax = is_softmax & ~fused
     # The flags and times only are sorted; names are gathered for the softmax kernels alone
     # (a sort copies every column it carries, and kernel names are most of the frame).
     k = kernels.select(
         *keys, "start_ns", "end_ns", "dur", "step", "external_id",
         _row=pl.int_range(pl.len(), dtype=pl.UInt32),
-        _gemm=(pl.col("category") == "gemm") | pl.col("name").str.contains(EXTRA_GEMM),
+        _gemm=(pl.col("category") == "gemm") | extra_gemm,
         _softmax=softmax,
     )
     if not k["_softmax"].any():
