@@ -28,7 +28,7 @@ def spread(column: pl.Series, distinct: pl.Series, values: pl.Series) -> pl.Seri
         rows = codes.replace_strict(
             distinct_codes, pl.int_range(distinct.len(), dtype=pl.UInt32, eager=True),
             default=None)
-        return values.gather(rows)
+        return values.gather(rows).alias(values.name)
     # The values by category code: each row's is then a gather by its code.
     by_code = pl.repeat(None, top + 1, dtype=values.dtype, eager=True).scatter(
         distinct_codes, values)

@@ -228,7 +228,7 @@ def judged_steps(
     ``steps`` (judged), ``of_steps``, ``first`` and ``last`` step, ``nodes`` (judged) and
     ``window_nodes``, ``node_budget``; for a range, its ``start_ns`` and ``end_ns``."""
     api = pl.col("kind").is_in(API_KINDS)
-    total = gpu.height + int(cpu.select(api.sum()).item() or 0)
+    total = _nodes(gpu, cpu)
     ids = steps["step"].to_list()
     judged: dict[str, Any] = {
         "bounded": False,
@@ -301,9 +301,13 @@ def _judged_range(
     launched = pl.coalesce("launch_start_ns", "start_ns")
     gpu = gpu.filter(launched >= int(t_lo), launched < int(t_hi))
     cpu = cpu.filter(pl.col("start_ns") >= int(t_lo), pl.col("start_ns") < int(t_hi))
-    nodes = gpu.height + int(cpu.select(pl.col("kind").is_in(API_KINDS).sum()).item() or 0)
-    judged.update(bounded=True, nodes=nodes, start_ns=int(t_lo), end_ns=int(t_hi))
+    judged.update(bounded=True, nodes=_nodes(gpu, cpu), start_ns=int(t_lo), end_ns=int(t_hi))
     return gpu, cpu, steps, judged
+
+
+def _nodes(gpu: pl.DataFrame, cpu: pl.DataFrame) -> int:
+    """The graph's nodes in these frames: GPU activities and host API calls."""
+    return gpu.height + int(cpu.select(pl.col("kind").is_in(API_KINDS).sum()).item() or 0)
 
 
 def build_graph(views: Views, rank: int, budget: int | None = None) -> Graph | None:
