@@ -3,7 +3,8 @@
 - ``traceanalyzer/ingest/kineto/_native/``: the Kineto event decoder (``_eventdecode.c``), its
   reduction (``_eventreduce.c``), a small trace's assembly (``_eventassemble.c``) and the guard of
   the scanner's memory maps (``_mapguard.c``);
-- ``traceanalyzer/ingest/perfetto/_native/``: the Perfetto packet walker (``_perfettowalk.c``).
+- ``traceanalyzer/ingest/perfetto/_native/``: the Perfetto packet walker (``_perfettowalk.c``);
+- ``traceanalyzer/ingest/nsys/_native/``: the SQLite page reader (``_sqlitescan.c``).
 
 Their shared headers (``_stringview.h``, ``_ascii.h``, ``_heldcolumn.h``, ``_arrowstream.h``,
 ``_hugearena.h``, ``_regexlite.h``, ``_columnkinds.h``) lie in ``traceanalyzer/ingest/_native/``,
@@ -12,10 +13,12 @@ which is on the include path. They are compiled with ``-Wall -Wextra``.
 Optional by design. Without a C compiler or the Python headers the package installs without
 them: Kineto ingest decodes every chunk with Polars' NDJSON reader (the same frames, at about
 2.5x the CPU), or reduces decoded chunks with Polars alone, and Perfetto ingest walks packets
-with the Python decoder (the same tables, at 3-5x the time).
+with the Python decoder (the same tables, at 3-5x the time); Nsight Systems ingest reads every
+table through SQLite (connectorx or sqlite3: the same frames, at ~3x the time).
 ``traceanalyzer.ingest.kineto.decode.AVAILABLE``, ``kineto.reduce.AVAILABLE``,
-``kineto.assemble.AVAILABLE``, ``kineto.mapguard.AVAILABLE`` and
-``traceanalyzer.ingest.perfetto.decode.WALKER_AVAILABLE`` tell which ones a process uses.
+``kineto.assemble.AVAILABLE``, ``kineto.mapguard.AVAILABLE``,
+``traceanalyzer.ingest.perfetto.decode.WALKER_AVAILABLE`` and
+``traceanalyzer.ingest.nsys.sqlite_pages.AVAILABLE`` tell which ones a process uses.
 
 ``compile_extension`` needs only the standard library (``python -c "import hatch_build as h,
 pathlib; [h.compile_extension(pathlib.Path('.'), s) for s in h.SOURCES]"`` rebuilds them in a
@@ -48,6 +51,8 @@ EXTENSIONS = {
         "Kineto ingest will read files instead of mapping them",
     INGEST / "perfetto" / "_native" / "_perfettowalk.c":
         "Perfetto ingest will use the Python decoder",
+    INGEST / "nsys" / "_native" / "_sqlitescan.c":
+        "Nsight Systems ingest will read every table through SQLite",
 }
 SOURCES = tuple(EXTENSIONS)
 #: Folders of the headers the sources share.

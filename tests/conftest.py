@@ -39,13 +39,15 @@ def kineto() -> KinetoBuilder:
 
 
 def _sqlite_engines() -> list[str]:
-    from traceanalyzer.ingest.nsys import sqlite_columns
+    from traceanalyzer.ingest.nsys import sqlite_columns, sqlite_pages
 
-    return ["sqlite3"] + (["connectorx"] if sqlite_columns.engine() == "connectorx" else [])
+    return (["sqlite3"] + (["connectorx"] if sqlite_columns.has_connectorx() else [])
+            + (["pages"] if sqlite_pages.AVAILABLE else []))
 
 
 @pytest.fixture(params=_sqlite_engines())
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Each SQLite engine the nsys ingest can use here (connectorx only when installed)."""
+    """Each SQLite engine the nsys ingest can use here (connectorx only when installed, the
+    page reader only when compiled)."""
     monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", request.param)
     return request.param

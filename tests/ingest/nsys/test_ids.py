@@ -32,12 +32,12 @@ def _export(tmp_path: Path, *sql: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("engine", ["default", "sqlite3"])
+@pytest.mark.parametrize("engine", ["default", "connectorx", "sqlite3"])
 def test_ids_beyond_int32_are_read_as_int64(
     tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if engine == "sqlite3":
-        monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", "sqlite3")
+    if engine != "default":
+        monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", engine)
     path = _export(
         tmp_path,
         f"UPDATE {KERNEL} SET correlationId = {BIG} WHERE rowid = 2",
@@ -56,12 +56,12 @@ def test_ids_beyond_int32_are_read_as_int64(
     assert not [w for w in trace.meta.warnings if "ids" in w]
 
 
-@pytest.mark.parametrize("engine", ["default", "sqlite3"])
+@pytest.mark.parametrize("engine", ["default", "connectorx", "sqlite3"])
 def test_ids_beyond_int64_are_missing_and_counted(
     tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if engine == "sqlite3":
-        monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", "sqlite3")
+    if engine != "default":
+        monkeypatch.setenv("TRACEANALYZER_SQLITE_ENGINE", engine)
     path = _export(
         tmp_path,
         # 2**66 does not fit SQLite's integers: it is stored as a REAL.

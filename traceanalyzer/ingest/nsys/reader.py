@@ -74,7 +74,7 @@ def read_nsys(path: str | os.PathLike[str]) -> Trace:
             trace = _read(db)
         except InputError as exc:  # name the file the user gave, not the unpacked copy
             raise InputError(p, exc.problem) from None
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # a damaged file's message
             raise InputError(p, sqlite_problem(exc)) from None
         finally:
             db.con.close()
@@ -116,7 +116,7 @@ def _read(db: ExportDb) -> Trace:
         # The event types are tested here, not in SQL: an IN list costs SQLite more per row
         # than Polars' test (bench/NOTES.md, nsys round 4), and other types are rare.
         tables[NVTX] = reader.submit(
-            NVTX, where="" if engine() == "connectorx" else f"eventType IN ({nvtx_types})",
+            NVTX, where="" if engine() != "sqlite3" else f"eventType IN ({nvtx_types})",
             sort_by="start", prepare=nvtx_rows,
         )
         tables[RUNTIME] = reader.submit(RUNTIME, sort_by="start", prepare=runtime_rows)

@@ -1,8 +1,12 @@
 """Read SQLite tables into Polars frames column-wise, with the column types given by the caller.
 
 Types are never inferred from values: a column whose first rows are NULL must still come out
-as Int64. Two engines, picked per table:
+as Int64. Three engines, tried in this order per table:
 
+- ``pages`` (compiled at install, :mod:`traceanalyzer.ingest.nsys.sqlite_pages`): the integer
+  columns of a plain rowid table read from the file's pages, without SQLite's engine; about 3x
+  faster than connectorx. It declines text columns, SQL conditions and files it does not read
+  as SQLite writes them, and the next engine reads those.
 - ``connectorx`` (optional extra, ``pip install traceanalyzer[fast]``): Rust, Arrow output,
   no Python object per row. Large tables are split into rowid ranges that connectorx reads on
   parallel threads. It takes column types from the declared SQL types, so NULL-first columns
@@ -10,7 +14,8 @@ as Int64. Two engines, picked per table:
 - ``sqlite3`` (standard library): rows fetched in batches and handed to Polars with an explicit
   schema. About 8x slower, but always there.
 
-``TRACEANALYZER_SQLITE_ENGINE=sqlite3`` forces the fallback (used by tests and the benchmark).
+``TRACEANALYZER_SQLITE_ENGINE`` names the first engine to try (``sqlite3`` forces the fallback,
+``connectorx`` skips the pages; used by tests and the benchmark).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from traceanalyzer.cpus import usable_cpus
+from traceanalyzer.ingest.nsys import sqlite_pages
 from traceanalyzer.model import DType
 
 #: Rows per parallel connectorx query; smaller tables are read in one query. Small enough that
@@ -37,14 +43,22 @@ LOCK_TIMEOUT_S = 2.0
 
 
 def engine() -> str:
-    """The engine that will be tried first: "connectorx" when installed, else "sqlite3"."""
-    if os.environ.get("TRACEANALYZER_SQLITE_ENGINE", "").lower() == "sqlite3":
+    """The engine that will be tried first: "pages" when compiled, else "connectorx" when
+    installed, else "sqlite3"; ``TRACEANALYZER_SQLITE_ENGINE`` can start later in that order."""
+    asked = os.environ.get("TRACEANALYZER_SQLITE_ENGINE", "").lower()
+    if asked == "sqlite3":
         return "sqlite3"
+    if asked != "connectorx" and sqlite_pages.AVAILABLE:
+        return "pages"
+    return "connectorx" if has_connectorx() else "sqlite3"
+
+
+def has_connectorx() -> bool:
     try:
         import connectorx  # noqa: F401
     except ImportError:
-        return "sqlite3"
-    return "connectorx"
+        return False
+    return True
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
@@ -77,7 +91,12 @@ def read_table(
     select = ", ".join(exprs.get(c, f'"{c}"') for c in columns)
     query = f'SELECT {select} FROM "{table}"' + (f" WHERE {where}" if where else "")
     schema = pl.Schema(dict(columns))
-    if engine() == "connectorx":
+    first = engine()
+    if first == "pages" and not where and not exprs:
+        frame = sqlite_pages.read_pages(con, path, table, schema)
+        if frame is not None:
+            return frame
+    if first != "sqlite3" and has_connectorx():
         frame = _read_connectorx(con, path, table, select, where, schema)
         if frame is not None or exprs:
             return frame

@@ -98,7 +98,7 @@ class ExportDb:
             rows = self.con.execute(
                 "SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"
             ).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(path, sqlite_problem(exc)) from None
         self.tables = {r[0] for r in rows}
         #: "TABLE.column" -> values of an id column that are not integers within int64 (text,
@@ -225,7 +225,10 @@ class TableReader:
 
 
 def sqlite_problem(exc: Exception) -> str:
-    text = str(exc)
+    # SQLite's message can quote the file's own bytes (a damaged schema), which Python's sqlite3
+    # then fails to decode: the message is in the error's bytes.
+    raw = exc.object if isinstance(exc, UnicodeDecodeError) else None
+    text = bytes(raw).decode("utf-8", "replace") if raw is not None else str(exc)
     if "locked" in text or "busy" in text:
         return "the SQLite database is locked by another process (is nsys still writing it?)"
     if "not a database" in text or "malformed" in text or "encrypted" in text:
