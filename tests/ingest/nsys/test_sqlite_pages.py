@@ -88,13 +88,19 @@ def test_parts_read_side_by_side_give_the_rows_in_order(tmp_path: Path,
 def test_each_integer_width_and_sign(tmp_path: Path):
     path = tmp_path / "widths.sqlite"
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (v INTEGER)")
+    con.execute("CREATE TABLE t (v INTEGER, w INTEGER)")
     values = [0, 1, -1, 127, -128, 128, 32767, -32768, 2**23 - 1, -(2**23), 2**31 - 1,
-              -(2**31), 2**47 - 1, -(2**47), 2**63 - 1, -(2**63), 255, 65535, 2**40]
-    con.executemany("INSERT INTO t VALUES (?)", [(v,) for v in values])
+              -(2**31), 2**31, -(2**31) - 1, 2**47 - 1, -(2**47), 2**63 - 1, -(2**63), 255,
+              65535, 2**40]
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(v, v) for v in values])
     con.commit()
-    frame = _read(path, "t", {"v": pl.Int64()})
+    schema = {"v": pl.Int64(), "w": pl.Int32()}
+    frame = _read(path, "t", schema)
     assert frame is not None and frame["v"].to_list() == values
+    # Int32: a value beyond it is missing, as SQLite's engines read and narrow it.
+    assert frame["w"].to_list() == [v if -(2**31) <= v < 2**31 else None for v in values]
+    assert frame.schema == pl.Schema(schema)
+    assert frame.equals(read_table(con, path, "t", schema))
 
 
 def test_reals_texts_and_blobs_are_missing_as_in_the_typed_reads(tmp_path: Path):
@@ -240,8 +246,9 @@ def test_damaged_files_are_refused_or_read_never_a_crash(tmp_path: Path):
         for table, where in positions.items():
             for part, parts in ((0, 1), (1, 2)):
                 try:
-                    rows, columns = sqlite_pages._sqlitescan.scan(str(path), roots[table],
-                                                                  where, -1, part, parts)
+                    rows, columns = sqlite_pages._sqlitescan.scan(
+                        str(path), roots[table], where, (b"i" if part else b"l") * len(where), -1, part,
+                        parts)
                 except ValueError:
                     outcomes["refused"] += 1
                     continue

@@ -15,7 +15,6 @@ from typing import TypeVar
 import polars as pl
 
 from traceanalyzer.categories import kernel_category
-from traceanalyzer.ingest.bounds import INT32_MAX, INT32_MIN
 from traceanalyzer.ingest.memory import ALLOCATION_APIS, DRIVER_RESERVED
 from traceanalyzer.ingest.nsys.tables import sorted_by
 from traceanalyzer.model import (
@@ -59,24 +58,6 @@ STEP_NAME = r"^ProfilerStep#(\d+)$"
 
 #: Up to this many ranks, rank-of-pid is a chain of comparisons instead of a hash join.
 RANK_CHAIN_MAX = 16
-
-
-#: Raw integer columns that the frames hold as Int32 (device ids, launch geometry).
-INT32_COLUMNS = ("deviceId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-                 "registersPerThread")
-
-
-def beyond_int32(frame: pl.DataFrame | None) -> int:
-    """Values of ``frame``'s :data:`INT32_COLUMNS` that the frames cannot hold (read as
-    missing): counted, for the reader's warning."""
-    cols = [c for c in INT32_COLUMNS if frame is not None and c in frame.columns]
-    if frame is None or not cols or not frame.height:
-        return 0
-    counts = frame.select(
-        (pl.col(c).is_not_null() & ~pl.col(c).is_between(INT32_MIN, INT32_MAX)).sum()
-        for c in cols
-    )
-    return int(sum(counts.row(0)))
 
 
 def _pid(col: str) -> pl.Expr:

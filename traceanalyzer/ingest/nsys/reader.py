@@ -27,7 +27,6 @@ from traceanalyzer.ingest.heap import release_freed
 from traceanalyzer.ingest.nsys.frames import (
     NVTX_TYPES,
     annotation_frame,
-    beyond_int32,
     cpu_frame,
     driver_rows,
     gpu_frame,
@@ -123,7 +122,6 @@ def _read(db: ExportDb) -> Trace:
         tables[DRIVER] = reader.submit(DRIVER, prepare=driver_rows)
         tables |= {t: reader.submit(t) for t in (SYNC, MEMORY_USAGE)}
         raw = [tables.pop(t).result() for t in (KERNEL, MEMCPY, MEMSET, GRAPH)]
-        narrowed = sum(beyond_int32(f) for f in raw)
         gpu_raw = gpu_rows(strings, *raw)
         del raw
         release_freed()  # the raw kernel table's Arrow buffers (the C heap's)
@@ -135,12 +133,12 @@ def _read(db: ExportDb) -> Trace:
         cpu = cpu_frame(tables.pop(RUNTIME).result(), tables.pop(DRIVER).result(), strings,
                          ranks)
         syncs, usage = tables.pop(SYNC).result(), tables.pop(MEMORY_USAGE).result()
-        narrowed += beyond_int32(syncs) + beyond_int32(usage)
         syn = sync_frame(syncs, cpu, ranks)
         mem = memory_frame(usage, cpu, ranks)
         del syncs, usage
         release_freed()  # the raw runtime table's
         unreadable = {**db.unreadable, **reader.db.unreadable}
+        narrowed = db.narrowed + reader.db.narrowed
     cpu = with_parent_op(cpu, ops)
     del ops
     _warn_ids(meta, unreadable, narrowed)

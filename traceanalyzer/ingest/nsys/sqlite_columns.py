@@ -78,7 +78,8 @@ def read_table(
     where: str = "",
     exprs: Mapping[str, str] | None = None,
 ) -> pl.DataFrame | None:
-    """Read ``columns`` of ``table`` (identifiers already checked to exist) with the given types.
+    """Read ``columns`` of ``table`` (identifiers already checked to exist) with the given types
+    (an integer beyond an Int32 column's range is read as missing there).
 
     ``where`` is a trusted SQL condition written by the caller (never from the trace).
 
@@ -96,13 +97,19 @@ def read_table(
         frame = sqlite_pages.read_pages(con, path, table, schema)
         if frame is not None:
             return frame
+    # SQLite's engines read Int32 columns as Int64, narrowed here (beyond Int32: missing).
+    wide = pl.Schema({c: pl.Int64() if t == pl.Int32 else t for c, t in schema.items()})
     if first != "sqlite3" and has_connectorx():
-        frame = _read_connectorx(con, path, table, select, where, schema)
-        if frame is not None or exprs:
-            return frame
+        frame = _read_connectorx(con, path, table, select, where, wide)
+        if frame is None and exprs:
+            return None
     elif exprs:
         return None
-    return _read_sqlite3(con, query, schema)
+    else:
+        frame = None
+    if frame is None:
+        frame = _read_sqlite3(con, query, wide)
+    return frame.cast(dict(schema), strict=False) if wide != schema else frame
 
 
 def _read_sqlite3(con: sqlite3.Connection, query: str, schema: pl.Schema) -> pl.DataFrame:

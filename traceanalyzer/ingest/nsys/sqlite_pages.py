@@ -34,9 +34,12 @@ MAX_PARTS, LEAVES_PER_PART = 4, 512
 
 def read_pages(con: sqlite3.Connection, path: Path, table: str,
                schema: Mapping[str, DType]) -> pl.DataFrame | None:
-    """``schema``'s columns of ``table`` (all Int64, names as ``PRAGMA table_info`` gives
-    them), or None where the pages cannot be read directly."""
-    if _sqlitescan is None or not schema or any(t != pl.Int64 for t in schema.values()):
+    """``schema``'s columns of ``table`` (Int64 or Int32, where a value beyond Int32 is read as
+    missing; names as ``PRAGMA table_info`` gives them), or None where the pages cannot be read
+    directly."""
+    letters = b"".join(b"l" if t == pl.Int64 else b"i" if t == pl.Int32 else b"?"
+                       for t in schema.values())
+    if _sqlitescan is None or not schema or b"?" in letters:
         return None
     found = con.execute(
         "SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
@@ -69,15 +72,15 @@ def read_pages(con: sqlite3.Connection, path: Path, table: str,
         parts = max(1, min(usable_cpus(), MAX_PARTS,
                            _sqlitescan.leaf_count(file, root) // LEAVES_PER_PART))
         if parts == 1:
-            batches = [_sqlitescan.scan(file, root, positions, alias)]
+            batches = [_sqlitescan.scan(file, root, positions, letters, alias)]
         else:
             with ThreadPoolExecutor(parts - 1, thread_name_prefix="nsys-pages") as pool:
-                rest = [pool.submit(_sqlitescan.scan, file, root, positions, alias, i, parts)
-                        for i in range(1, parts)]
-                batches = [_sqlitescan.scan(file, root, positions, alias, 0, parts)]
+                rest = [pool.submit(_sqlitescan.scan, file, root, positions, letters, alias, i,
+                                    parts) for i in range(1, parts)]
+                batches = [_sqlitescan.scan(file, root, positions, letters, alias, 0, parts)]
                 batches += [f.result() for f in rest]
     except (ValueError, OSError):
         return None
     names = tuple(schema)
-    table_ = _sqlitescan.Batches(b"l" * len(names), names, batches)
+    table_ = _sqlitescan.Batches(letters, names, batches)
     return pl.DataFrame([pl.Series(values=table_.column(i)) for i in range(len(names))])

@@ -17,10 +17,11 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.errors import InputError
+from traceanalyzer.ingest.bounds import INT32_MAX, INT32_MIN
 from traceanalyzer.ingest.heap import release_freed
 from traceanalyzer.ingest.nsys.sqlite_columns import connect_readonly, read_table
 
-I64, STR = pl.Int64, pl.String
+I64, I32, STR = pl.Int64, pl.Int32, pl.String
 
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -70,6 +71,10 @@ ONE_OF: dict[str, tuple[str, ...]] = {
     NVTX: ("text", "textId"),
 }
 TEXT_COLUMNS = {"text", "value"}
+#: Integer columns that the frames hold as Int32 (device ids, launch geometry): read so, a value
+#: beyond Int32 as missing, and counted (:attr:`ExportDb.narrowed`).
+INT32_COLUMNS = frozenset({"deviceId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+                           "registersPerThread"})
 #: Integer columns whose values are ids the frames join or group on. SQLite lets any column hold
 #: any type, and stores an integer beyond int64 as a REAL: such a value reads as missing, and
 #: where one of these columns holds a missing value its values of other types are counted
@@ -104,6 +109,8 @@ class ExportDb:
         #: "TABLE.column" -> values of an id column that are not integers within int64 (text,
         #: blobs, reals: what SQLite makes of an integer beyond int64), read as missing.
         self.unreadable: dict[str, int] = {}
+        #: Integers of :data:`INT32_COLUMNS` beyond Int32, read as missing.
+        self.narrowed = 0
         # nsys writes plain tables. A view (a recursive one never ends) or a virtual table in
         # place of a table the reader reads runs arbitrary SQL: refused, not read.
         for name, kind, sql in rows:
@@ -133,8 +140,8 @@ class ExportDb:
                 f"table {table} lacks column(s) {', '.join(missing)}: not an Nsight Systems "
                 "export this version of traceanalyzer knows",
             )
-        wanted = {c: (STR if c in TEXT_COLUMNS else I64) for c in (*required, *optional)
-                  if c in have}
+        wanted = {c: (STR if c in TEXT_COLUMNS else I32 if c in INT32_COLUMNS else I64)
+                  for c in (*required, *optional) if c in have}
         if table == KERNEL and "demangledName" in have:
             wanted.pop("shortName", None)  # only a fallback for exports without demangled names
         frame = None
@@ -156,22 +163,25 @@ class ExportDb:
         return frame.with_columns(**absent) if absent else frame
 
     def _count_unreadable(self, table: str, frame: pl.DataFrame, where: str) -> None:
-        """Count, into :attr:`unreadable`, the values of ``table``'s id columns that were read
-        as missing because they are not integers within int64. Only columns holding a missing
-        value are counted, in one query: nsys writes none there, so a real export costs no
-        query."""
-        cols = [c for c in frame.columns
-                if c in ID_COLUMNS and frame.schema[c] == I64 and frame[c].null_count()]
-        if not cols:
+        """Count the values read as missing that were not: in :attr:`unreadable`, those of
+        ``table``'s id columns that are not integers within int64; in :attr:`narrowed`, the
+        integers of Int32 columns beyond Int32. Only columns holding a missing value are
+        counted, in one query: nsys writes none there, so a real export costs no query."""
+        ids = [c for c in frame.columns if c in ID_COLUMNS and frame.schema[c] in (I64, I32)
+               and frame[c].null_count()]
+        narrow = [c for c in frame.columns if frame.schema[c] == I32 and frame[c].null_count()]
+        if not ids and not narrow:
             return
-        sums = ", ".join(f"sum(\"{c}\" IS NOT NULL AND typeof(\"{c}\") != 'integer')"
-                         for c in cols)
+        sums = [f"sum(\"{c}\" IS NOT NULL AND typeof(\"{c}\") != 'integer')" for c in ids] + [
+            f"sum(typeof(\"{c}\") = 'integer' AND \"{c}\" NOT BETWEEN {INT32_MIN} AND "
+            f"{INT32_MAX})" for c in narrow]
         row = self.con.execute(
-            f'SELECT {sums} FROM "{table}"' + (f" WHERE {where}" if where else "")
-        ).fetchone()
-        for col, n in zip(cols, row or (), strict=False):
+            f'SELECT {", ".join(sums)} FROM "{table}"' + (f" WHERE {where}" if where else "")
+        ).fetchone() or ()
+        for col, n in zip(ids, row, strict=False):
             if n:
                 self.unreadable[f"{table}.{col}"] = int(n)
+        self.narrowed += int(sum(n or 0 for n in row[len(ids):]))
 
     def rows(self, query: str) -> list[tuple[Any, ...]]:
         """A small metadata query; an absent table or column gives no rows."""

@@ -13,13 +13,13 @@
  * table b-tree (WITHOUT ROWID), and a file that changes while it is read.
  *
  * Values: an integer as itself; NULL, a real, a text or a blob as missing (as the typed reads
- * of sqlite_columns.py give them). A record shorter than a column (a column added later) reads
+ * of sqlite_columns.py give them); in an int32 column, an integer beyond int32 as missing. A record shorter than a column (a column added later) reads
  * it as missing. The rowid-alias column (INTEGER PRIMARY KEY), whose record value is NULL,
  * reads the rowid.
  *
- * Output: per column (values, bitmap), int64 values and an Arrow validity bitmap, in buffers
- * this module owns, and the Arrow C stream export of _arrowstream.h to hand them to Polars
- * without a copy. The scan itself runs without the GIL. */
+ * Output: per column (values, bitmap), int64 or int32 values and an Arrow validity bitmap, in
+ * buffers this module owns, and the Arrow C stream export of _arrowstream.h to hand them to
+ * Polars without a copy. The scan itself runs without the GIL. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -326,6 +326,7 @@ typedef struct {
     int alias;              /* the output column that is the rowid alias, or -1 */
     int last;               /* the largest index */
     int want[MAX_COLUMNS];  /* by position in the record: the output column, or -1 */
+    char letter[MAX_COLUMNS]; /* 'l' int64 or 'i' int32 (a value beyond it is missing) */
     Grown values[MAX_COLUMNS];
     Grown bitmap[MAX_COLUMNS];
     size_t rows, cap;
@@ -333,10 +334,12 @@ typedef struct {
     size_t payload_cap;
 } Out;
 
+static size_t width(char letter) { return letter == 'i' ? sizeof(int32_t) : sizeof(int64_t); }
+
 static int grow(Out *o) {
     size_t cap = o->cap ? o->cap * 2 : HUGE_PAGE / sizeof(int64_t);
     for (int c = 0; c < o->ncols; c++)
-        if (grown_resize(&o->values[c], cap * sizeof(int64_t)) ||
+        if (grown_resize(&o->values[c], cap * width(o->letter[c])) ||
             grown_resize(&o->bitmap[c], cap / 8 + 1))
             return -1;
     o->cap = cap;
@@ -400,7 +403,12 @@ static int put_record(Db *db, Out *o, const uint8_t *rec, uint64_t len, int64_t 
             found[c] = rowid;
             valid[c] = 1;
         }
-        ((int64_t *)o->values[c].p)[row] = valid[c] ? found[c] : 0;
+        if (o->letter[c] == 'i') {
+            if (valid[c] && (found[c] < INT32_MIN || found[c] > INT32_MAX)) valid[c] = 0;
+            ((int32_t *)o->values[c].p)[row] = valid[c] ? (int32_t)found[c] : 0;
+        } else {
+            ((int64_t *)o->values[c].p)[row] = valid[c] ? found[c] : 0;
+        }
         if (valid[c]) o->bitmap[c].p[row / 8] |= (uint8_t)(1u << (row % 8));
     }
     return 0;
@@ -522,11 +530,11 @@ static void free_out(Out *o) {
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *path_obj, *index;
+    PyObject *path_obj, *index, *letters;
     unsigned long root;
     int alias, part = 0, parts = 1;
-    if (!PyArg_ParseTuple(args, "O&kO!i|ii", PyUnicode_FSConverter, &path_obj, &root,
-                          &PyTuple_Type, &index, &alias, &part, &parts))
+    if (!PyArg_ParseTuple(args, "O&kO!O!i|ii", PyUnicode_FSConverter, &path_obj, &root,
+                          &PyTuple_Type, &index, &PyBytes_Type, &letters, &alias, &part, &parts))
         return NULL;
     Out o;
     memset(&o, 0, sizeof o);
@@ -535,11 +543,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     o.last = -1;
     for (int i = 0; i < MAX_COLUMNS; i++) o.want[i] = -1;
     if (o.ncols < 1 || o.ncols > MAX_COLUMNS || alias < -1 || alias >= o.ncols ||
-        root < 1 || root > UINT32_MAX || parts < 1 || part < 0 || part >= parts) {
+        root < 1 || root > UINT32_MAX || parts < 1 || part < 0 || part >= parts ||
+        PyBytes_GET_SIZE(letters) != o.ncols) {
         Py_DECREF(path_obj);
-        PyErr_SetString(PyExc_ValueError,
-                        "1 to 64 columns, an alias among them, a root page, a part of parts");
+        PyErr_SetString(PyExc_ValueError, "1 to 64 columns, a letter for each, an alias among "
+                                          "them, a root page, a part of parts");
         return NULL;
+    }
+    for (int c = 0; c < o.ncols; c++) {
+        o.letter[c] = PyBytes_AS_STRING(letters)[c];
+        if (o.letter[c] != 'l' && o.letter[c] != 'i') {
+            Py_DECREF(path_obj);
+            PyErr_SetString(PyExc_ValueError, "letters are 'l' (int64) or 'i' (int32)");
+            return NULL;
+        }
     }
     for (int c = 0; c < o.ncols; c++) {
         long i = PyLong_AsLong(PyTuple_GET_ITEM(index, c));
@@ -591,9 +608,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     PyObject *columns = PyTuple_New(o.ncols);
     for (int c = 0; columns && c < o.ncols; c++) {
         /* Trimmed to the rows (shrinking keeps the data where it is; failing, it keeps all). */
-        grown_resize(&o.values[c], (size_t)rows * sizeof(int64_t));
+        size_t bytes = (size_t)rows * width(o.letter[c]);
+        grown_resize(&o.values[c], bytes);
         grown_resize(&o.bitmap[c], (size_t)(rows + 7) / 8);
-        PyObject *values = owned_new(&o.values[c], rows * (Py_ssize_t)sizeof(int64_t));
+        PyObject *values = owned_new(&o.values[c], (Py_ssize_t)bytes);
         PyObject *bitmap = owned_new(&o.bitmap[c], (rows + 7) / 8);
         PyObject *pair = values && bitmap ? PyTuple_Pack(2, values, bitmap) : NULL;
         Py_XDECREF(values);
@@ -642,8 +660,9 @@ static PyMethodDef METHODS[] = {
      "leaf_count(path, root) -> int: the leaf pages of the table b-tree at page ``root`` (its "
      "interior pages are read, not its leaves)."},
     {"scan", scan, METH_VARARGS,
-     "scan(path, root, positions, alias, part=0, parts=1) -> (rows, ((values, bitmap), ...)): "
-     "the integer columns at ``positions`` of the table b-tree at page ``root``, of the "
+     "scan(path, root, positions, letters, alias, part=0, parts=1) -> (rows, ((values, "
+     "bitmap), ...)): the integer columns at ``positions`` of the table b-tree at page "
+     "``root``, int64 or int32 by ``letters`` ('l', 'i'; beyond int32 is missing), of the "
      "``part``-th of ``parts`` equal runs of its leaves; ``alias`` is the index among them of "
      "the rowid alias, or -1. ValueError where the file cannot be read so."},
     {NULL, NULL, 0, NULL},

@@ -10,10 +10,11 @@ def leaf_count(path: str, root: int, /) -> int:
     """The leaf pages of the table b-tree at page ``root`` (only its interior pages are read).
     ValueError where the file cannot be read so."""
 
-def scan(path: str, root: int, positions: tuple[int, ...], alias: int, part: int = 0,
-         parts: int = 1, /) -> tuple[int, Sequence[Any]]:
-    """(rows, ((values, bitmap), ...)): the int64 columns at record ``positions`` of the table
-    whose b-tree starts at page ``root``, of the ``part``-th of ``parts`` equal runs of its
+def scan(path: str, root: int, positions: tuple[int, ...], letters: bytes, alias: int,
+         part: int = 0, parts: int = 1, /) -> tuple[int, Sequence[Any]]:
+    """(rows, ((values, bitmap), ...)): the integer columns at record ``positions`` of the
+    table whose b-tree starts at page ``root``, int64 or int32 as ``letters`` says (b"l", b"i";
+    an integer beyond int32 is missing there), of the ``part``-th of ``parts`` equal runs of its
     leaves; ``alias`` is the index among them of the rowid alias (INTEGER PRIMARY KEY), or -1.
     ValueError where the file cannot be read so."""
 
