@@ -725,7 +725,8 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
     def within(frame: pl.DataFrame, column: str) -> pl.DataFrame:
         if frame.is_empty():
             return frame
-        return frame.filter(lo.is_null() | pl.col(column).is_between(lo, hi, closed="left"))
+        return kept_rows(frame, frame.select(
+            lo.is_null() | pl.col(column).is_between(lo, hi, closed="left")).to_series())
 
     launch_at = trace.cpu.select("rank", "correlation", "kind", _at="start_ns").filter(
         pl.col("kind").is_in(API_KINDS), pl.col("correlation").is_not_null()).drop("kind")
@@ -740,7 +741,7 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
             .select(lo.is_null() | pl.coalesce("_at", "start_ns").is_between(lo, hi, closed="left"))
             .to_series()
         )
-        gpu = gpu.filter(keep)
+        gpu = kept_rows(gpu, keep)
     frames = {
         "gpu": gpu,
         "cpu": within(trace.cpu, "start_ns"),
@@ -750,6 +751,21 @@ def narrow_to(trace: Trace, bounds: pl.DataFrame) -> Trace:
         "memory": within(trace.memory, "ts_ns"),
     }
     return Trace(meta=trace.meta, **frames)
+
+
+def kept_rows(frame: pl.DataFrame, keep: pl.Series) -> pl.DataFrame:
+    """``frame.filter(keep)``; where the rows kept are one run of at least half the frame (a
+    window in a frame sorted by time, as most are), a slice of it instead, which shares the
+    frame's memory: a filter copies every column of every row kept."""
+    keep = keep.fill_null(False)
+    count = int(keep.sum())
+    if count == frame.height:
+        return frame
+    if 2 * count >= frame.height:
+        first = int(keep.arg_max() or 0)
+        if keep.slice(first, count).all():
+            return frame.slice(first, count)
+    return frame.filter(keep)
 
 
 def start_up(views: Any, bounds: pl.DataFrame, rank: int) -> dict[str, Any]:

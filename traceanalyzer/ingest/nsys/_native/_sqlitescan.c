@@ -38,29 +38,22 @@
 
 /* ---- column memory ---- */
 
-/* A growing column: on Linux an anonymous mapping, grown with mremap (no copy) and in 2 MB
- * pages where the kernel gives them, since faulting in a big table's columns 4 KB at a time was
- * most of a read's time on the benchmark's VM (bench/NOTES.md, "nsys pages"). A fresh mapping
- * reads as zeros, as the bitmaps must start. Elsewhere, realloc and a clear. */
+/* A growing column: on Linux an anonymous mapping, grown with mremap (no copy; a fresh mapping
+ * reads as zeros, as a bitmap starts). Elsewhere, realloc and a clear. (Polars' own allocator,
+ * which it hands to plugins, was tried so that Polars would reuse the columns' memory once it
+ * drops them: 5% fewer page faults, no faster: bench/NOTES.md, "nsys pages".) */
 typedef struct {
     uint8_t *p;
     size_t size; /* bytes held */
 } Grown;
 
-#define HUGE_PAGE ((size_t)2 << 20)
-
 static int grown_resize(Grown *g, size_t want) {
+    size_t size = want ? want : 1;
 #if defined(__linux__)
-    size_t size = (want + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-    if (!size) size = HUGE_PAGE;
     void *q = g->p ? mremap(g->p, g->size, size, MREMAP_MAYMOVE)
                    : mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (q == MAP_FAILED) return -1;
-#ifdef MADV_HUGEPAGE
-    if (size > g->size) madvise(q, size, MADV_HUGEPAGE); /* a hint: without it, 4 KB pages */
-#endif
 #else
-    size_t size = want ? want : 1;
     uint8_t *q = realloc(g->p, size);
     if (!q) return -1;
     if (size > g->size) memset(q + g->size, 0, size - g->size);
@@ -77,8 +70,7 @@ static void grown_free(Grown *g) {
 #else
     free(g->p);
 #endif
-    g->p = NULL;
-    g->size = 0;
+    *g = (Grown){0};
 }
 
 /* ---- a column's memory, exported through the buffer protocol ---- */
@@ -330,6 +322,7 @@ typedef struct {
     Grown values[MAX_COLUMNS];
     Grown bitmap[MAX_COLUMNS];
     size_t rows, cap;
+    size_t expect;    /* rows expected: the first capacity */
     uint8_t *payload; /* a record with overflow pages, put together */
     size_t payload_cap;
 } Out;
@@ -337,7 +330,7 @@ typedef struct {
 static size_t width(char letter) { return letter == 'i' ? sizeof(int32_t) : sizeof(int64_t); }
 
 static int grow(Out *o) {
-    size_t cap = o->cap ? o->cap * 2 : HUGE_PAGE / sizeof(int64_t);
+    size_t cap = o->cap ? o->cap * 2 : o->expect ? o->expect : 1024;
     for (int c = 0; c < o->ncols; c++)
         if (grown_resize(&o->values[c], cap * width(o->letter[c])) ||
             grown_resize(&o->bitmap[c], cap / 8 + 1))
@@ -489,6 +482,27 @@ static int put_leaf(Db *db, Out *o, const uint8_t *page, uint32_t pgno) {
     return 0;
 }
 
+#define SAMPLED_LEAVES 8
+
+/* The rows a run of leaves is likely to hold, from the cells of a few leaves across it (plus a
+ * little): the columns' first size, so that they are seldom grown (a grown column may be
+ * copied). 0 where a sampled page cannot be read (the scan says why). */
+static size_t expect_rows(Db *db, const Pages *leaves) {
+    if (!leaves->n) return 0;
+    uint32_t most = 0;
+    for (size_t k = 0; k < SAMPLED_LEAVES; k++) {
+        uint32_t pgno = leaves->pages[leaves->n * k / SAMPLED_LEAVES];
+        const uint8_t *page = page_alone(db, pgno);
+        if (!page) {
+            db->error = NULL;
+            return 0;
+        }
+        uint32_t cells = be16(page + (pgno == 1 ? 100 : 0) + 3);
+        if (cells > most && cells <= (db->usable - 8) / 2) most = cells; /* else: damaged */
+    }
+    return leaves->n * most + leaves->n * most / 64 + 64;
+}
+
 static int scan_leaves(Db *db, Out *o, const Pages *leaves) {
     for (size_t i = 0; i < leaves->n; i++) {
         uint32_t pgno = leaves->pages[i];
@@ -586,6 +600,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         size_t first = leaves.n * (size_t)part / (size_t)parts;
         size_t last = leaves.n * ((size_t)part + 1) / (size_t)parts;
         Pages share = {leaves.pages + first, last - first, last - first};
+        o.expect = expect_rows(&db, &share);
         rc = scan_leaves(&db, &o, &share);
     }
     if (!rc && !o.cap && grow(&o)) {
