@@ -48,19 +48,24 @@ def step_collectives(launches: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFram
     ``steps`` any frame with a ``rank`` column naming the ranks whose trace marks steps. Pass
     every rank's launches: the other ranks' durations of the same collective bound its transfer.
     """
-    kernels = launches.filter(pl.col("kind") == "kernel")
     is_comm = pl.col("category") == "communication"
-    comm = flagged_comm_kernels(kernels)
-    cover = kernels.filter(~is_comm).select("rank", "device", "start_ns", "end_ns")
+    comm = flagged_comm_kernels(launches)
+    cover = launches.select("kind", "category", "rank", "device", "start_ns", "end_ns").filter(
+        pl.col("kind") == "kernel", ~is_comm).drop("kind", "category")
     stepped = steps["rank"].unique().to_list() if steps.height else []
     return collectives_from(comm, cover, stepped)
 
 
-def flagged_comm_kernels(kernels: pl.DataFrame) -> pl.DataFrame:
-    """The communication kernels of ``kernels`` (a launches view filtered to kernels, every
-    kernel of each rank), with ``in_trace``: :func:`launched_in_trace`, judged on all of them."""
-    return kernels.with_columns(in_trace=launched_in_trace()).filter(
-        pl.col("category") == "communication")
+def flagged_comm_kernels(launches: pl.DataFrame) -> pl.DataFrame:
+    """The communication kernels of ``launches`` (a launches view, or its kernels: every kernel
+    of each rank), with ``in_trace``: :func:`launched_in_trace`, judged on all the kernels.
+    That is judged on the columns it reads: the view's kernels with all their columns (names,
+    stacks) were a copy of most of the view (bench/NOTES.md, "nsys pages")."""
+    is_kernel, is_comm = pl.col("kind") == "kernel", pl.col("category") == "communication"
+    flags = (launches.select("kind", "category", "rank", "launch_start_ns", "start_ns")
+             .filter(is_kernel).select(in_trace=launched_in_trace(), comm=is_comm))
+    return launches.filter(is_kernel, is_comm).with_columns(
+        in_trace=flags.filter("comm")["in_trace"])
 
 
 def collectives_from(comm: pl.DataFrame, cover: pl.DataFrame, stepped: list[int]) -> pl.DataFrame:

@@ -35,11 +35,14 @@ def saving_matters(views: Views, impact_ns: int, p: Params) -> bool:
 
 
 def gemm_shapes(views: Views) -> pl.DataFrame:
-    """Leaf GEMM operators with their M, N, K (and batch) from the recorded input shapes."""
-    ops = views.cpu.filter(
+    """Leaf GEMM operators (rank, name, external_id, input_dims, input_types) with their M, N,
+    K from the recorded input shapes. Only those columns are taken: a decode loop's GEMM calls
+    with all their columns (stacks, concrete inputs) were this rule's largest copy."""
+    ops = views.cpu.select("rank", "kind", "name", "external_id", "input_dims",
+                           "input_types").filter(
         pl.col("kind") == "op", pl.col("name").is_in(list(GEMM_OPS)),
         pl.col("input_dims").is_not_null(),
-    )
+    ).drop("kind")
     if ops.height == 0:
         return ops.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("m", "n", "k")))
     first = pl.col("name").replace_strict({k: v[0] for k, v in GEMM_OPS.items()}, return_dtype=pl.Int64)
