@@ -214,8 +214,13 @@ def _put_window(put: Any, sep: str, tpl: _Template, slot_counts: list[int], valu
 
 
 def tile_nsys(seed: Path, out: Path, size: int) -> dict[str, Any]:
-    """Copy ``seed`` to ``out`` and add shifted copies of its activity rows until about ``size``."""
-    shutil.copyfile(seed, out)
+    """Copy ``seed`` (.sqlite, or .sqlite.gz as the held-out exports are kept) to ``out`` and add
+    shifted copies of its activity rows until about ``size``."""
+    if seed.name.endswith(".gz"):
+        with gzip.open(seed, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    else:
+        shutil.copyfile(seed, out)
     con = sqlite3.connect(out)
     con.execute("PRAGMA journal_mode=OFF")
     con.execute("PRAGMA synchronous=OFF")
@@ -235,7 +240,7 @@ def tile_nsys(seed: Path, out: Path, size: int) -> dict[str, Any]:
     id_span = 1 + max((con.execute(f'SELECT max(correlationId) FROM "{t}"').fetchone()[0] or 0)
                       for t, cols in tables if "correlationId" in cols)
     seed_rows = {t: con.execute(f'SELECT max(rowid) FROM "{t}"').fetchone()[0] for t, _ in tables}
-    seed_size = seed.stat().st_size
+    seed_size = out.stat().st_size  # the seed as SQLite (a .gz seed is unpacked)
     # Measure what copies really add, then size the rest from them. One copy of a small seed
     # can fit in the free pages of the file and add nothing: double the copies until the file
     # has grown by a megabyte (or reached the size), then extrapolate.

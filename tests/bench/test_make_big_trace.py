@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from tests.support.big_trace import seed_trace
-from tests.support.paths import PUBLIC, bench_module
+from tests.support.paths import PUBLIC, SAMPLES, bench_module
 from traceanalyzer.ingest import read_any
 
 mbt = bench_module("make_big_trace")
@@ -104,3 +104,16 @@ def test_nsys_tiling_with_insert_select(tmp_path):
         assert span >= (copies - 1) * info["period_ns"]
     small, big = read_any(local), read_any(out)
     assert big.gpu.height == copies * small.gpu.height
+
+
+def test_nsys_tiling_from_a_gzipped_seed(tmp_path):
+    """The held-out exports are kept gzipped: a .sqlite.gz seed is unpacked into the tile, and
+    the size aimed at is that of the unpacked export's copies."""
+    seed = SAMPLES / "holdout" / "nsys" / "gpt_decode.sqlite.gz"
+    out = tmp_path / "big.sqlite"
+    unpacked = len(gzip.decompress(seed.read_bytes()))
+    info = mbt.tile_nsys(seed, out, 4 * unpacked)
+    assert info["copies"] >= 2
+    assert out.stat().st_size >= 2 * unpacked
+    small, big = read_any(seed), read_any(out)
+    assert big.gpu.height == info["copies"] * small.gpu.height
