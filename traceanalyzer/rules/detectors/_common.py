@@ -160,8 +160,10 @@ def attach_source(calls: pl.DataFrame, cpu: pl.DataFrame, *, tid: str = "tid",
 
     Meant for the few calls a rule reports (syncs, copies), not for every event.
     """
+    # Python frames first, then the pattern on their names only (not on every CPU event's).
     frames = cpu.select("kind", "rank", "tid", "name", "start_ns", "end_ns").filter(
-        pl.col("kind") == "python", ~pl.col("name").str.contains(_LIBRARY_FRAME))
+        pl.col("kind") == "python")
+    frames = frames.filter(~pl.col("name").str.contains(_LIBRARY_FRAME))
     indexed = calls.with_row_index("_row")
     if frames.height == 0 or indexed.height == 0:
         return calls.with_columns(pl.lit(None, dtype=pl.String).alias("source"))

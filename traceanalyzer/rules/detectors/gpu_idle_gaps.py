@@ -25,12 +25,16 @@ if TYPE_CHECKING:
 
 def _evidence_gaps(views: Views, gaps: pl.DataFrame) -> pl.DataFrame:
     """Gap rows as evidence, with the code that issued the work after the gap when recorded."""
+    # The launches of the gaps' next work only (a few dozen), before the unique and the join:
+    # a hash of every launch cost more than the rest of the rule (bench/NOTES.md, "nsys pages").
+    wanted = gaps["next_correlation"].drop_nulls().unique().implode()
     launches = views.launches.select(
         "rank", pl.col("correlation").alias("next_correlation"), "call_stack",
         pl.col("launch_tid").alias("tid"),
         pl.col("launch_start_ns").fill_null(0).alias("_ls"),
         pl.col("launch_end_ns").fill_null(0).alias("_le"),
-    ).unique(["rank", "next_correlation"], keep="first")
+    ).filter(pl.col("next_correlation").is_in(wanted)).unique(
+        ["rank", "next_correlation"], keep="first")
     out = gaps.join(launches, on=["rank", "next_correlation"], how="left") if gaps.height else gaps
     if out.height and "_ls" in out.columns:
         # the line of Python that issued the work the GPU waited for (with_stack=True traces)

@@ -78,8 +78,9 @@ def hidden_sync(views: Views, p: Params) -> Detection | None:
         return None
     # The reads a sync waits for (.item() copies its value to pinned memory, then syncs) belong
     # to the sync, not to the GPU work it waits for.
-    work = launches.filter((pl.col("kind") != "memcpy") | (pl.col("copy_kind") != "DtoH")
-                           .fill_null(True))
+    # (overlap_lost reads their ranks and times only: the rest is not copied.)
+    work = launches.select("rank", "start_ns", "end_ns", "kind", "copy_kind").filter(
+        (pl.col("kind") != "memcpy") | (pl.col("copy_kind") != "DtoH").fill_null(True))
     calls = enclosing_op(calls, cpu).with_columns(wait_from=pl.coalesce("op_start_ns", "start_ns"))
     calls = overlap_lost(views, calls, work)
     lost = int(calls["lost_ns"].sum() or 0)

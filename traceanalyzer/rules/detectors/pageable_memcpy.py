@@ -54,7 +54,10 @@ def pageable_memcpy(views: Views, p: Params) -> Detection | None:
         "_copy", "rank", pl.col("launch_start_ns").alias("wait_from"),
         pl.col("launch_end_ns").alias("end_ns"),
     )
-    work = launches.filter(~(is_pageable & (pl.col("copy_kind") == "HtoD")).fill_null(False))
+    # The GPU work waited for, as overlap_lost reads it (ranks and times; a copy of every
+    # column of the view was this rule's peak: bench/NOTES.md, "nsys pages").
+    work = launches.select("rank", "start_ns", "end_ns", "src_kind", "dst_kind", "copy_kind").filter(
+        ~(is_pageable & (pl.col("copy_kind") == "HtoD")).fill_null(False))
     calls = overlap_lost(views, calls, work)
     pageable = pageable.join(
         calls.select("_copy", "waited_ns", "gpu_idle_after_ns", "lost_ns", "_gap"),
