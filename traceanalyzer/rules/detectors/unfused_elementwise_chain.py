@@ -17,6 +17,7 @@ from traceanalyzer.rules.detectors._common import (
     with_inputs,
 )
 from traceanalyzer.rules.detectors._optimizer import adam_regions, in_ranges, optimizer_ranges
+from traceanalyzer.texts import matches
 
 if TYPE_CHECKING:
     from traceanalyzer.analysis.views import Views
@@ -29,6 +30,11 @@ DEFAULT_PASSES = 2.5
 #: hand): their names, or a launch through the driver API (cuLaunchKernel) instead of the runtime.
 GENERATED_KERNEL = r"^triton_|^triton__|^fused_"
 DRIVER_LAUNCH = r"^cu[A-Z]"
+#: What the rule reads of each kernel (in_ranges: the launch's thread and start; the Adam
+#: regions: the correlation).
+COLUMNS = ("rank", "device", "stream", "start_ns", "end_ns", "dur", "step", "external_id",
+           "correlation", "category", "name", "launch_name", "op_name", "launch_tid",
+           "launch_start_ns", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
 @detector(
@@ -43,7 +49,10 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
     compiler. Each kernel moves its full-size inputs and its output through HBM ("passes"); fused,
     every link of the run saves writing one intermediate and reading it back (2 passes). The
     saving is the run's time x saved passes / passes."""
+    # The columns this rule reads, before the joins below copy the frame (kernels_of has thirty:
+    # stacks, shapes).
     kernels = kernels_of(views)
+    kernels = kernels.select(c for c in COLUMNS if c in kernels.columns)
     if kernels.height == 0:
         return None
     ranges = optimizer_ranges(views)
@@ -76,8 +85,9 @@ def unfused_elementwise_chain(views: Views, p: Params) -> Detection | None:
 
     prev = before("_threads")
     prev_numel = before("_numel")
-    generated = pl.col("name").str.contains(GENERATED_KERNEL) | pl.col(
-        "launch_name").fill_null("").str.contains(DRIVER_LAUNCH)
+    # Each name's pattern tested once per distinct name, not per kernel.
+    generated = (matches(kernels["name"], GENERATED_KERNEL)
+                 | matches(kernels["launch_name"].fill_null(""), DRIVER_LAUNCH))
     # Only numbers go through the sort and the chain search (a row number stands for the
     # kernel): the names are gathered for the rows of long-enough runs only, which are a few
     # percent of the kernels. Sorting and aggregating the texts of every kernel, most of them in
