@@ -267,3 +267,64 @@ def test_damaged_exports_still_give_a_clear_error_or_frames(tmp_path: Path):
             read_nsys(path)
         except InputError as exc:
             assert str(exc)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = 0
+    for i in range(9):
+        byte = data[at + i]
+        if i == 8:
+            return (value << 8) | byte, at + 9
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, at + i + 1
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("claim", [None, 16_000])
+def test_overflow_chains_that_loop_end(tmp_path: Path, claim: int | None):
+    """A damaged file whose records' overflow pages point back at themselves (and, with
+    ``claim``, whose records say they are longer than they are): the scan ends, reading no
+    more overflow than the file holds, with the values before the long text (they lie on the
+    leaf) or a refusal (SQLite then reads the table, or says it is damaged)."""
+    path = tmp_path / "loop.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 1024")
+    con.execute("CREATE TABLE t (a INTEGER, note TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, "y" * 3000) for i in range(200)])
+    con.commit()
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
+    con.close()
+    data = bytearray(path.read_bytes())
+    size, usable = 1024, 1024 - data[20]
+    pages, looped = [root], 0
+    while pages:
+        page = pages.pop()
+        base = (page - 1) * size
+        at = base + (100 if page == 1 else 0)
+        kind, cells = data[at], int.from_bytes(data[at + 3:at + 5], "big")
+        header = 12 if kind == 0x05 else 8
+        for c in range(cells):
+            off = base + int.from_bytes(data[at + header + 2 * c:at + header + 2 * c + 2], "big")
+            if kind == 0x05:
+                pages.append(int.from_bytes(data[off:off + 4], "big"))
+                continue
+            total, p = _varint(data, off)
+            _, p = _varint(data, p)
+            max_local, min_local = usable - 35, (usable - 12) * 32 // 255 - 23
+            local = min_local + (total - min_local) % (usable - 4)
+            local = local if local <= max_local else min_local
+            first = int.from_bytes(data[p + local:p + local + 4], "big")
+            data[(first - 1) * size:(first - 1) * size + 4] = first.to_bytes(4, "big")
+            if claim is not None:  # a two-byte varint, rewritten
+                data[off:off + 2] = bytes([0x80 | (claim >> 7), claim & 0x7F])
+            looped += 1
+        if kind == 0x05:
+            pages.append(int.from_bytes(data[at + 8:at + 12], "big"))
+    assert looped == 200
+    path.write_bytes(bytes(data))
+    frame = _read(path, "t", {"a": pl.Int64()})
+    if claim is None:
+        assert frame is not None and frame["a"].to_list() == list(range(200))
+    else:
+        assert frame is None

@@ -123,6 +123,7 @@ typedef struct {
     uint8_t *window;  /* pages [win_first, win_first + win_count) */
     uint32_t win_first, win_count, win_cap;
     uint8_t *scratch; /* one page: interior and overflow pages */
+    uint64_t overflow_left; /* overflow bytes a scan may still read: the file's, once */
     const char *error;
 } Db;
 
@@ -193,6 +194,9 @@ static int open_db(Db *db, const char *path) {
     uint32_t said = be32(h + 28);
     db->n_pages = (said && be32(h + 92) == db->counter && said <= in_file)
                       ? said : (uint32_t)(in_file > UINT32_MAX ? UINT32_MAX : in_file);
+    /* Each overflow page of a real file belongs to one record: chains that would read more
+     * than the file (a damaged file's cycles) stop the scan instead of taking quadratic time. */
+    db->overflow_left = (uint64_t)db->n_pages * db->usable;
     db->win_cap = WINDOW_BYTES / size ? WINDOW_BYTES / size : 1;
     db->window = malloc((size_t)db->win_cap * size);
     db->scratch = malloc(size);
@@ -410,10 +414,11 @@ static int put_record(Db *db, Out *o, const uint8_t *rec, uint64_t len, int64_t 
 /* A cell's payload with overflow pages, put together in o->payload. */
 static const uint8_t *assemble(Db *db, Out *o, const uint8_t *local, uint32_t n_local,
                                uint32_t first, uint64_t total) {
-    if (total > (uint64_t)db->n_pages * db->usable) {
-        db->error = "a record longer than the file";
+    if (total - n_local > db->overflow_left) {
+        db->error = "overflow chains longer than the file";
         return NULL;
     }
+    db->overflow_left -= total - n_local;
     if (total > o->payload_cap) {
         uint8_t *grown = realloc(o->payload, total);
         if (!grown) {
