@@ -35,6 +35,32 @@ def test_need_grows_with_the_frames() -> None:
         size * memory_check.ANALYSIS_MEMORY_PER_BYTE)
 
 
+def test_shared_texts_are_counted_once() -> None:
+    """A text column whose rows share a few long texts (kernel names) holds 16-byte views and
+    one copy of each text: that is what the check counts, not each row's text."""
+    import polars as pl
+
+    from traceanalyzer.model import Trace, TraceMeta, empty_frame
+
+    names = pl.Series("name", ["void gemm_kernel<" + "x" * 200 + f">{i}" for i in range(4)])
+    rows = 200_000
+    column = names.gather(pl.Series([i % 4 for i in range(rows)], dtype=pl.UInt32))
+    gpu = pl.DataFrame({"name": column})
+    trace = Trace(meta=TraceMeta(path="x", source_format="kineto"), gpu=gpu, cpu=empty_frame("cpu"),
+                  annotations=empty_frame("annotations"), syncs=empty_frame("syncs"),
+                  counters=empty_frame("counters"), memory=empty_frame("memory"))
+    held = memory_check.frames_size(trace)
+    assert 16 * rows <= held < 20 * rows + 4096
+    assert gpu["name"].estimated_size() > 100 * rows  # what Polars's estimate would count
+    # An all-null text column has no views yet: it holds nothing.
+    assert memory_check.frames_size(Trace(
+        meta=TraceMeta(path="x", source_format="kineto"), gpu=pl.DataFrame({"name": pl.Series([None] * rows,
+                                                                      dtype=pl.String)}),
+        cpu=empty_frame("cpu"), annotations=empty_frame("annotations"),
+        syncs=empty_frame("syncs"), counters=empty_frame("counters"),
+        memory=empty_frame("memory"))) == 0
+
+
 def test_too_little_memory_stops_before_the_analysis(monkeypatch: pytest.MonkeyPatch) -> None:
     trace = _trace()
     need = memory_check.analysis_memory(trace)

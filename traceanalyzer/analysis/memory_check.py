@@ -3,7 +3,7 @@
 The ingest checks the file before parsing it (``traceanalyzer.ingest.check_memory``); this checks
 the loaded trace before the analysis: the views, every rule, the summaries, the timeline and the
 reports need memory in proportion to the frames they start from. The estimate is the frames'
-in-memory size (Polars's ``estimated_size``, which grows with their rows and their strings) times
+in-memory size (:func:`frames_size`: what their columns hold, shared text buffers once) times
 :data:`ANALYSIS_MEMORY_PER_BYTE`, plus :data:`ANALYSIS_BASE_MEMORY`, compared with the memory the
 process can still use (``traceanalyzer.ingest.available_memory``: the trace already loaded is
 not counted twice). ``$TRACEANALYZER_NO_MEMORY_CHECK=1`` turns this check off, as it does the
@@ -13,6 +13,9 @@ ingest's.
 from __future__ import annotations
 
 import os
+
+import polars as pl
+import pyarrow as pa
 
 from traceanalyzer.errors import InputError
 from traceanalyzer.ingest import NO_MEMORY_CHECK_ENV, available_memory
@@ -29,8 +32,29 @@ ANALYSIS_BASE_MEMORY = 100 << 20
 
 
 def frames_size(trace: Trace) -> int:
-    """Bytes the trace's frames take in memory (Polars's estimate)."""
-    return sum(int(frame.estimated_size()) for frame in trace.frames().values())
+    """Bytes the trace's frames take in memory: Polars's estimate, but for text columns the
+    buffers they hold. A text column's rows are 16-byte views into buffers that rows share (a
+    few hundred kernel names over millions of kernels), and Polars's estimate counts each row's
+    text as if it were its own: 2.7 GB for the 1.7 GB of a 1 GB Nsight Systems export's
+    frames, which refused a 2 GB export that fits (bench/NOTES.md, "nsys pages")."""
+    return sum(_column_bytes(frame[name]) for frame in trace.frames().values()
+               for name in frame.columns)
+
+
+def _column_bytes(column: pl.Series) -> int:
+    if column.dtype != pl.String:
+        return int(column.estimated_size())
+    if column.null_count() == column.len():
+        return 0  # all null: Polars has not made its views
+    held: dict[int, int] = {}
+    for chunk in column.get_chunks():  # one by one: a chunk's export is not a copy
+        exported = chunk.to_arrow(compat_level=pl.CompatLevel.newest())
+        arrays = exported.chunks if isinstance(exported, pa.ChunkedArray) else [exported]
+        for array in arrays:
+            for buffer in array.buffers():
+                if buffer is not None:
+                    held[buffer.address] = buffer.size
+    return sum(held.values())
 
 
 def analysis_memory(trace: Trace) -> int:
