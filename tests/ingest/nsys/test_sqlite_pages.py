@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -66,14 +68,26 @@ def test_every_integer_column_of_every_table_as_sqlite_reads_it(path: Path):
     assert read >= 5
 
 
+def _database(path: Path, *steps: str | tuple[str, list[tuple[Any, ...]]]
+              ) -> sqlite3.Connection:
+    """A database at ``path`` made by ``steps``: SQL statements, or (statement, rows) pairs run
+    for each row; committed, its connection left open."""
+    con = sqlite3.connect(path)
+    for step in steps:
+        if isinstance(step, tuple):
+            con.executemany(*step)
+        else:
+            con.execute(step)
+    con.commit()
+    return con
+
+
 def test_parts_read_side_by_side_give_the_rows_in_order(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch):
     path = tmp_path / "many.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)",
-                    ((i, -i * 7919, None if i % 3 else i) for i in range(50_000)))
-    con.commit()
+    con = _database(path, "CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER)", (
+        "INSERT INTO t VALUES (?, ?, ?)",
+        [(i, -i * 7919, None if i % 3 else i) for i in range(50_000)]))
     schema = {"a": pl.Int64(), "b": pl.Int64(), "c": pl.Int64()}
     whole = _read(path, "t", schema)
     monkeypatch.setattr(sqlite_pages, "LEAVES_PER_PART", 4)
@@ -87,13 +101,11 @@ def test_parts_read_side_by_side_give_the_rows_in_order(tmp_path: Path,
 
 def test_each_integer_width_and_sign(tmp_path: Path):
     path = tmp_path / "widths.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (v INTEGER, w INTEGER)")
     values = [0, 1, -1, 127, -128, 128, 32767, -32768, 2**23 - 1, -(2**23), 2**31 - 1,
               -(2**31), 2**31, -(2**31) - 1, 2**47 - 1, -(2**47), 2**63 - 1, -(2**63), 255,
               65535, 2**40]
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(v, v) for v in values])
-    con.commit()
+    con = _database(path, "CREATE TABLE t (v INTEGER, w INTEGER)",
+                    ("INSERT INTO t VALUES (?, ?)", [(v, v) for v in values]))
     schema = {"v": pl.Int64(), "w": pl.Int32()}
     frame = _read(path, "t", schema)
     assert frame is not None and frame["v"].to_list() == values
@@ -105,12 +117,12 @@ def test_each_integer_width_and_sign(tmp_path: Path):
 
 def test_reals_texts_and_blobs_are_missing_as_in_the_typed_reads(tmp_path: Path):
     path = tmp_path / "types.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER, b)")  # b: no declared type, anything goes
-    con.executemany("INSERT INTO t VALUES (?, ?)",
-                    [(1, 2.5), (2, "text"), (3, b"\x00\xff"), (4, None), (5, 6)])
-    con.execute(f"INSERT INTO t VALUES ({2**66}, 7)")  # SQL: the driver refuses the number
-    con.commit()
+    con = _database(
+        path, "CREATE TABLE t (a INTEGER, b)",  # b: no declared type, anything goes
+        ("INSERT INTO t VALUES (?, ?)", [(1, 2.5), (2, "text"), (3, b"\x00\xff"), (4, None),
+                                         (5, 6)]),
+        f"INSERT INTO t VALUES ({2**66}, 7)",  # SQL: the driver refuses the number
+    )
     schema = {"a": pl.Int64(), "b": pl.Int64()}
     frame = _read(path, "t", schema)
     assert frame is not None
@@ -123,12 +135,10 @@ def test_records_with_overflow_pages(tmp_path: Path):
     """A row longer than a page keeps its tail on overflow pages: values after a long text
     are read from there."""
     path = tmp_path / "overflow.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA page_size = 1024")
-    con.execute("CREATE TABLE t (a INTEGER, note TEXT, b INTEGER, c INTEGER)")
-    rows = [(i, "x" * (i * 997 % 20_000), i * 3, -i) for i in range(300)]
-    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
-    con.commit()
+    _database(path, "PRAGMA page_size = 1024",
+              "CREATE TABLE t (a INTEGER, note TEXT, b INTEGER, c INTEGER)",
+              ("INSERT INTO t VALUES (?, ?, ?, ?)",
+               [(i, "x" * (i * 997 % 20_000), i * 3, -i) for i in range(300)]))
     frame = _read(path, "t", {"c": pl.Int64(), "a": pl.Int64(), "b": pl.Int64()})
     assert frame is not None
     assert frame.rows() == [(-i, i, i * 3) for i in range(300)]
@@ -136,33 +146,26 @@ def test_records_with_overflow_pages(tmp_path: Path):
 
 def test_a_column_added_later_is_missing_in_older_rows(tmp_path: Path):
     path = tmp_path / "added.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,)])
-    con.execute("ALTER TABLE t ADD COLUMN b INTEGER")
-    con.execute("INSERT INTO t VALUES (3, 30)")
-    con.commit()
+    _database(path, "CREATE TABLE t (a INTEGER)", ("INSERT INTO t VALUES (?)", [(1,), (2,)]),
+              "ALTER TABLE t ADD COLUMN b INTEGER", "INSERT INTO t VALUES (3, 30)")
     frame = _read(path, "t", {"a": pl.Int64(), "b": pl.Int64()})
     assert frame is not None and frame.rows() == [(1, None), (2, None), (3, 30)]
 
 
 def test_a_column_with_a_default_is_left_to_sqlite(tmp_path: Path):
     path = tmp_path / "default.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER)")
-    con.execute("INSERT INTO t VALUES (1)")
-    con.execute("ALTER TABLE t ADD COLUMN b INTEGER DEFAULT 5")
-    con.commit()
+    con = _database(path, "CREATE TABLE t (a INTEGER)", "INSERT INTO t VALUES (1)",
+                    "ALTER TABLE t ADD COLUMN b INTEGER DEFAULT 5")
     assert _read(path, "t", {"a": pl.Int64(), "b": pl.Int64()}) is None
     assert read_table(con, path, "t", {"a": pl.Int64(), "b": pl.Int64()}).rows() == [(1, 5)]
 
 
 def test_the_rowid_alias_reads_the_rowid(tmp_path: Path):
     path = tmp_path / "alias.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY, v INTEGER)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(5, 50), (2**40, 1), (-3, 9)])
-    con.commit()
+    # A comment that names DESC (as nsys's schema comments could) changes nothing.
+    _database(path, "CREATE TABLE t (id INTEGER NOT NULL PRIMARY KEY, -- DESCRIBED\n"
+                    "v INTEGER)",
+              ("INSERT INTO t VALUES (?, ?)", [(5, 50), (2**40, 1), (-3, 9)]))
     frame = _read(path, "t", {"v": pl.Int64(), "id": pl.Int64()})
     assert frame is not None and frame.rows() == [(9, -3), (50, 5), (1, 2**40)]
 
@@ -170,47 +173,70 @@ def test_the_rowid_alias_reads_the_rowid(tmp_path: Path):
 def test_a_descending_integer_key_is_a_column_of_its_own(tmp_path: Path):
     """SQLite's quirk: INTEGER PRIMARY KEY DESC is no rowid alias, its value is in the record."""
     path = tmp_path / "desc.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY DESC, v INTEGER)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(7, 1), (3, 2)])
-    con.commit()
+    con = _database(path, "CREATE TABLE t (id INTEGER PRIMARY KEY DESC, v INTEGER)",
+                    ("INSERT INTO t VALUES (?, ?)", [(7, 1), (3, 2)]))
     schema = {"id": pl.Int64(), "v": pl.Int64()}
     frame = _read(path, "t", schema)
     assert frame is not None and frame.equals(_by_sqlite(con, "t", schema))
 
 
-@pytest.mark.parametrize("create", [
-    "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER) WITHOUT ROWID",
-    "CREATE TABLE t (v INTEGER, w INTEGER GENERATED ALWAYS AS (v * 2))",
+@pytest.mark.parametrize(("create", "insert"), [
+    ("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER) WITHOUT ROWID",
+     "INSERT INTO t (id, v) VALUES (1, 2)"),
+    ("CREATE TABLE t (v INTEGER, w INTEGER GENERATED ALWAYS AS (v * 2))",
+     "INSERT INTO t (v) VALUES (2)"),
 ])
-def test_tables_not_plain_are_left_to_sqlite(tmp_path: Path, create: str):
+def test_tables_not_plain_are_left_to_sqlite(tmp_path: Path, create: str, insert: str):
     path = tmp_path / "odd.sqlite"
-    con = sqlite3.connect(path)
-    con.execute(create)
-    con.execute("INSERT INTO t (id, v) VALUES (1, 2)" if "id" in create
-                else "INSERT INTO t (v) VALUES (2)")
-    con.commit()
+    _database(path, create, insert)
     assert _read(path, "t", {"v": pl.Int64()}) is None
 
 
 def test_a_wal_database_is_left_to_sqlite(tmp_path: Path):
     path = tmp_path / "wal.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA journal_mode = WAL")
-    con.execute("CREATE TABLE t (v INTEGER)")
-    con.execute("INSERT INTO t VALUES (1)")
-    con.commit()
+    con = _database(path, "PRAGMA journal_mode = WAL", "CREATE TABLE t (v INTEGER)",
+                    "INSERT INTO t VALUES (1)")
     assert _read(path, "t", {"v": pl.Int64()}) is None
     assert read_table(con, path, "t", {"v": pl.Int64()}).rows() == [(1,)]
 
 
 def test_text_columns_are_left_to_the_next_engine(tmp_path: Path):
     path = tmp_path / "text.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (v INTEGER, s TEXT)")
-    con.execute("INSERT INTO t VALUES (1, 'a')")
-    con.commit()
+    _database(path, "CREATE TABLE t (v INTEGER, s TEXT)", "INSERT INTO t VALUES (1, 'a')")
     assert _read(path, "t", {"v": pl.Int64(), "s": pl.String()}) is None
+
+
+def _scan(path: Path, table: str, positions: tuple[int, ...], letters: bytes
+          ) -> tuple[int, Any]:
+    """The scanner itself, over every leaf of ``table``."""
+    con = sqlite3.connect(path)
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+    con.close()
+    counter, pages = sqlite_pages._sqlitescan.leaves(str(path), root)
+    return sqlite_pages._sqlitescan.scan(str(path), counter, pages, positions, letters, -1)
+
+
+def test_a_file_changed_since_its_leaves_were_listed_is_not_read(tmp_path: Path):
+    path = tmp_path / "changing.sqlite"
+    con = _database(path, "CREATE TABLE t (v INTEGER)", "INSERT INTO t VALUES (1)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
+    counter, pages = sqlite_pages._sqlitescan.leaves(str(path), root)
+    assert sqlite_pages._sqlitescan.scan(str(path), counter, pages, (0,), b"l", -1)[0] == 1
+    con.execute("INSERT INTO t VALUES (2)")  # a writer bumps the file's change counter
+    con.commit()
+    with pytest.raises(ValueError, match="changed"):
+        sqlite_pages._sqlitescan.scan(str(path), counter, pages, (0,), b"l", -1)
+
+
+def test_leaves_the_caller_gives_are_checked(tmp_path: Path):
+    path = tmp_path / "small.sqlite"
+    con = _database(path, "CREATE TABLE t (v INTEGER)", "INSERT INTO t VALUES (1)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 't'").fetchone()[0]
+    counter, pages = sqlite_pages._sqlitescan.leaves(str(path), root)
+    beyond = (10**6).to_bytes(4, sys.byteorder)
+    for bad in (beyond, b"\0\0\0\0", pages[:3]):  # past the file, page 0, not page numbers
+        with pytest.raises(ValueError):
+            sqlite_pages._sqlitescan.scan(str(path), counter, bad, (0,), b"l", -1)
 
 
 def _damaged_copies(source: Path, folder: Path, count: int, seed: int) -> list[Path]:
@@ -236,20 +262,16 @@ def test_damaged_files_are_refused_or_read_never_a_crash(tmp_path: Path):
     table's columns; the process survives every one."""
     source = SAMPLES / "nsys" / "gpt_step_bad.sqlite"
     con = sqlite3.connect(source)
-    tables = {t: _integer_columns(con, t) for t in _tables(con)}
-    roots = {t: con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
-                            (t,)).fetchone()[0] for t in tables}
+    positions = {t: tuple(range(len(cols))) for t in _tables(con)
+                 if (cols := _integer_columns(con, t))}
     con.close()
-    positions = {t: tuple(range(len(cols))) for t, cols in tables.items() if cols}
     outcomes = {"read": 0, "refused": 0}
     for path in _damaged_copies(source, tmp_path, 60, seed=28):
         for table, where in positions.items():
-            for part, parts in ((0, 1), (1, 2)):
+            for letter in (b"l", b"i"):
                 try:
-                    rows, columns = sqlite_pages._sqlitescan.scan(
-                        str(path), roots[table], where, (b"i" if part else b"l") * len(where), -1, part,
-                        parts)
-                except ValueError:
+                    rows, columns = _scan(path, table, where, letter * len(where))
+                except (ValueError, sqlite3.DatabaseError):  # the scanner, or SQLite's master
                     outcomes["refused"] += 1
                     continue
                 assert rows >= 0 and len(columns) == len(where)

@@ -99,15 +99,12 @@ def read_table(
             return frame
     # SQLite's engines read Int32 columns as Int64, narrowed here (beyond Int32: missing).
     wide = pl.Schema({c: pl.Int64() if t == pl.Int32 else t for c, t in schema.items()})
+    frame = None
     if first != "sqlite3" and has_connectorx():
         frame = _read_connectorx(con, path, table, select, where, wide)
-        if frame is None and exprs:
-            return None
-    elif exprs:
-        return None
-    else:
-        frame = None
     if frame is None:
+        if exprs:  # computed columns: connectorx's only (see above)
+            return None
         frame = _read_sqlite3(con, query, wide)
     return frame.cast(dict(schema), strict=False) if wide != schema else frame
 

@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -42,11 +43,11 @@ def read_pages(con: sqlite3.Connection, path: Path, table: str,
     if _sqlitescan is None or not schema or b"?" in letters:
         return None
     found = con.execute(
-        "SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
     ).fetchone()
     if not found or not isinstance(found[0], int):
         return None
-    root, sql = found
+    root = found[0]
     # (cid, name, type, notnull, default, pk, hidden) per column, in the record's order.
     info = con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
     by_name = {row[1]: row for row in info}
@@ -56,31 +57,44 @@ def read_pages(con: sqlite3.Connection, path: Path, table: str,
         # A default stands in for a column that older rows lack, and generated (hidden)
         # columns are not in the record as the table lists them: SQLite knows best.
         return None
-    keys = [row for row in info if row[5]]
-    text = str(sql or "").upper()
-    alias = -1
-    if (len(keys) == 1 and str(keys[0][2]).upper() == "INTEGER" and "DESC" not in text
-            and "WITHOUT ROWID" not in text):
-        # INTEGER PRIMARY KEY is the rowid itself (but for the DESC quirk): its record value
-        # is NULL.
-        alias = next((i for i, row in enumerate(wanted) if row is keys[0]), -1)
+    alias = _rowid_alias(con, table, info, wanted)
     positions = tuple(row[0] for row in wanted if row is not None)
     file = str(path)
     try:
-        # Equal runs of leaves side by side: the scan's time is mostly its fresh memory, which
-        # each thread faults in for itself.
-        parts = max(1, min(usable_cpus(), MAX_PARTS,
-                           _sqlitescan.leaf_count(file, root) // LEAVES_PER_PART))
+        # The leaves listed once, then read in equal runs side by side: the scan's time is
+        # mostly its fresh memory, which each thread faults in for itself.
+        counter, pages = _sqlitescan.leaves(file, root)
+        leaves = memoryview(pages).cast("I")
+        parts = max(1, min(usable_cpus(), MAX_PARTS, len(leaves) // LEAVES_PER_PART))
+        shares = [leaves[len(leaves) * i // parts:len(leaves) * (i + 1) // parts]
+                  for i in range(parts)]
+
+        def scan(share: memoryview) -> tuple[int, Any]:
+            return _sqlitescan.scan(file, counter, share, positions, letters, alias)
+
         if parts == 1:
-            batches = [_sqlitescan.scan(file, root, positions, letters, alias)]
+            batches = [scan(shares[0])]
         else:
             with ThreadPoolExecutor(parts - 1, thread_name_prefix="nsys-pages") as pool:
-                rest = [pool.submit(_sqlitescan.scan, file, root, positions, letters, alias, i,
-                                    parts) for i in range(1, parts)]
-                batches = [_sqlitescan.scan(file, root, positions, letters, alias, 0, parts)]
-                batches += [f.result() for f in rest]
+                rest = [pool.submit(scan, share) for share in shares[1:]]
+                batches = [scan(shares[0])] + [f.result() for f in rest]
     except (ValueError, OSError):
         return None
     names = tuple(schema)
     table_ = _sqlitescan.Batches(letters, names, batches)
     return pl.DataFrame([pl.Series(values=table_.column(i)) for i in range(len(names))])
+
+
+def _rowid_alias(con: sqlite3.Connection, table: str, info: list[tuple[Any, ...]],
+                 wanted: list[tuple[Any, ...] | None]) -> int:
+    """The index among ``wanted`` of the table's rowid alias (its record value is NULL, its
+    value the rowid), or -1. The alias is a lone INTEGER PRIMARY KEY that SQLite keeps no index
+    for: INTEGER PRIMARY KEY DESC (SQLite's quirk) and WITHOUT ROWID tables index theirs, and
+    their key's value is in the record."""
+    keys = [row for row in info if row[5]]
+    if len(keys) != 1 or str(keys[0][2]).upper() != "INTEGER":
+        return -1
+    # (seq, name, unique, origin, partial) per index: origin "pk" is the primary key's own.
+    if any(row[3] == "pk" for row in con.execute(f'PRAGMA index_list("{table}")')):
+        return -1
+    return next((i for i, row in enumerate(wanted) if row is keys[0]), -1)

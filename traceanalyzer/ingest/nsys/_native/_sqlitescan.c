@@ -511,10 +511,11 @@ static size_t expect_rows(Db *db, const Pages *leaves) {
 static int scan_leaves(Db *db, Out *o, const Pages *leaves) {
     for (size_t i = 0; i < leaves->n; i++) {
         uint32_t pgno = leaves->pages[i];
+        if (check_page(db, pgno)) return -1; /* the caller's list: checked as read */
         if (pgno < db->win_first || pgno >= db->win_first + db->win_count) {
             /* A run of consecutive leaves in one read (nsys writes tables in order). */
             uint32_t run = 1;
-            while (run < db->win_cap && i + run < leaves->n &&
+            while (run < db->win_cap && i + run < leaves->n && pgno + run <= db->n_pages &&
                    leaves->pages[i + run] == pgno + run)
                 run++;
             if (read_at(db, db->window, (size_t)run * db->page_size,
@@ -547,66 +548,110 @@ static void free_out(Out *o) {
     free(o->payload);
 }
 
+/* Close the file; where the read failed (``rc``), raise its error as ValueError. */
+static int closed(Db *db, int rc) {
+    const char *error = db->error; /* static texts: they outlive the file */
+    close_db(db);
+    if (rc) PyErr_SetString(PyExc_ValueError, error ? error : "the table could not be read");
+    return rc;
+}
+
+static PyObject *leaves(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *path_obj;
+    unsigned long root;
+    if (!PyArg_ParseTuple(args, "O&k", PyUnicode_FSConverter, &path_obj, &root)) return NULL;
+    if (root < 1 || root > UINT32_MAX) {
+        Py_DECREF(path_obj);
+        PyErr_SetString(PyExc_ValueError, "a root page");
+        return NULL;
+    }
+    Db db;
+    Pages found = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = open_db(&db, PyBytes_AS_STRING(path_obj));
+    if (!rc) rc = list_leaves(&db, (uint32_t)root, &found);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    uint32_t counter = db.counter;
+    PyObject *pages = rc ? NULL
+                         : PyBytes_FromStringAndSize((const char *)found.pages,
+                                                     (Py_ssize_t)(found.n * sizeof(uint32_t)));
+    free(found.pages);
+    if (closed(&db, rc) || !pages) return NULL;
+    return Py_BuildValue("(kN)", (unsigned long)counter, pages);
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *path_obj, *index, *letters;
-    unsigned long root;
-    int alias, part = 0, parts = 1;
-    if (!PyArg_ParseTuple(args, "O&kO!O!i|ii", PyUnicode_FSConverter, &path_obj, &root,
-                          &PyTuple_Type, &index, &PyBytes_Type, &letters, &alias, &part, &parts))
+    unsigned long counter;
+    Py_buffer share;
+    int alias;
+    if (!PyArg_ParseTuple(args, "O&ky*O!O!i", PyUnicode_FSConverter, &path_obj, &counter,
+                          &share, &PyTuple_Type, &index, &PyBytes_Type, &letters, &alias))
         return NULL;
+    /* The leaves to read, as leaves() lists them (uint32 page numbers), copied so that the
+     * caller's buffer is let go at once. */
+    Pages pages = {0};
+    if (share.len % (Py_ssize_t)sizeof(uint32_t) == 0 && share.len > 0) {
+        pages.n = pages.cap = (size_t)share.len / sizeof(uint32_t);
+        pages.pages = malloc((size_t)share.len);
+        if (pages.pages) memcpy(pages.pages, share.buf, (size_t)share.len);
+    }
+    PyBuffer_Release(&share);
+    if (share.len && !pages.pages) {
+        Py_DECREF(path_obj);
+        if (share.len % (Py_ssize_t)sizeof(uint32_t))
+            PyErr_SetString(PyExc_ValueError, "leaves are uint32 page numbers");
+        else
+            PyErr_NoMemory();
+        return NULL;
+    }
     Out o;
     memset(&o, 0, sizeof o);
     o.ncols = (int)PyTuple_GET_SIZE(index);
     o.alias = alias;
     o.last = -1;
     for (int i = 0; i < MAX_COLUMNS; i++) o.want[i] = -1;
+    const char *bad = NULL;
     if (o.ncols < 1 || o.ncols > MAX_COLUMNS || alias < -1 || alias >= o.ncols ||
-        root < 1 || root > UINT32_MAX || parts < 1 || part < 0 || part >= parts ||
-        PyBytes_GET_SIZE(letters) != o.ncols) {
-        Py_DECREF(path_obj);
-        PyErr_SetString(PyExc_ValueError, "1 to 64 columns, a letter for each, an alias among "
-                                          "them, a root page, a part of parts");
-        return NULL;
-    }
-    for (int c = 0; c < o.ncols; c++) {
+        PyBytes_GET_SIZE(letters) != o.ncols)
+        bad = "1 to 64 columns, a letter for each, an alias among them";
+    for (int c = 0; !bad && c < o.ncols; c++) {
         o.letter[c] = PyBytes_AS_STRING(letters)[c];
-        if (o.letter[c] != 'l' && o.letter[c] != 'i') {
-            Py_DECREF(path_obj);
-            PyErr_SetString(PyExc_ValueError, "letters are 'l' (int64) or 'i' (int32)");
-            return NULL;
-        }
+        if (o.letter[c] != 'l' && o.letter[c] != 'i') bad = "letters are 'l' (int64) or 'i' (int32)";
     }
-    for (int c = 0; c < o.ncols; c++) {
+    for (int c = 0; !bad && c < o.ncols; c++) {
         long i = PyLong_AsLong(PyTuple_GET_ITEM(index, c));
         if (i < 0 || i >= MAX_COLUMNS) {
-            Py_DECREF(path_obj);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "column positions are 0 to 63");
-            return NULL;
+            bad = "column positions are 0 to 63";
+            break;
         }
         for (int d = 0; d < c; d++)
-            if (o.index[d] == i) {
-                Py_DECREF(path_obj);
-                PyErr_SetString(PyExc_ValueError, "a column position given twice");
-                return NULL;
-            }
+            if (o.index[d] == i) bad = "a column position given twice";
         o.index[c] = (int)i;
         o.want[i] = c;
         if (i > o.last) o.last = (int)i;
     }
+    if (bad) {
+        Py_DECREF(path_obj);
+        free(pages.pages);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, bad);
+        return NULL;
+    }
     Db db;
-    Pages leaves = {0};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = open_db(&db, PyBytes_AS_STRING(path_obj));
-    if (!rc) rc = list_leaves(&db, (uint32_t)root, &leaves);
-    if (!rc) { /* this part's share of the leaves, in order */
-        size_t first = leaves.n * (size_t)part / (size_t)parts;
-        size_t last = leaves.n * ((size_t)part + 1) / (size_t)parts;
-        Pages share = {leaves.pages + first, last - first, last - first};
-        o.expect = expect_rows(&db, &share);
-        rc = scan_leaves(&db, &o, &share);
+    if (!rc && db.counter != counter) {
+        db.error = "the file changed since its leaves were listed";
+        rc = -1;
+    }
+    if (!rc) {
+        o.expect = expect_rows(&db, &pages);
+        rc = scan_leaves(&db, &o, &pages);
     }
     if (!rc && !o.cap && grow(&o)) {
         db.error = "out of memory";
@@ -614,12 +659,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
-    free(leaves.pages);
-    const char *error = db.error;
-    close_db(&db);
-    if (rc) {
+    free(pages.pages);
+    if (closed(&db, rc)) {
         free_out(&o);
-        PyErr_SetString(PyExc_ValueError, error ? error : "the table could not be read");
         return NULL;
     }
     free(o.payload);
@@ -647,43 +689,16 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nN)", rows, columns);
 }
 
-static PyObject *leaf_count(PyObject *self, PyObject *args) {
-    (void)self;
-    PyObject *path_obj;
-    unsigned long root;
-    if (!PyArg_ParseTuple(args, "O&k", PyUnicode_FSConverter, &path_obj, &root)) return NULL;
-    if (root < 1 || root > UINT32_MAX) {
-        Py_DECREF(path_obj);
-        PyErr_SetString(PyExc_ValueError, "a root page");
-        return NULL;
-    }
-    Db db;
-    Pages leaves = {0};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = open_db(&db, PyBytes_AS_STRING(path_obj));
-    if (!rc) rc = list_leaves(&db, (uint32_t)root, &leaves);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(path_obj);
-    free(leaves.pages);
-    const char *error = db.error;
-    close_db(&db);
-    if (rc) {
-        PyErr_SetString(PyExc_ValueError, error ? error : "the table could not be read");
-        return NULL;
-    }
-    return PyLong_FromSize_t(leaves.n);
-}
-
 static PyMethodDef METHODS[] = {
-    {"leaf_count", leaf_count, METH_VARARGS,
-     "leaf_count(path, root) -> int: the leaf pages of the table b-tree at page ``root`` (its "
-     "interior pages are read, not its leaves)."},
+    {"leaves", leaves, METH_VARARGS,
+     "leaves(path, root) -> (counter, pages): the file change counter and the leaf pages (uint32 "
+     "page numbers, left to right) of the table b-tree at page ``root``: its interior pages are "
+     "read, not its leaves. ValueError where the file cannot be read so."},
     {"scan", scan, METH_VARARGS,
-     "scan(path, root, positions, letters, alias, part=0, parts=1) -> (rows, ((values, "
-     "bitmap), ...)): the integer columns at ``positions`` of the table b-tree at page "
-     "``root``, int64 or int32 by ``letters`` ('l', 'i'; beyond int32 is missing), of the "
-     "``part``-th of ``parts`` equal runs of its leaves; ``alias`` is the index among them of "
+     "scan(path, counter, pages, positions, letters, alias) -> (rows, ((values, bitmap), ...)): "
+     "the integer columns at record ``positions`` of the leaves ``pages`` (a run of what "
+     "leaves() gave, while the file's change counter is still ``counter``), int64 or int32 by "
+     "``letters`` ('l', 'i'; beyond int32 is missing); ``alias`` is the index among them of "
      "the rowid alias, or -1. ValueError where the file cannot be read so."},
     {NULL, NULL, 0, NULL},
 };

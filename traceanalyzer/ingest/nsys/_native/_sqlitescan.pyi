@@ -6,17 +6,20 @@ Python side: :mod:`traceanalyzer.ingest.nsys.sqlite_pages`.
 from collections.abc import Sequence
 from typing import Any, final
 
-def leaf_count(path: str, root: int, /) -> int:
-    """The leaf pages of the table b-tree at page ``root`` (only its interior pages are read).
+from typing_extensions import Buffer
+
+def leaves(path: str, root: int, /) -> tuple[int, bytes]:
+    """(counter, pages): the file change counter and the leaf pages (uint32 page numbers, left
+    to right) of the table b-tree at page ``root``; only its interior pages are read.
     ValueError where the file cannot be read so."""
 
-def scan(path: str, root: int, positions: tuple[int, ...], letters: bytes, alias: int,
-         part: int = 0, parts: int = 1, /) -> tuple[int, Sequence[Any]]:
+def scan(path: str, counter: int, pages: Buffer, positions: tuple[int, ...], letters: bytes,
+         alias: int, /) -> tuple[int, Sequence[Any]]:
     """(rows, ((values, bitmap), ...)): the integer columns at record ``positions`` of the
-    table whose b-tree starts at page ``root``, int64 or int32 as ``letters`` says (b"l", b"i";
-    an integer beyond int32 is missing there), of the ``part``-th of ``parts`` equal runs of its
-    leaves; ``alias`` is the index among them of the rowid alias (INTEGER PRIMARY KEY), or -1.
-    ValueError where the file cannot be read so."""
+    leaves ``pages`` (a run of what :func:`leaves` gave, while the file's change counter is
+    still ``counter``), int64 or int32 as ``letters`` says (b"l", b"i"; an integer beyond int32
+    is missing there); ``alias`` is the index among them of the rowid alias (INTEGER PRIMARY
+    KEY), or -1. ValueError where the file cannot be read so."""
 
 @final
 class Batches:
