@@ -26,6 +26,7 @@ from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 from traceanalyzer.ingest.perfetto.annotations import ANNOTATION_KEYS
 from traceanalyzer.ingest.perfetto.decode import DecodeError, RawTables, decode_stream
+from traceanalyzer.ingest.perfetto.map import annotation_columns
 
 pytestmark = pytest.mark.skipif(not perfetto_decode.WALKER_AVAILABLE,
                                 reason="the compiled walker is not built")
@@ -43,8 +44,10 @@ def _both(data: bytes, chunk_bytes: int | None = None) -> tuple[RawTables | str,
 
 
 def assert_same_tables(ref: RawTables, got: RawTables) -> None:
-    for name in ("tracks", "events", "annotations", "counters"):
+    for name in ("tracks", "events", "counters"):
         assert_frame_equal(getattr(got, name), getattr(ref, name), check_exact=True)
+    # the walker types most values itself and keeps only the first of a key for an event
+    assert_frame_equal(annotation_columns(got), annotation_columns(ref), check_exact=True)
     assert got.warnings == ref.warnings
     assert (got.packets, got.bytes_read) == (ref.packets, ref.bytes_read)
     assert (ref.decoder, got.decoder) == ("python", "walker")
@@ -311,6 +314,39 @@ def _huge_event(**fields: int) -> bytes:
         else:
             setattr(te, name, value)
     return trace.SerializeToString()
+
+
+#: (annotation name, value field, value) per event: values the walker types itself, values it
+#: leaves to the reference's typing, and a key given twice in either order.
+_TYPED_CASES = [
+    [("corr_id", "uint_value", 7), ("corr_id", "string_value", "8")],
+    [("corr_id", "string_value", "9"), ("corr_id", "int_value", -3)],
+    [("queue", "uint_value", 2**63), ("agent", "uint_value", 2**63), ("stream", "bool_value", True)],
+    [("queue", "double_value", 2.0), ("device", "double_value", 2.5),
+     ("stream", "double_value", 1e19), ("agent", "double_value", 4.0)],
+    [("agent", "int_value", -12), ("kind", "pointer_value", 2**64 - 1),
+     ("copy_kind", "string_value", "HtoD"), ("bytes", "string_value", "12")],
+    [("agent", "string_value_iid", 5), ("agent", "string_value_iid", 6),
+     ("queue", "string_value_iid", 5)],
+]
+
+
+def test_values_the_walker_types_read_as_the_reference_types_them() -> None:
+    trace = TraceProto()
+    for n, case in enumerate(_TYPED_CASES):
+        te = _event_packet(trace, f"e{n}").track_event  # type: ignore[attr-defined]
+        for name, field, value in case:
+            ann = te.debug_annotations.add()
+            ann.name = name
+            setattr(ann, field, value)
+    ref, got = _both(trace.SerializeToString())
+    assert_same_tables(ref, got)  # type: ignore[arg-type]
+    assert got.int_values.height and got.str_values.height  # type: ignore[union-attr]
+    assert any("never defined" in w for w in got.warnings)  # type: ignore[union-attr]
+    columns = annotation_columns(got)  # type: ignore[arg-type]
+    assert columns["correlation"].to_list()[:2] == [7, 9]
+    assert columns["agent"].to_list()[2:5] == [str(2**63), "4.0", "-12"]
+    assert columns["queue"].to_list()[2:4] == [None, 2]
 
 
 def test_numbers_beyond_the_columns_are_skipped_or_kept_as_text() -> None:

@@ -70,13 +70,54 @@ ANNOTATION_KEYS: dict[str, str] = {
     "domain": "domain",
 }
 
+#: Annotation columns read as integers (the rest stay text).
+INT_KEYS = (
+    "correlation",
+    "external_id",
+    "device",
+    "stream",
+    "queue",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers",
+    "shared_mem",
+    "bytes",
+    "flops",
+    "graph_launched",
+    "rank",
+    "world_size",
+    "_dur",  # a legacy complete event's duration, not an annotation
+)
+STR_KEYS = (
+    "agent",
+    "grid",
+    "block",
+    "copy_kind",
+    "src_kind",
+    "dst_kind",
+    "input_dims",
+    "input_types",
+    "call_stack",
+    "parent_op",
+    "concrete_inputs",
+    "sync_type",
+    "kind_arg",
+    "domain",
+)
+
 #: DebugAnnotation value fields: bool, uint, int, double, string, pointer, legacy JSON, string iid.
 _VALUE_FIELDS = (2, 3, 4, 5, 6, 7, 9, 17)
 #: Columns annotations feed, numbered for the vectorised name look-up.
 KEY_NAMES = sorted(set(ANNOTATION_KEYS.values()))
-_KEY_CODE = {name: code for code, name in enumerate(KEY_NAMES)}
+KEY_CODES = {name: code for code, name in enumerate(KEY_NAMES)}
 #: Raw annotation name -> code of the column it feeds.
-RAW_CODES = {raw: _KEY_CODE[key] for raw, key in ANNOTATION_KEYS.items()}
+RAW_CODES = {raw: KEY_CODES[key] for raw, key in ANNOTATION_KEYS.items()}
+#: What each code's column holds, for the walker to type the values itself: "i" int, "s" text.
+KEY_KINDS = "".join("i" if name in INT_KEYS else "s" for name in KEY_NAMES)
 
 
 class AnnotationDecoding:
@@ -209,7 +250,8 @@ class AnnotationDecoding:
         texts = text_rows.select("row").with_columns(
             text=wire.strings(buf, text_rows["dstart"].to_numpy(), text_rows["dlen"].to_numpy())
         )
-        values = values.with_row_index("row").join(texts, on="row", how="left")
+        values = values.with_row_index("row").join(texts, on="row", how="left",
+                                                    maintain_order="left")
         if (values["field"] == 17).any():
             string_rows = [(g, i, s) for g, d in self.ann_strings.items() for i, s in d.items()]
             interned = pl.DataFrame(
@@ -217,7 +259,7 @@ class AnnotationDecoding:
                 schema={"gen": pl.Int64, "value": pl.UInt64, "interned": pl.String},
                 orient="row",
             )
-            values = values.join(interned, on=["gen", "value"], how="left")
+            values = values.join(interned, on=["gen", "value"], how="left", maintain_order="left")
             self.unknown_iids += values.filter(
                 (pl.col("field") == 17) & pl.col("interned").is_null()
             ).height

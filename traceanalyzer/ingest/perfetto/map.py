@@ -19,7 +19,10 @@ import polars as pl
 
 from traceanalyzer.categories import activity_category
 from traceanalyzer.ingest.memory import counter_memory
+from traceanalyzer.ingest.perfetto.annotations import INT_KEYS, KEY_CODES, STR_KEYS
 from traceanalyzer.ingest.perfetto.tables import (
+    INT_VALUE_SCHEMA,
+    STR_VALUE_SCHEMA,
     TYPE_COMPLETE,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
@@ -70,45 +73,6 @@ _COPY_TRACK = re.compile(r"^COPY\b")
 #: rocprofv3 names the tracks of threads other than the main one "THREAD <n> (<tid>)" and gives
 #: them no thread descriptor.
 _ROCPROF_THREAD = re.compile(r"^THREAD \d+ \((\d+)\)")
-
-#: Annotation columns read as integers (the rest stay text).
-INT_KEYS = (
-    "correlation",
-    "external_id",
-    "device",
-    "stream",
-    "queue",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "registers",
-    "shared_mem",
-    "bytes",
-    "flops",
-    "graph_launched",
-    "rank",
-    "world_size",
-    "_dur",
-)
-STR_KEYS = (
-    "agent",
-    "grid",
-    "block",
-    "copy_kind",
-    "src_kind",
-    "dst_kind",
-    "input_dims",
-    "input_types",
-    "call_stack",
-    "parent_op",
-    "concrete_inputs",
-    "sync_type",
-    "kind_arg",
-    "domain",
-)
 
 
 @dataclass
@@ -231,35 +195,76 @@ def _sort_by_track_ts_idx(events: pl.DataFrame) -> pl.DataFrame:
     return events.sort("ts", maintain_order=True).sort("track", maintain_order=True)
 
 
-def _wide_annotations(annotations: pl.DataFrame, n_events: int) -> pl.DataFrame:
-    """The long annotation table as one row per event index ``0 .. n_events - 1`` (row ``i`` is
-    event ``i``), one typed column per key present; a key's value is its first row for the event.
+@dataclass
+class AnnotationIndex:
+    """Each annotation key's value for each event: ``values[key][first[key][i]]`` is event
+    ``i``'s (the last row of ``values[key]`` is null, for events without one; the keys of a
+    type share one ``values`` series).
 
-    Event indices are dense, so each key's first row per event is found by a NumPy scatter (in
-    reverse, so that the first row wins) and its values gathered: no hashing, no join
-    (bench/NOTES.md, Perfetto ingest, eighth session).
+    A key's value for an event is its first row in the long table ``raw.annotations``, else the
+    value the walker typed (``raw.int_values``, ``raw.str_values``: one per event and key at
+    most). Event indices are dense, so the rows are found by a NumPy scatter (in reverse, so
+    that the first row wins) and gathered once per frame: no hashing, no join, no table over
+    all events (bench/NOTES.md, Perfetto ingest, eighth session and session 25).
     """
+
+    n_events: int
+    values: dict[str, pl.Series]
+    first: dict[str, np.ndarray]  # uint32, n_events each
+
+    def columns(self, idx: np.ndarray, keys: tuple[str, ...] = INT_KEYS + STR_KEYS
+                ) -> list[pl.Series | pl.Expr]:
+        """The ``keys`` columns of events ``idx`` (a key no event has: a null literal, which
+        Polars keeps as one value)."""
+        return [self.values[k].gather(self.first[k][idx]).alias(k) if k in self.values
+                else pl.lit(None, pl.Int64 if k in INT_KEYS else pl.String).alias(k)
+                for k in keys]
+
+
+def annotation_index(raw: RawTables) -> AnnotationIndex:
+    """Where each event's annotation values are (:class:`AnnotationIndex`)."""
+    n_events = int(raw.events.select(pl.col("idx").max()).item() or 0) + 1
+    annotations = raw.annotations
     idx = annotations["idx"].to_numpy()
-    keep = idx < n_events
-    columns: dict[str, pl.Series] = {}
-    present = set(annotations["key"].unique().to_list())
     key = annotations["key"]
-    typed = annotations.select("int_value", "str_value")  # what a key's rows are gathered from
-    for name in (*INT_KEYS, *STR_KEYS):
-        if name not in present:
-            continue
-        rows = np.flatnonzero((key == name).to_numpy() & keep)
-        part = typed[rows]
-        if name in INT_KEYS:
+    in_long = set(key.unique().to_list())
+    index = AnnotationIndex(n_events, {}, {})
+    for typed, schema, names in ((raw.int_values, INT_VALUE_SCHEMA, INT_KEYS),
+                                 (raw.str_values, STR_VALUE_SCHEMA, STR_KEYS)):
+        typed = typed if typed is not None else pl.DataFrame(schema=schema)
+        if names is INT_KEYS:
             value = pl.coalesce(pl.col("int_value"),
                                 pl.col("str_value").cast(pl.Int64, strict=False))
         else:
             value = pl.coalesce(pl.col("str_value"), pl.col("int_value").cast(pl.String))
-        values = part.select(value.alias(name)).to_series().extend_constant(None, 1)
-        first = np.full(n_events, rows.size, dtype=np.int64)  # the null row appended above
-        first[idx[rows][::-1]] = np.arange(rows.size, dtype=np.int64)[::-1]
-        columns[name] = values.gather(first)
-    return pl.DataFrame(columns, height=n_events) if columns else pl.DataFrame()
+        # One column for the keys of a type: the walker's values, the long table's (typed as
+        # the key's column), a null; each key's events point into it.
+        values = pl.concat([typed["value"], annotations.select(value.alias("value"))["value"],
+                            pl.Series("value", [None], dtype=schema["value"])])
+        typed_idx = typed["idx"].to_numpy()
+        typed_codes = typed["code"].to_numpy()
+        codes = set(np.unique(typed_codes).tolist())
+        for name in names:
+            code = KEY_CODES.get(name, -1)
+            if name not in in_long and code not in codes:
+                continue
+            first = np.full(n_events, len(values) - 1, dtype=np.uint32)
+            if code in codes:
+                own = np.flatnonzero((typed_codes == code) & (typed_idx < n_events))
+                first[typed_idx[own]] = own
+            if name in in_long:
+                rows = np.flatnonzero((key == name).to_numpy() & (idx < n_events))[::-1]
+                first[idx[rows]] = typed.height + rows  # in reverse: the first row wins
+            index.values[name], index.first[name] = values, first
+    return index
+
+
+def annotation_columns(raw: RawTables) -> pl.DataFrame:
+    """The annotations as one row per event index ``0 ..`` the largest (row ``i`` is event
+    ``i``), one typed column per key present: what both decoders' tables say alike."""
+    index = annotation_index(raw)
+    keys = tuple(k for k in (*INT_KEYS, *STR_KEYS) if k in index.values)
+    return pl.DataFrame(index.columns(np.arange(index.n_events), keys))
 
 
 def _dense_ids(raw: RawTables) -> RawTables:
@@ -272,19 +277,19 @@ def _dense_ids(raw: RawTables) -> RawTables:
     renumber = pl.col("idx").replace_strict(ids["old"], ids["new"], default=None,
                                              return_dtype=pl.UInt32)
     events = raw.events.with_columns(renumber)
-    annotations = raw.annotations.with_columns(renumber).filter(pl.col("idx").is_not_null())
-    return replace(raw, events=events, annotations=annotations)
+    def renumbered(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.with_columns(renumber).filter(pl.col("idx").is_not_null())
+
+    return replace(raw, events=events, annotations=renumbered(raw.annotations),
+                   int_values=None if raw.int_values is None else renumbered(raw.int_values),
+                   str_values=None if raw.str_values is None else renumbered(raw.str_values))
 
 
-def _with_annotations(frame: pl.DataFrame, ann: pl.DataFrame,
+def _with_annotations(frame: pl.DataFrame, ann: AnnotationIndex,
                       keys: tuple[str, ...] = INT_KEYS + STR_KEYS) -> pl.DataFrame:
     """``frame`` with the annotation columns ``keys`` of its events (``frame["idx"]``); a key
     that no event has is a null column (what a left join on ``idx`` gave)."""
-    present = [k for k in keys if k in ann.columns]
-    if present:
-        frame = pl.concat([frame, ann.select(present)[frame["idx"]]], how="horizontal")
-    return frame.with_columns(pl.lit(None, pl.Int64 if k in INT_KEYS else pl.String).alias(k)
-                              for k in keys if k not in present)
+    return frame.with_columns(ann.columns(frame["idx"].to_numpy(), keys))
 
 
 def _first_int(expr: pl.Expr, index: int) -> pl.Expr:
@@ -299,8 +304,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     slices, unended, orphan_ends = pair_slices(raw.events)
     complete = raw.events.filter(pl.col("type") == TYPE_COMPLETE)
     instants = raw.events.filter(pl.col("type") == TYPE_INSTANT)
-    n_events = int(raw.events.select(pl.col("idx").max()).item() or 0) + 1
-    ann = _wide_annotations(raw.annotations, n_events)
+    ann = annotation_index(raw)
     complete = (
         _with_annotations(complete, ann, ("_dur",))
         .with_columns(start_ns=pl.col("ts"),
@@ -356,7 +360,7 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
                  counters=counters, memory=counter_memory(counters))
 
 
-def _read_meta_event(instants: pl.DataFrame, ann: pl.DataFrame, meta: TraceMeta) -> None:
+def _read_meta_event(instants: pl.DataFrame, ann: AnnotationIndex, meta: TraceMeta) -> None:
     rows = _with_annotations(instants.filter(pl.col("name") == META_EVENT), ann,
                              ("rank", "world_size"))
     if rows.height:

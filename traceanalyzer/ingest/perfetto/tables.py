@@ -51,6 +51,9 @@ EVENT_SCHEMA = {"ts": pl.Int64, "type": pl.Int8, "track": pl.UInt64, "name": pl.
 ANNOTATION_SCHEMA = {"idx": pl.UInt32, "key": pl.String, "int_value": pl.Int64,
                      "str_value": pl.String}
 COUNTER_SCHEMA = {"track": pl.UInt64, "ts": pl.Int64, "value": pl.Float64}
+#: Annotation values the walker typed itself: the key as its code in annotations.KEY_NAMES.
+INT_VALUE_SCHEMA = {"idx": pl.UInt32, "code": pl.UInt8, "value": pl.Int64}
+STR_VALUE_SCHEMA = {"idx": pl.UInt32, "code": pl.UInt8, "value": pl.String}
 
 
 def rows_frame(columns: dict[str, list[Any]], schema: dict[str, DType]) -> pl.DataFrame:
@@ -74,9 +77,10 @@ class RawTables:
     packets: int = 0
     bytes_read: int = 0
     decoder: str = "python"  # or "walker": which decoder read the stream
-
-
-
+    # The walker's typed values (INT_VALUE_SCHEMA, STR_VALUE_SCHEMA): the first value of a key
+    # for an event, where ``annotations`` has no row of that key for the event (a row there wins).
+    int_values: pl.DataFrame | None = None
+    str_values: pl.DataFrame | None = None
 
 
 def decoded_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame],

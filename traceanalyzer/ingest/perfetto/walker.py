@@ -13,11 +13,18 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.ingest.perfetto.annotations import KEY_NAMES, RAW_CODES, AnnotationDecoding
+from traceanalyzer.ingest.perfetto.annotations import (
+    KEY_KINDS,
+    KEY_NAMES,
+    RAW_CODES,
+    AnnotationDecoding,
+)
 from traceanalyzer.ingest.perfetto.tables import (
     ANNOTATION_SCHEMA,
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
+    INT_VALUE_SCHEMA,
+    STR_VALUE_SCHEMA,
     RawTables,
     decoded_tables,
     rows_frame,
@@ -43,13 +50,15 @@ class WalkDecoder(AnnotationDecoding):
 
     def __init__(self) -> None:
         self._init_annotations()
-        self.walker = _perfettowalk.Walker(RAW_CODES)
+        self.walker = _perfettowalk.Walker(RAW_CODES, KEY_KINDS)
         # interned annotation names and strings: the walker fills these dicts as it goes
         self.ann_names = self.walker.ann_names
         self.ann_strings = self.walker.ann_strings
         self.ev_parts: list[pl.DataFrame] = []
         self.python_parts: list[pl.DataFrame] = []
         self.ct_parts: list[pl.DataFrame] = []
+        self.int_parts: list[pl.DataFrame] = []
+        self.str_parts: list[pl.DataFrame] = []
         self._slow_rows: list[tuple[int, str, int | None, str | None]] = []
 
     def _annotation(self, idx: int, key: str, int_value: int | None, str_value: str | None) -> None:
@@ -103,8 +112,25 @@ class WalkDecoder(AnnotationDecoding):
         return end
 
     def _annotations(self, cols: dict[str, Any]) -> None:
-        """The walker's debug annotations: typed as the reference types them, and the slow ones
-        (nested values, dicts, arrays, malformed) decoded one by one by the reference's code."""
+        """The walker's debug annotations: the values it typed itself; the rest typed as the
+        reference types them, and the slow ones (nested values, dicts, arrays, malformed)
+        decoded one by one by the reference's code."""
+        if cols["vi_idx"]:
+            n = len(cols["vi_code"])
+            self.int_parts.append(pl.DataFrame({
+                "idx": np.frombuffer(cols["vi_idx"], dtype=np.uint32),
+                "code": np.frombuffer(cols["vi_code"], dtype=np.uint8),
+                "value": pl.from_arrow(pa.Array.from_buffers(
+                    pa.int64(), n, [_bitmap(cols["vi_valid"]), pa.py_buffer(cols["vi_value"])])),
+            }))
+        if cols["vs_idx"]:
+            n = len(cols["vs_code"])
+            self.str_parts.append(pl.DataFrame({
+                "idx": np.frombuffer(cols["vs_idx"], dtype=np.uint32),
+                "code": np.frombuffer(cols["vs_code"], dtype=np.uint8),
+                "value": pl.from_arrow(pa.LargeStringArray.from_buffers(
+                    n, pa.py_buffer(cols["vs_off"]), pa.py_buffer(cols["vs_data"]))),
+            }))
         buf = np.frombuffer(cols["blob_data"], dtype=np.uint8)
         slow = [np.frombuffer(cols[k], dtype=np.int64)
                 for k in ("sl_start", "sl_end", "sl_owner", "sl_gen")]
@@ -123,14 +149,20 @@ class WalkDecoder(AnnotationDecoding):
             "dstart": np.frombuffer(cols["an_dstart"], dtype=np.int64),
             "dlen": np.frombuffer(cols["an_dlen"], dtype=np.int64),
         })
-        self.an_parts.append(self._typed_values(frame, buf))
+        # rows that are not their key's first for the event are typed only to count what they
+        # name that the sequence never defined, as the reference counts it
+        first = pl.Series(np.frombuffer(cols["an_first"], dtype=np.bool_))
+        self.an_parts.append(self._typed_values(frame, buf).filter(first))
 
     def tables(self) -> RawTables:
         w = self.walker
         empty_rows = pl.DataFrame(schema=ANNOTATION_SCHEMA)
         counters = pl.concat([pl.DataFrame(schema=COUNTER_SCHEMA), *self.ct_parts])
-        return decoded_tables(w.tracks, self.ev_parts or [pl.DataFrame(schema=EVENT_SCHEMA)],
+        tables = decoded_tables(w.tracks, self.ev_parts or [pl.DataFrame(schema=EVENT_SCHEMA)],
                            [empty_rows, *self.python_parts, *self.an_parts], counters,
                            unknown_iids=self.unknown_iids + w.unknown_iids, dropped=w.dropped,
                            unknown_clock=w.unknown_clock, bad_timestamps=w.bad_timestamps,
                            packets=w.packets)
+        tables.int_values = pl.concat([pl.DataFrame(schema=INT_VALUE_SCHEMA), *self.int_parts])
+        tables.str_values = pl.concat([pl.DataFrame(schema=STR_VALUE_SCHEMA), *self.str_parts])
+        return tables

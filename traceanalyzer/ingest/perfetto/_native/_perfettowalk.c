@@ -20,7 +20,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,9 +199,12 @@ typedef struct {
     Buf py_idx, py_key, py_int;               /* correlation_id and legacy durations */
     Buf ct_track, ct_ts, ct_value;            /* counters */
     Buf blob_data, blob_start, blob_end, blob_owner, blob_gen; /* raw debug annotations */
-    /* the annotations read (rows for annotations.py's typed values) and those left to the
-     * reference's one-by-one decoding */
-    Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen;
+    /* the annotations read: values typed here (the first of each key for an event; an int
+     * column's and a text column's), rows for annotations.py to type (an_first: whether the
+     * row is its key's first for the event) and those left to the reference's one-by-one
+     * decoding */
+    Buf vi_idx, vi_code, vi_value, vi_valid, vs_idx, vs_code, vs_off, vs_data;
+    Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen, an_first;
     Buf sl_start, sl_end, sl_owner, sl_gen;
     Py_ssize_t blobs_read; /* annotations of this chunk already read (feed twice, take once) */
     int64_t ev_base, events; /* events before this chunk, and in it */
@@ -211,6 +216,10 @@ typedef struct {
     Map name_codes;         /* gen << 32 | iid -> code (-1: a name nobody reads) */
     struct { const char *text; Py_ssize_t n; int64_t code; } *keys; /* raw_codes, for C */
     Py_ssize_t nkeys;
+    const char *kinds; /* per column code: 'i' (an int column), 's' (a text column), or other */
+    Py_ssize_t nkinds;
+    int64_t seen_owner; /* the event whose annotations are being read, and its keys seen */
+    uint64_t seen;
     int64_t packets, dropped, unknown_iids, unknown_clock, bad_timestamps;
     const char *declined;
     /* scratch, reset per event */
@@ -1241,6 +1250,51 @@ static int is_value_field(int64_t field)
            field == 9 || field == 17;
 }
 
+/* Types an annotation's value as annotations.py's _typed_values and map.py's wide table would
+ * for a column of kind 'i' or 's'; returns 0 where that needs Polars's own parsing or
+ * formatting (text to int, double to text, interned strings), and the row is left to it. */
+static int typed_value(Walker *w, char kind, uint32_t idx, int64_t code, const AnnField *v,
+                       const uint8_t *buf)
+{
+    int field = (int)v->field;
+    int is_int = field == 2 || field == 4 || field == 7 || field == 3;
+    if (kind == 'i') {
+        int64_t value = (int64_t)v->value;
+        uint8_t valid = 1;
+        if (field == 3 && v->value > (uint64_t)INT64_MAX)
+            valid = 0; /* kept as text by the reference, which then does not parse as int64 */
+        else if (field == 5) {
+            double d;
+            memcpy(&d, &v->value, sizeof d);
+            if (!(isfinite(d) && round(d) == d && fabs(d) < 9223372036854775808.0))
+                return 0;
+            value = (int64_t)d;
+        } else if (!is_int)
+            return 0;
+        PUT(&w->vi_idx, uint32_t, idx);
+        PUT(&w->vi_code, uint8_t, (uint8_t)code);
+        PUT(&w->vi_value, int64_t, valid ? value : 0);
+        PUT(&w->vi_valid, uint8_t, valid);
+        return 1;
+    }
+    if (kind != 's')
+        return 0;
+    if (field == 6 || field == 9) {
+        CHECK(buf_put(&w->vs_data, buf + v->dstart, v->dlen));
+    } else if (is_int) {
+        char text[24];
+        int n = field == 3 && v->value > (uint64_t)INT64_MAX
+                    ? snprintf(text, sizeof text, "%llu", (unsigned long long)v->value)
+                    : snprintf(text, sizeof text, "%lld", (long long)(int64_t)v->value);
+        CHECK(buf_put(&w->vs_data, text, n));
+    } else
+        return 0;
+    PUT(&w->vs_idx, uint32_t, idx);
+    PUT(&w->vs_code, uint8_t, (uint8_t)code);
+    PUT(&w->vs_off, int64_t, (int64_t)w->vs_data.n);
+    return 1;
+}
+
 static int decode_annotations(Walker *w)
 {
     const uint8_t *buf = (const uint8_t *)w->blob_data.p;
@@ -1347,6 +1401,24 @@ static int decode_annotations(Walker *w)
             DECLINE_BECAUSE(w, "an annotation's text is not valid UTF-8");
         if (owners[i] > UINT32_MAX)
             DECLINE_BECAUSE(w, "more events than the annotation index holds");
+        if (owners[i] != w->seen_owner) {
+            w->seen_owner = owners[i];
+            w->seen = 0;
+        }
+        uint64_t bit = (uint64_t)1 << code;
+        int first_of_key = !(w->seen & bit);
+        w->seen |= bit;
+        char kind = code < w->nkinds ? w->kinds[code] : 0;
+        if (first_of_key) {
+            int rc = typed_value(w, kind, (uint32_t)owners[i], code, v, buf);
+            if (rc < 0)
+                return rc;
+            if (rc)
+                continue;
+        } else if (v->field != 17) {
+            continue; /* not the first: nothing reads it, and typing it counts nothing */
+        }
+        PUT(&w->an_first, uint8_t, (uint8_t)first_of_key);
         PUT(&w->an_idx, uint32_t, (uint32_t)owners[i]);
         PUT(&w->an_code, int64_t, code);
         PUT(&w->an_gen, int64_t, gen);
@@ -1384,6 +1456,15 @@ static const struct {
     {"ct_ts", offsetof(Walker, ct_ts), 0},
     {"ct_value", offsetof(Walker, ct_value), 0},
     {"blob_data", offsetof(Walker, blob_data), PAD},
+    {"vi_idx", offsetof(Walker, vi_idx), 0},
+    {"vi_code", offsetof(Walker, vi_code), 0},
+    {"vi_value", offsetof(Walker, vi_value), 0},
+    {"vi_valid", offsetof(Walker, vi_valid), 0},
+    {"vs_idx", offsetof(Walker, vs_idx), 0},
+    {"vs_code", offsetof(Walker, vs_code), 0},
+    {"vs_off", offsetof(Walker, vs_off), 0},
+    {"vs_data", offsetof(Walker, vs_data), 0},
+    {"an_first", offsetof(Walker, an_first), 0},
     {"an_idx", offsetof(Walker, an_idx), 0},
     {"an_code", offsetof(Walker, an_code), 0},
     {"an_gen", offsetof(Walker, an_gen), 0},
@@ -1424,6 +1505,7 @@ static int walker_start_chunk(Walker *w)
     w->blobs_read = 0;
     PUT(&w->name_off, int64_t, 0);
     PUT(&w->cat_off, int64_t, 0);
+    PUT(&w->vs_off, int64_t, 0);
     return OK;
 }
 
@@ -1441,6 +1523,7 @@ static void walker_dealloc(Walker *w)
     for (Py_ssize_t i = 0; i < w->nkeys; i++)
         free((void *)w->keys[i].text);
     free(w->keys);
+    free((void *)w->kinds);
     Py_XDECREF(w->raw_codes);
     Py_XDECREF(w->tracks);
     Py_XDECREF(w->ann_names);
@@ -1448,16 +1531,29 @@ static void walker_dealloc(Walker *w)
     Py_TYPE(w)->tp_free((PyObject *)w);
 }
 
-/* Walker(raw_codes): raw_codes maps each debug annotation name read to its column's code */
+/* Walker(raw_codes, kinds): raw_codes maps each debug annotation name read to its column's code
+ * (below 64), kinds[code] is 'i' for an int column, 's' for a text column */
 static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *raw_codes;
-    static char *kwlist[] = {"raw_codes", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PyDict_Type, &raw_codes))
+    const char *kinds;
+    Py_ssize_t nkinds;
+    static char *kwlist[] = {"raw_codes", "kinds", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!s#", kwlist, &PyDict_Type, &raw_codes,
+                                     &kinds, &nkinds))
         return NULL;
     Walker *w = (Walker *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
+    w->seen_owner = -1;
+    char *kinds_copy = malloc((size_t)(nkinds ? nkinds : 1));
+    if (!kinds_copy) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    memcpy(kinds_copy, kinds, (size_t)nkinds);
+    w->kinds = kinds_copy;
+    w->nkinds = nkinds;
     w->raw_codes = Py_NewRef(raw_codes);
     Py_ssize_t n = PyDict_Size(raw_codes), pos = 0, k = 0;
     PyObject *key, *value;
@@ -1470,9 +1566,9 @@ static PyObject *walker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_ssize_t len;
         const char *text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &len) : NULL;
         long long code = text ? PyLong_AsLongLong(value) : -1;
-        if (!text || PyErr_Occurred()) {
+        if (!text || PyErr_Occurred() || code < 0 || code >= 64) {
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "raw_codes maps str to int");
+                PyErr_SetString(PyExc_ValueError, "raw_codes maps str to an int in [0, 64)");
             Py_DECREF(w);
             return NULL;
         }
