@@ -26,7 +26,7 @@ from traceanalyzer.ingest.perfetto import decode as perfetto_decode
 from traceanalyzer.ingest.perfetto import read_perfetto
 from traceanalyzer.ingest.perfetto.annotations import ANNOTATION_KEYS
 from traceanalyzer.ingest.perfetto.decode import DecodeError, RawTables, decode_stream
-from traceanalyzer.ingest.perfetto.map import annotation_columns
+from traceanalyzer.ingest.perfetto.map import annotation_columns, pair_slices, paired_slices
 
 pytestmark = pytest.mark.skipif(not perfetto_decode.WALKER_AVAILABLE,
                                 reason="the compiled walker is not built")
@@ -48,6 +48,11 @@ def assert_same_tables(ref: RawTables, got: RawTables) -> None:
         assert_frame_equal(getattr(got, name), getattr(ref, name), check_exact=True)
     # the walker types most values itself and keeps only the first of a key for an event
     assert_frame_equal(annotation_columns(got), annotation_columns(ref), check_exact=True)
+    # and pairs slices as their events come, while each track's come in time order
+    slices, unended, orphan_ends = pair_slices(ref.events)
+    if got.slice_pairs is not None:
+        assert_frame_equal(paired_slices(got.events, got.slice_pairs), slices, check_exact=True)
+        assert (got.unended, got.orphan_ends) == (unended, orphan_ends)
     assert got.warnings == ref.warnings
     assert (got.packets, got.bytes_read) == (ref.packets, ref.bytes_read)
     assert (ref.decoder, got.decoder) == ("python", "walker")
@@ -347,6 +352,33 @@ def test_values_the_walker_types_read_as_the_reference_types_them() -> None:
     assert columns["correlation"].to_list()[:2] == [7, 9]
     assert columns["agent"].to_list()[2:5] == [str(2**63), "4.0", "-12"]
     assert columns["queue"].to_list()[2:4] == [None, 2]
+
+
+def _slice_stream(events: list[tuple[int, int, int]]) -> bytes:
+    """Track events (track, type, ts) of one sequence: 1 begin, 2 end."""
+    trace = TraceProto()
+    for n, (track, kind, ts) in enumerate(events):
+        pkt = trace.packet.add()
+        pkt.trusted_packet_sequence_id = 1
+        pkt.timestamp = ts
+        pkt.track_event.type, pkt.track_event.track_uuid = kind, track
+        if kind == 1:
+            pkt.track_event.name = f"s{n}"
+    return trace.SerializeToString()
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_slices_paired_as_they_come_as_pair_slices_pairs_them(ordered: bool) -> None:
+    # nested, an end with no begin, a begin never ended, equal times, two tracks interleaved
+    events = [(1, 1, 10), (2, 1, 10), (1, 1, 10), (1, 2, 20), (2, 2, 20), (2, 2, 25),
+              (1, 2, 30), (1, 2, 30), (1, 1, 40), (2, 1, 50), (2, 2, 60), (1, 1, 70)]
+    if not ordered:
+        events.append((2, 1, 55))  # before track 2's last event: the walker leaves the pairing
+    ref, got = _both(_slice_stream(events))
+    assert_same_tables(ref, got)  # type: ignore[arg-type]
+    assert (got.slice_pairs is not None) is ordered  # type: ignore[union-attr]
+    slices, unended, orphan_ends = pair_slices(ref.events)  # type: ignore[union-attr]
+    assert (slices.height, unended, orphan_ends) == ((4, 2, 2) if ordered else (4, 3, 2))
 
 
 def test_numbers_beyond_the_columns_are_skipped_or_kept_as_text() -> None:

@@ -156,10 +156,10 @@ def resolve_tracks(tracks: pl.DataFrame) -> pl.DataFrame:
 def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     """Match begin/end events per track into slices; add complete events.
 
-    Returns (slices with idx, track, name, category, flow, start_ns, end_ns; begins never ended;
-    ends with no begin). Ends match begins by nesting depth: on one track, the event after a
-    begin at depth d that is also at depth d is its end, so a cumulative sum and a shift pair
-    them all without a stack.
+    Returns (slices with idx, track, name, category, flow, start_ns, end_ns, in the order of
+    their begins' (track, ts, idx); begins never ended; ends with no begin). Ends match begins
+    by nesting depth: on one track, the event after a begin at depth d that is also at depth d
+    is its end, so a cumulative sum and a shift pair them all without a stack.
     """
     # Only the numbers are sorted; the matched begins' texts are gathered afterwards.
     be = events.select("idx", "ts", "type", "track", pos=pl.int_range(pl.len(), dtype=pl.UInt32))
@@ -185,6 +185,19 @@ def pair_slices(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
     slices = events.select("idx", "track", "name", "category", "flow")[matched["pos"]]
     slices = slices.with_columns(start_ns=matched["ts"], end_ns=matched["end_ns"])
     return slices, unended, orphan_ends
+
+
+def paired_slices(events: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """The slices of :func:`pair_slices`, from the pairs the walker made as the events came
+    (each track's in time order, so that the begins' (track, idx) order is their (track, ts,
+    idx) order): only the matched begins are sorted, and by one key."""
+    begin = pairs["begin"].to_numpy()
+    order = np.argsort(begin)
+    begin = begin[order]
+    by_track = np.argsort(events["track"].to_numpy()[begin], kind="stable")
+    rows = begin[by_track]
+    slices = events.select("idx", "track", "name", "category", "flow", start_ns="ts")[rows]
+    return slices.with_columns(end_ns=pairs["end_ns"].to_numpy()[order][by_track])
 
 
 def _sort_by_track_ts_idx(events: pl.DataFrame) -> pl.DataFrame:
@@ -301,7 +314,11 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
     """Build the canonical :class:`Trace` from decoded tables."""
     tracks = resolve_tracks(raw.tracks)
     raw = _dense_ids(raw)
-    slices, unended, orphan_ends = pair_slices(raw.events)
+    if raw.slice_pairs is not None:
+        slices = paired_slices(raw.events, raw.slice_pairs)
+        unended, orphan_ends = raw.unended, raw.orphan_ends
+    else:
+        slices, unended, orphan_ends = pair_slices(raw.events)
     complete = raw.events.filter(pl.col("type") == TYPE_COMPLETE)
     instants = raw.events.filter(pl.col("type") == TYPE_INSTANT)
     ann = annotation_index(raw)

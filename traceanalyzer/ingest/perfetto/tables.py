@@ -54,6 +54,7 @@ COUNTER_SCHEMA = {"track": pl.UInt64, "ts": pl.Int64, "value": pl.Float64}
 #: Annotation values the walker typed itself: the key as its code in annotations.KEY_NAMES.
 INT_VALUE_SCHEMA = {"idx": pl.UInt32, "code": pl.UInt8, "value": pl.Int64}
 STR_VALUE_SCHEMA = {"idx": pl.UInt32, "code": pl.UInt8, "value": pl.String}
+PAIR_SCHEMA = {"begin": pl.Int64, "end_ns": pl.Int64}
 
 
 def rows_frame(columns: dict[str, list[Any]], schema: dict[str, DType]) -> pl.DataFrame:
@@ -81,6 +82,11 @@ class RawTables:
     # for an event, where ``annotations`` has no row of that key for the event (a row there wins).
     int_values: pl.DataFrame | None = None
     str_values: pl.DataFrame | None = None
+    # The slices the walker paired as their events came (begin: the begin's row in ``events``,
+    # in no order; end_ns), begins never ended and ends with no begin; None: map.py pairs them.
+    slice_pairs: pl.DataFrame | None = None
+    unended: int = 0
+    orphan_ends: int = 0
 
 
 def decoded_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame],

@@ -24,6 +24,7 @@ from traceanalyzer.ingest.perfetto.tables import (
     COUNTER_SCHEMA,
     EVENT_SCHEMA,
     INT_VALUE_SCHEMA,
+    PAIR_SCHEMA,
     STR_VALUE_SCHEMA,
     RawTables,
     decoded_tables,
@@ -59,6 +60,7 @@ class WalkDecoder(AnnotationDecoding):
         self.ct_parts: list[pl.DataFrame] = []
         self.int_parts: list[pl.DataFrame] = []
         self.str_parts: list[pl.DataFrame] = []
+        self.pair_parts: list[pl.DataFrame] = []
         self._slow_rows: list[tuple[int, str, int | None, str | None]] = []
 
     def _annotation(self, idx: int, key: str, int_value: int | None, str_value: str | None) -> None:
@@ -96,6 +98,11 @@ class WalkDecoder(AnnotationDecoding):
                 "key": pl.Series(_PYTHON_ROW_KEYS, dtype=pl.String).gather(keys),
                 "int_value": pl.Series(np.frombuffer(cols["py_int"], dtype=np.int64)),
                 "str_value": pl.Series(dtype=pl.String).extend_constant(None, keys.size),
+            }))
+        if cols["pr_begin"]:
+            self.pair_parts.append(pl.DataFrame({
+                "begin": np.frombuffer(cols["pr_begin"], dtype=np.int64),
+                "end_ns": np.frombuffer(cols["pr_end"], dtype=np.int64),
             }))
         if cols["ct_track"]:
             self.ct_parts.append(pl.DataFrame({
@@ -165,4 +172,7 @@ class WalkDecoder(AnnotationDecoding):
                            packets=w.packets)
         tables.int_values = pl.concat([pl.DataFrame(schema=INT_VALUE_SCHEMA), *self.int_parts])
         tables.str_values = pl.concat([pl.DataFrame(schema=STR_VALUE_SCHEMA), *self.str_parts])
+        if w.paired:
+            tables.slice_pairs = pl.concat([pl.DataFrame(schema=PAIR_SCHEMA), *self.pair_parts])
+            tables.unended, tables.orphan_ends = w.unended, w.orphan_ends
         return tables

@@ -206,6 +206,7 @@ typedef struct {
     Buf vi_idx, vi_code, vi_value, vi_valid, vs_idx, vs_code, vs_off, vs_data;
     Buf an_idx, an_code, an_gen, an_field, an_value, an_dstart, an_dlen, an_first;
     Buf sl_start, sl_end, sl_owner, sl_gen;
+    Buf pr_begin, pr_end; /* slices paired as they came: the begin's event, the end's time */
     Py_ssize_t blobs_read; /* annotations of this chunk already read (feed twice, take once) */
     int64_t ev_base, events; /* events before this chunk, and in it */
     /* what outlives a chunk */
@@ -220,6 +221,12 @@ typedef struct {
     Py_ssize_t nkinds;
     int64_t seen_owner; /* the event whose annotations are being read, and its keys seen */
     uint64_t seen;
+    /* slice pairing: track uuid -> (time of its last begin or end, index of its open begins) */
+    Map track_open;
+    Buf *open;
+    Py_ssize_t nopen, open_cap;
+    int unpaired; /* a track's begins and ends came out of time order: map.py pairs them */
+    int64_t orphan_ends;
     int64_t packets, dropped, unknown_iids, unknown_clock, bad_timestamps;
     const char *declined;
     /* scratch, reset per event */
@@ -411,6 +418,49 @@ static int put_py_row(Walker *w, int64_t idx, uint8_t key, int64_t value)
     PUT(&w->py_idx, uint32_t, (uint32_t)idx);
     PUT(&w->py_key, uint8_t, key);
     PUT(&w->py_int, int64_t, value);
+    return OK;
+}
+
+/* Pairs a slice begin or end as it comes, by map.pair_slices's rule (an end closes its track's
+ * latest open begin), while each track's begins and ends come in time order: then that order is
+ * the one pair_slices sorts them into. The first that does not leaves the pairing to it. */
+static int pair_event(Walker *w, uint64_t track, int64_t ts, int8_t type, int64_t idx)
+{
+    if (w->unpaired)
+        return OK;
+    Slot *slot = map_get(&w->track_open, track);
+    if (!slot) {
+        if (w->nopen == w->open_cap) {
+            Py_ssize_t cap = w->open_cap ? 2 * w->open_cap : 16;
+            Buf *open = realloc(w->open, (size_t)cap * sizeof *open);
+            if (!open)
+                return NOMEM;
+            w->open = open;
+            w->open_cap = cap;
+        }
+        if (!(slot = map_put(&w->track_open, track)))
+            return NOMEM;
+        memset(&w->open[w->nopen], 0, sizeof *w->open);
+        slot->a = INT64_MIN;
+        slot->b = w->nopen++;
+    }
+    if (ts < slot->a) {
+        w->unpaired = 1;
+        return OK;
+    }
+    slot->a = ts;
+    Buf *open = &w->open[slot->b];
+    if (type == TYPE_SLICE_BEGIN) {
+        PUT(open, int64_t, idx);
+    } else if (open->n) {
+        int64_t begin;
+        open->n -= (Py_ssize_t)sizeof begin;
+        memcpy(&begin, open->p + open->n, sizeof begin);
+        PUT(&w->pr_begin, int64_t, begin);
+        PUT(&w->pr_end, int64_t, ts);
+    } else {
+        w->orphan_ends++;
+    }
     return OK;
 }
 
@@ -1045,8 +1095,10 @@ static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32
     if (etype < -128 || etype > 127) /* no type anybody reads: skipped, as by the reference */
         return OK;
     uint64_t track = te.track_uuid ? te.track_uuid : s->default_track;
-    if (etype == TYPE_SLICE_END)
+    if (etype == TYPE_SLICE_END) {
+        CHECK(pair_event(w, track, ts, (int8_t)etype, w->ev_base + w->events));
         return put_event(w, ts, (int8_t)etype, track, NULL, 0, NULL, 0, 0, 0);
+    }
     if (etype == TYPE_COUNTER || etype == 0 || te.n_extra_values || te.n_extra_double_values) {
         if (etype == TYPE_COUNTER) {
             double value = te.has_double_counter ? te.double_counter : (double)te.counter_value;
@@ -1102,6 +1154,8 @@ static int track_event(Walker *w, Seq *s, Slice data, uint64_t timestamp, uint32
     int which = te.has_flow[0] ? 0 : te.has_flow[1] ? 1 : te.has_flow[2] ? 2 : -1;
     CHECK(put_event(w, ts, (int8_t)etype, track, name, name_n, cat, cat_n,
                     which >= 0, which >= 0 ? te.flow[which] : 0));
+    if (etype == TYPE_SLICE_BEGIN || etype == TYPE_SLICE_END)
+        CHECK(pair_event(w, track, ts, (int8_t)etype, idx));
     Py_ssize_t n_anns = w->anns.n / (Py_ssize_t)sizeof(Slice);
     const Slice *anns = (const Slice *)w->anns.p;
     for (Py_ssize_t i = 0; i < n_anns; i++) {
@@ -1472,6 +1526,8 @@ static const struct {
     {"an_value", offsetof(Walker, an_value), 0},
     {"an_dstart", offsetof(Walker, an_dstart), 0},
     {"an_dlen", offsetof(Walker, an_dlen), 0},
+    {"pr_begin", offsetof(Walker, pr_begin), 0},
+    {"pr_end", offsetof(Walker, pr_end), 0},
     {"sl_start", offsetof(Walker, sl_start), 0},
     {"sl_end", offsetof(Walker, sl_end), 0},
     {"sl_owner", offsetof(Walker, sl_owner), 0},
@@ -1520,6 +1576,10 @@ static void walker_dealloc(Walker *w)
     free(w->seqs);
     free(w->seq_index.slots);
     free(w->name_codes.slots);
+    free(w->track_open.slots);
+    for (Py_ssize_t i = 0; i < w->nopen; i++)
+        free(w->open[i].p);
+    free(w->open);
     for (Py_ssize_t i = 0; i < w->nkeys; i++)
         free((void *)w->keys[i].text);
     free(w->keys);
@@ -1711,6 +1771,22 @@ COUNT_GETTER(dropped)
 COUNT_GETTER(unknown_iids)
 COUNT_GETTER(unknown_clock)
 COUNT_GETTER(bad_timestamps)
+COUNT_GETTER(orphan_ends)
+
+static PyObject *walker_get_paired(Walker *w, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(!w->unpaired);
+}
+
+static PyObject *walker_get_unended(Walker *w, void *closure)
+{
+    (void)closure;
+    Py_ssize_t open = 0;
+    for (Py_ssize_t i = 0; i < w->nopen; i++)
+        open += w->open[i].n / (Py_ssize_t)sizeof(int64_t);
+    return PyLong_FromSsize_t(open);
+}
 
 #define OBJECT_GETTER(field)                                                                  \
     static PyObject *walker_get_##field(Walker *w, void *closure)                             \
@@ -1729,6 +1805,10 @@ static PyGetSetDef WALKER_GETSET[] = {
     {"unknown_iids", (getter)walker_get_unknown_iids, NULL, "interned ids never defined", NULL},
     {"unknown_clock", (getter)walker_get_unknown_clock, NULL, "packets on an unknown clock", NULL},
     {"bad_timestamps", (getter)walker_get_bad_timestamps, NULL, "events skipped: ts beyond int64",
+     NULL},
+    {"paired", (getter)walker_get_paired, NULL, "whether pr_begin/pr_end pair every slice", NULL},
+    {"unended", (getter)walker_get_unended, NULL, "slice begins never ended (when paired)", NULL},
+    {"orphan_ends", (getter)walker_get_orphan_ends, NULL, "slice ends with no begin (when paired)",
      NULL},
     {"tracks", (getter)walker_get_tracks, NULL, "uuid -> track row", NULL},
     {"ann_names", (getter)walker_get_ann_names, NULL, "gen -> {iid: annotation name}", NULL},

@@ -12,8 +12,9 @@ class Walker:
     """Walks packet records chunk by chunk; state that outlives a chunk (sequences, interned
     names, track descriptors) stays in the walker."""
 
-    def __new__(cls, raw_codes: dict[str, int]) -> Walker:
-        """``raw_codes``: debug annotation name -> code of the column it feeds."""
+    def __new__(cls, raw_codes: dict[str, int], kinds: str) -> Walker:
+        """``raw_codes``: debug annotation name -> code of the column it feeds (below 64);
+        ``kinds[code]``: "i" for an int column, "s" for a text column."""
     def feed(self, buffer: Buffer, /) -> int:
         """Walk the complete packet records at the start of ``buffer``: where the last one ends,
         or -1 (declined: read the whole stream with the Python decoder)."""
@@ -32,6 +33,13 @@ class Walker:
     def unknown_clock(self) -> int: ...
     @property
     def bad_timestamps(self) -> int: ...
+    @property
+    def paired(self) -> bool:
+        """Whether ``pr_begin``/``pr_end`` pair every slice (each track's came in time order)."""
+    @property
+    def unended(self) -> int: ...
+    @property
+    def orphan_ends(self) -> int: ...
     @property
     def tracks(self) -> dict[int, tuple[Any, ...]]:
         """uuid -> track row (as ``tables.TRACK_SCHEMA``)."""
