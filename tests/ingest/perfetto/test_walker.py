@@ -326,7 +326,8 @@ def _huge_event(**fields: int) -> bytes:
 _TYPED_CASES = [
     [("corr_id", "uint_value", 7), ("corr_id", "string_value", "8")],
     [("corr_id", "string_value", "9"), ("corr_id", "int_value", -3)],
-    [("queue", "uint_value", 2**63), ("agent", "uint_value", 2**63), ("stream", "bool_value", True)],
+    [("queue", "uint_value", 2**63), ("agent", "uint_value", 2**63),
+     ("stream", "bool_value", True)],
     [("queue", "double_value", 2.0), ("device", "double_value", 2.5),
      ("stream", "double_value", 1e19), ("agent", "double_value", 4.0)],
     [("agent", "int_value", -12), ("kind", "pointer_value", 2**64 - 1),

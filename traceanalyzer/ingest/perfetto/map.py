@@ -337,40 +337,46 @@ def to_trace(raw: RawTables, meta: TraceMeta) -> Trace:
         meta.warnings.append(f"{orphan_ends} slice ends had no matching begin (ignored)")
     _read_meta_event(instants, ann, meta)
 
-    ev = (
-        _with_annotations(pl.concat([slices, complete]), ann)
-        .join(tracks, left_on="track", right_on="uuid", how="left")
-        .with_columns(
-            cat=pl.col("category").str.to_lowercase().fill_null(""),
-            is_gpu_track=pl.col("is_gpu").fill_null(False),
-        )
+    ev = pl.concat([slices, complete]) if complete.height else slices
+    # the tracks' columns looked up for the events alone, so that the events are not copied
+    ev = ev.hstack(ev.select("track").join(tracks, left_on="track", right_on="uuid", how="left",
+                                            maintain_order="left").drop("track"))
+    ev = ev.with_columns(
+        cat=pl.col("category").str.to_lowercase().fill_null(""),
+        is_gpu_track=pl.col("is_gpu").fill_null(False),
     )
-    rank = pl.coalesce(pl.col("rank"), pl.lit(meta.rank))
     is_gpu = pl.col("cat").is_in(GPU_CATS) | (
         ~pl.col("cat").is_in(HOST_CATS) & pl.col("is_gpu_track")
     )
     is_step = pl.col("name").str.contains(r"^ProfilerStep#\d+$")
     is_annotation = pl.col("cat").is_in(ANNOTATION_CATS) | is_step
     is_sync = pl.col("cat").is_in(SYNC_CATS)
+    gpu_part, annotation_part, sync_part, cpu_part = 0, 1, 2, 4
     ev = ev.with_columns(
         part=pl.when(is_gpu)
-        .then(pl.lit("gpu"))
+        .then(gpu_part)
         .when(is_annotation)
-        .then(pl.lit("annotations"))
+        .then(annotation_part)
         .when(is_sync)
-        .then(pl.lit("syncs"))
+        .then(sync_part)
         .when(pl.col("cat").is_in(IGNORED_CATS))
-        .then(pl.lit("ignored"))
-        .otherwise(pl.lit("cpu")),
-        rank=rank,
+        .then(3)
+        .otherwise(cpu_part)
+        .cast(pl.UInt8),
         pid=pl.col("track_pid"),
         tid=pl.col("track_tid"),
     )
 
-    gpu = _gpu_frame(ev.filter(pl.col("part") == "gpu"), meta.warnings)
-    cpu = _cpu_frame(ev.filter(pl.col("part") == "cpu"))
-    annotations = _annotation_frame(ev.filter(pl.col("part") == "annotations"))
-    syncs = _sync_frame(ev.filter(pl.col("part") == "syncs"))
+    def part(code: int) -> pl.DataFrame:
+        # annotations are gathered for each part's rows only (a key no event has stays a
+        # literal, which a join of the whole would have written out for every row)
+        return _with_annotations(ev.filter(pl.col("part") == code), ann).with_columns(
+            rank=pl.coalesce(pl.col("rank"), pl.lit(meta.rank)))
+
+    gpu = _gpu_frame(part(gpu_part), meta.warnings)
+    cpu = _cpu_frame(part(cpu_part))
+    annotations = _annotation_frame(part(annotation_part))
+    syncs = _sync_frame(part(sync_part))
     counters = _counter_frame(raw.counters, tracks, meta.rank)
     _describe(meta, gpu, raw)
     return Trace(meta=meta, gpu=gpu, cpu=cpu, annotations=annotations, syncs=syncs,

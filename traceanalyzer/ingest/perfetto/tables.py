@@ -111,5 +111,6 @@ def decoded_tables(tracks: dict[int, tuple[Any, ...]], events: list[pl.DataFrame
     if bad_timestamps:
         warnings.append(f"skipped {bad_timestamps} track events whose timestamp is beyond "
                         "int64 nanoseconds")
-    return RawTables(track_frame, pl.concat(events).with_row_index("idx"),
-                     pl.concat(annotations), counters, warnings, packets)
+    # not rechunked: the chunks and a copy of them all would be alive at once
+    return RawTables(track_frame, pl.concat(events, rechunk=False).with_row_index("idx"),
+                     pl.concat(annotations, rechunk=False), counters, warnings, packets)

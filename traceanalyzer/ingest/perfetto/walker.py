@@ -170,9 +170,12 @@ class WalkDecoder(AnnotationDecoding):
                            unknown_iids=self.unknown_iids + w.unknown_iids, dropped=w.dropped,
                            unknown_clock=w.unknown_clock, bad_timestamps=w.bad_timestamps,
                            packets=w.packets)
-        tables.int_values = pl.concat([pl.DataFrame(schema=INT_VALUE_SCHEMA), *self.int_parts])
-        tables.str_values = pl.concat([pl.DataFrame(schema=STR_VALUE_SCHEMA), *self.str_parts])
+        def parts(schema: dict[str, Any], frames: list[pl.DataFrame]) -> pl.DataFrame:
+            return pl.concat([pl.DataFrame(schema=schema), *frames], rechunk=False)
+
+        tables.int_values = parts(INT_VALUE_SCHEMA, self.int_parts)
+        tables.str_values = parts(STR_VALUE_SCHEMA, self.str_parts)
         if w.paired:
-            tables.slice_pairs = pl.concat([pl.DataFrame(schema=PAIR_SCHEMA), *self.pair_parts])
+            tables.slice_pairs = parts(PAIR_SCHEMA, self.pair_parts)
             tables.unended, tables.orphan_ends = w.unended, w.orphan_ends
         return tables
